@@ -1,0 +1,160 @@
+"""Time `kwsniff read` against tshark on the same captures, in the same run.
+
+    python bench/bench_read.py                      # bench/captures/*.pcap (made if missing)
+    python bench/bench_read.py some.pcap --runs 5
+
+For each capture: wall time (best of --runs) and peak RSS of
+  kwsniff read CAPTURE --out TMPDIR --broker-port P
+  tshark -r CAPTURE -d tcp.port==P,kafka -T fields -e kafka.api_key -e kafka.correlation_id > /dev/null
+Peak RSS is measured per child with wait4(), so one run never hides another. A benchmark, not a test:
+it prints numbers and ratios and never fails on a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from make_bench_captures import CAPTURES, ensure_captures  # noqa: E402
+
+PCAP_HEADER = struct.Struct("<IHHiIII")
+RECORD_HEADER = struct.Struct("<IIII")
+SYN_SCAN_PACKETS = 2000
+
+
+@dataclass
+class Measurement:
+    seconds: float
+    peak_mb: float
+
+
+def run_measured(command: list[str]) -> Measurement:
+    """Run one child to completion, output discarded; wall time and its own peak RSS
+    (wait4 reports that child's ru_maxrss, KiB on Linux)."""
+    with open(os.devnull, "wb") as sink, tempfile.TemporaryFile() as errors:
+        started = time.perf_counter()
+        proc = subprocess.Popen(command, stdout=sink, stderr=errors)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            errors.seek(0)
+            message = errors.read().decode(errors="replace")[-2000:]
+            raise SystemExit(f"failed ({proc.returncode}): {' '.join(command)}\n{message}")
+    return Measurement(seconds=seconds, peak_mb=usage.ru_maxrss / 1024)
+
+
+def best_of(runs: int, command: list[str]) -> Measurement:
+    results = [run_measured(command) for _ in range(runs)]
+    return Measurement(seconds=min(r.seconds for r in results), peak_mb=max(r.peak_mb for r in results))
+
+
+def kwsniff_command() -> list[str]:
+    found = shutil.which("kwsniff")
+    return [found] if found else [sys.executable, "-m", "kwsniff"]
+
+
+def broker_port(path: Path) -> int:
+    """The port most SYNs (without ACK) in the first packets go to; Ethernet/IPv4 captures only,
+    which is what bench/make_bench_captures.py writes (Linux loopback uses Ethernet framing)."""
+    ports: Counter[int] = Counter()
+    with open(path, "rb") as f:
+        magic = PCAP_HEADER.unpack(f.read(PCAP_HEADER.size))[0]
+        if magic not in (0xA1B2C3D4, 0xA1B23C4D):
+            raise SystemExit(f"{path}: not a little-endian classic pcap file")
+        for _ in range(SYN_SCAN_PACKETS):
+            header = f.read(RECORD_HEADER.size)
+            if len(header) < RECORD_HEADER.size:
+                break
+            data = f.read(RECORD_HEADER.unpack(header)[2])
+            if data[12:14] != b"\x08\x00" or data[23] != 6:  # IPv4, TCP
+                continue
+            tcp = 14 + (data[14] & 0x0F) * 4
+            flags = data[tcp + 13]
+            if flags & 0x12 == 0x02:  # SYN without ACK
+                ports[int.from_bytes(data[tcp + 2 : tcp + 4], "big")] += 1
+    if not ports:
+        raise SystemExit(f"{path}: no SYN in the first {SYN_SCAN_PACKETS} packets; cannot tell the broker port")
+    return ports.most_common(1)[0][0]
+
+
+def packet_count(path: Path) -> int:
+    out = subprocess.run(["capinfos", "-T", "-r", "-c", "-M", str(path)], capture_output=True, text=True, check=True)
+    return int(out.stdout.split("\t")[-1])
+
+
+def bench_capture(path: Path, runs: int) -> dict[str, float | int | str]:
+    port = broker_port(path)
+    with tempfile.TemporaryDirectory(prefix="kwsniff-bench-") as tmp:
+        out = Path(tmp) / "tables"
+        kw_command = [*kwsniff_command(), "read", str(path), "--out", str(out), "--broker-port", str(port)]
+        kw = Measurement(float("inf"), 0.0)
+        for _ in range(runs):
+            shutil.rmtree(out, ignore_errors=True)
+            one = run_measured(kw_command)
+            kw = Measurement(min(kw.seconds, one.seconds), max(kw.peak_mb, one.peak_mb))
+    ts_command = ["tshark", "-r", str(path), "-d", f"tcp.port=={port},kafka", "-T", "fields",
+                  "-e", "kafka.api_key", "-e", "kafka.correlation_id"]  # fmt: skip
+    ts = best_of(runs, ts_command)
+    size_mb = path.stat().st_size / 1e6
+    packets = packet_count(path)
+    return {
+        "capture": path.name,
+        "size_mb": size_mb,
+        "packets": packets,
+        "kw_s": kw.seconds,
+        "kw_mb_s": size_mb / kw.seconds,
+        "kw_pkt_s": packets / kw.seconds,
+        "kw_peak_mb": kw.peak_mb,
+        "ts_s": ts.seconds,
+        "ts_peak_mb": ts.peak_mb,
+        "ratio": ts.seconds / kw.seconds,
+    }
+
+
+def print_table(rows: list[dict[str, float | int | str]], runs: int) -> None:
+    head = (
+        f"{'capture':<18} {'MB':>7} {'packets':>9} | {'kwsniff s':>9} {'MB/s':>7} {'pkt/s':>9} {'peak MB':>8}"
+        f" | {'tshark s':>8} {'peak MB':>8} | {'tshark/kwsniff':>14}"
+    )
+    print(f"best of {runs} runs; peak = max RSS of the child process")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(
+            f"{r['capture']:<18} {r['size_mb']:>7.1f} {r['packets']:>9,} | {r['kw_s']:>9.2f} {r['kw_mb_s']:>7.1f}"
+            f" {r['kw_pkt_s']:>9,.0f} {r['kw_peak_mb']:>8.1f} | {r['ts_s']:>8.2f} {r['ts_peak_mb']:>8.1f}"
+            f" | {r['ratio']:>14.2f}"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("captures", nargs="*", type=Path)
+    parser.add_argument("--runs", type=int, default=3, help="best of N runs (default 3)")
+    args = parser.parse_args()
+    captures = args.captures
+    if not captures:
+        ensure_captures()
+        captures = sorted(p for p in CAPTURES.glob("*.pcap") if not p.name.endswith(".partial.pcap"))
+    rows = []
+    for path in captures:
+        rows.append(bench_capture(path, args.runs))
+        print(f"measured {path.name}", file=sys.stderr, flush=True)
+    print_table(rows, args.runs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

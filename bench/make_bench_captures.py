@@ -1,0 +1,56 @@
+"""Make the benchmark captures in bench/captures/ if they are missing (they are not committed).
+
+    python bench/make_bench_captures.py            # large.pcap (~300 MB) and mtu1500.pcap (~100 MB)
+    python bench/make_bench_captures.py --force    # make them again
+
+large.pcap: big uncompressed Produce requests and Fetch responses on loopback (MTU 65536), so the
+cost is in bytes. mtu1500.pcap: the same traffic in a private namespace with MTU 1500 and no
+offloads, so the cost is per packet. Needs root, tcpdump, tshark, iproute2 and ethtool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+CAPTURES = BENCH / "captures"
+MAKE_CAPTURE = BENCH.parent / "tools" / "make_capture.py"
+# name -> (workload, approximate size in MB)
+BENCH_CAPTURES = {"large.pcap": ("bench-large", 300), "mtu1500.pcap": ("bench-mtu1500", 100)}
+
+
+def make_capture(path: Path, workload: str, megabytes: int) -> None:
+    """One capture via tools/make_capture.py; written under a temporary name so a failed run
+    never leaves a half capture that a later run would take as made."""
+    partial = path.with_suffix(".partial.pcap")
+    command = [sys.executable, str(MAKE_CAPTURE), str(partial), "--workload", workload, "--mb", str(megabytes)]
+    print(f"making {path.name}: {' '.join(command[1:])}", flush=True)
+    subprocess.run(command, check=True, timeout=3600)
+    partial.rename(path)
+
+
+def ensure_captures(force: bool = False) -> list[Path]:
+    CAPTURES.mkdir(parents=True, exist_ok=True)
+    made = []
+    for name, (workload, megabytes) in BENCH_CAPTURES.items():
+        path = CAPTURES / name
+        if force or not path.exists():
+            make_capture(path, workload, megabytes)
+        made.append(path)
+    return made
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--force", action="store_true", help="make the captures even if they exist")
+    args = parser.parse_args()
+    for path in ensure_captures(args.force):
+        print(f"{path}: {path.stat().st_size / 1e6:.1f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

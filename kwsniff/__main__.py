@@ -1,0 +1,3 @@
+from kwsniff.cli import main
+
+main()

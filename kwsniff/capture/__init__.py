@@ -1,0 +1,9 @@
+"""Capture-file sources: pcap and pcapng (plain or gzip-compressed) to (ts_us, linktype, data) packets.
+
+This is an edge layer: it reads files, and hands the protocol core nothing but bytes and numbers.
+"""
+
+from kwsniff.capture.reader import CaptureError, CaptureReader
+from kwsniff.capture.source import open_capture, open_capture_file
+
+__all__ = ["CaptureError", "CaptureReader", "open_capture", "open_capture_file"]

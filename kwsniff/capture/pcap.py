@@ -1,0 +1,102 @@
+"""Classic libpcap files: a 24-byte file header, then (16-byte record header, captured bytes) records.
+
+Format: https://datatracker.ietf.org/doc/draft-ietf-opsawg-pcap/ (and tcpdump.org/manpages/pcap-savefile.5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from struct import Struct
+
+from kwsniff.capture.reader import (
+    CHUNK_SIZE,
+    MAX_RECORD,
+    MIN_RECORD_LIMIT,
+    CaptureError,
+    CaptureReader,
+    CountingReader,
+    Packet,
+    Readable,
+    read_exact,
+)
+
+FILE_HEADER_SIZE = 24
+
+# magic as read little-endian -> (byte order, divisor from the fraction field to microseconds,
+# record header size). 0xa1b2cd34 is Alexey Kuznetzov's patched libpcap, whose records carry 8 more
+# bytes (ifindex, protocol, packet type) that we skip.
+MAGICS = {
+    0xA1B2C3D4: ("<", 1, 16),
+    0xD4C3B2A1: (">", 1, 16),
+    0xA1B23C4D: ("<", 1000, 16),
+    0x4D3CB2A1: (">", 1000, 16),
+    0xA1B2CD34: ("<", 1, 24),
+    0x34CDB2A1: (">", 1, 24),
+}
+
+# The link-type field's upper bits carry FCS-length flags, not the link type (LT_LINKTYPE in libpcap).
+_LINKTYPE_MASK = 0x03FFFFFF
+
+
+def is_pcap(magic: bytes) -> bool:
+    return len(magic) == 4 and int.from_bytes(magic, "little") in MAGICS
+
+
+class PcapReader(CaptureReader):
+    """A classic pcap file of any byte order, microsecond or nanosecond timestamps."""
+
+    def __init__(self, name: str, size: int | None, raw: CountingReader, data: Readable, head: bytes) -> None:
+        super().__init__(name, size, raw, data, b"")
+        order, self._fraction_divisor, record_size = MAGICS[int.from_bytes(head, "little")]
+        header = head + read_exact(data, FILE_HEADER_SIZE - len(head))
+        if len(header) < FILE_HEADER_SIZE:
+            raise CaptureError(
+                f"{name}: pcap file header cut short ({len(header)} of {FILE_HEADER_SIZE} bytes)"
+            )
+        major, minor, _zone, _sigfigs, snaplen, network = Struct(order + "HHiIII").unpack_from(header, 4)
+        if major != 2:
+            raise CaptureError(f"{name}: unsupported pcap version {major}.{minor}")
+        self.snaplen = snaplen
+        self.linktype = network & _LINKTYPE_MASK
+        self._record = Struct(order + ("IIII" if record_size == 16 else "IIII8x"))
+        self._limit = min(max(snaplen, MIN_RECORD_LIMIT), MAX_RECORD)
+
+    def packets(self) -> Iterator[Packet]:
+        unpack_from = self._record.unpack_from
+        hdr = self._record.size
+        divisor = self._fraction_divisor
+        linktype = self.linktype
+        limit = self._limit
+        read = self._read
+        buf = b""
+        base = FILE_HEADER_SIZE  # stream offset of buf[0], for warnings
+        off = 0
+        caplen = 0
+        count = 0
+        try:
+            while True:
+                end = len(buf)
+                while off + hdr <= end:
+                    sec, frac, caplen, _wirelen = unpack_from(buf, off)
+                    nxt = off + hdr + caplen
+                    if nxt > end or caplen > limit:
+                        break
+                    yield sec * 1_000_000 + frac // divisor, linktype, buf[off + hdr : nxt]
+                    count += 1
+                    off = nxt
+                if off + hdr <= end and caplen > limit:
+                    self._stop(
+                        f"record at offset {base + off} claims {caplen} bytes (limit {limit}): file damaged"
+                    )
+                    return
+                more = read(max(CHUNK_SIZE, hdr + caplen))
+                if not more:
+                    if off < end:
+                        self._stop(f"last record cut short at offset {base + off}")
+                    return
+                buf = buf[off:] + more
+                base += off
+                off = 0
+                caplen = 0
+        finally:
+            self.stats["records"] += count

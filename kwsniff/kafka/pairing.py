@@ -1,0 +1,235 @@
+"""Pairing Kafka requests with responses by correlation id, per connection. No I/O.
+
+A :class:`Conversation` owns the two frame splitters of one TCP connection (client to broker and
+broker to client). Request frames are parsed for their header and kept as pending until a response
+with the same correlation id arrives; the broker answers in order per connection, but pipelined
+requests (several in flight) are the normal case, so pending is a dict, not a queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kwsniff.kafka.framing import FrameSplitter
+from kwsniff.protocol import DecodeError, parse_request_header, parse_response_header
+from kwsniff.protocol.headers import is_valid_request_version
+
+# Statuses a request row can end with (DESIGN.md "Nothing silently lost").
+OK = "ok"
+NO_RESPONSE_EXPECTED = "no_response_expected"
+UNANSWERED = "unanswered"
+DECODE_ERROR = "decode_error"
+
+PRODUCE = 0
+# The smallest request header: api_key, api_version, correlation_id (header v0).
+_MIN_REQUEST = 8
+# Broker-side cap on in-flight requests a sniffer will remember per connection; a client that
+# pipelines more than this (or a stream we mis-split) must not grow memory without bound.
+MAX_PENDING = 10_000
+
+
+class Request:
+    """A request frame as seen on the wire; ``info`` is free for the layer above (decoded summary)."""
+
+    __slots__ = (
+        "api_key",
+        "api_version",
+        "correlation_id",
+        "client_id",
+        "header_len",
+        "ts_first",
+        "ts_last",
+        "size",
+        "offset",
+        "info",
+        "error",
+    )
+
+    def __init__(
+        self,
+        api_key: int,
+        api_version: int,
+        correlation_id: int,
+        client_id: str | None,
+        header_len: int,
+        ts_first: int,
+        ts_last: int,
+        size: int,
+        offset: int,
+    ) -> None:
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+        self.header_len = header_len
+        self.ts_first = ts_first
+        self.ts_last = ts_last
+        self.size = size
+        self.offset = offset
+        self.info: object = None
+        self.error: str | None = None
+
+
+class Response:
+    __slots__ = ("correlation_id", "header_len", "ts_first", "ts_last", "size", "offset", "info", "error")
+
+    def __init__(
+        self, correlation_id: int, header_len: int, ts_first: int, ts_last: int, size: int, offset: int
+    ) -> None:
+        self.correlation_id = correlation_id
+        self.header_len = header_len
+        self.ts_first = ts_first
+        self.ts_last = ts_last
+        self.size = size
+        self.offset = offset
+        self.info: object = None
+        self.error: str | None = None
+
+
+class ConversationHandler:
+    """What a :class:`Conversation` reports to. Subclass and override; the defaults do nothing."""
+
+    def request(self, req: Request, body: memoryview | bytes) -> None:
+        """A request frame; ``body`` is the message after the header, valid only during this call."""
+
+    def response(self, req: Request, resp: Response, body: memoryview | bytes) -> None:
+        """A response paired with its request; ``body`` valid only during this call."""
+
+    def exchange(self, req: Request, resp: Response | None, status: str) -> None:
+        """A request's final outcome: called once per request, paired or not."""
+
+    def orphan_response(self, correlation_id: int, ts: int, size: int, offset: int) -> None:
+        """A response whose request was never seen (the capture began after it)."""
+
+    def undecodable_frame(self, direction: int, ts: int, size: int, offset: int, reason: str) -> None:
+        """A frame whose header could not be read; its bytes stay counted in frame_bytes."""
+
+
+def plausible_request(view: memoryview) -> bool:
+    """Could a Kafka request frame start here (size prefix included)? Used to resynchronise a stream."""
+    if len(view) < 4 + _MIN_REQUEST:
+        return False
+    api_key = (view[4] << 8) | view[5]
+    api_version = (view[6] << 8) | view[7]
+    if not is_valid_request_version(api_key, api_version):
+        return False
+    if len(view) < 14:
+        return True
+    # header v1+: client id is an int16-length nullable string, which must fit in the frame.
+    size = int.from_bytes(view[0:4], "big", signed=True)
+    n = int.from_bytes(view[12:14], "big", signed=True)
+    return n == -1 or 0 <= n <= size - 10 or api_key == 7  # ControlledShutdown v0 has no client id
+
+
+class Conversation:
+    """Kafka frames and request/response pairing over one TCP connection (both directions)."""
+
+    def __init__(
+        self,
+        handler: ConversationHandler,
+        *,
+        max_frame_size: int = 100 * 1024 * 1024,
+        synced: tuple[bool, bool] = (True, True),
+    ) -> None:
+        self.handler = handler
+        self.pending: dict[int, Request] = {}
+        self.requests = 0
+        self.responses = 0
+        self.orphans = 0
+        self.pending_overflows = 0
+        self.client = FrameSplitter(
+            self._on_request_frame,
+            self._on_skip_c2b,
+            boundary_ok=plausible_request,
+            max_frame_size=max_frame_size,
+            synced=synced[0],
+            min_frame_size=_MIN_REQUEST,
+        )
+        self.broker = FrameSplitter(
+            self._on_response_frame,
+            self._on_skip_b2c,
+            boundary_ok=self._plausible_response,
+            max_frame_size=max_frame_size,
+            synced=synced[1],
+            min_frame_size=4,
+        )
+        self.skip_reasons: dict[str, int] = {}
+        self.on_skip: Callable[[int, int, int, str], None] | None = None
+
+    # -- frame callbacks ---------------------------------------------------------------------------
+    def _on_request_frame(self, frame: memoryview | bytes, ts_first: int, ts_last: int, offset: int) -> None:
+        try:
+            api_key, api_version, corr, client_id, hlen = parse_request_header(frame)
+        except DecodeError as exc:
+            self.handler.undecodable_frame(
+                0, ts_first, len(frame) + 4, offset, f"request header: {exc.reason}"
+            )
+            return
+        req = Request(api_key, api_version, corr, client_id, hlen, ts_first, ts_last, len(frame) + 4, offset)
+        self.requests += 1
+        self.handler.request(req, memoryview(frame)[hlen:])
+        old = self.pending.get(corr)
+        if old is not None:
+            # Correlation ids are chosen by the client and may wrap or repeat; the older request lost
+            # its chance to be answered (Kafka answers in order per connection).
+            self.handler.exchange(old, None, UNANSWERED)
+        elif len(self.pending) >= MAX_PENDING:
+            self.pending_overflows += 1
+            oldest = next(iter(self.pending))
+            self.handler.exchange(self.pending.pop(oldest), None, UNANSWERED)
+        self.pending[corr] = req
+
+    def _on_response_frame(self, frame: memoryview | bytes, ts_first: int, ts_last: int, offset: int) -> None:
+        if len(frame) < 4:
+            self.handler.undecodable_frame(
+                1, ts_first, len(frame) + 4, offset, "response shorter than header"
+            )
+            return
+        corr = int.from_bytes(frame[0:4], "big", signed=True)
+        req = self.pending.pop(corr, None)
+        if req is None:
+            self.orphans += 1
+            self.handler.orphan_response(corr, ts_first, len(frame) + 4, offset)
+            return
+        self.responses += 1
+        try:
+            corr, hlen = parse_response_header(frame, req.api_key, req.api_version)
+        except DecodeError as exc:
+            resp = Response(corr, 4, ts_first, ts_last, len(frame) + 4, offset)
+            resp.error = f"response header: {exc.reason}"
+            self.handler.exchange(req, resp, DECODE_ERROR)
+            return
+        resp = Response(corr, hlen, ts_first, ts_last, len(frame) + 4, offset)
+        self.handler.response(req, resp, memoryview(frame)[hlen:])
+        status = DECODE_ERROR if (req.error or resp.error) else OK
+        self.handler.exchange(req, resp, status)
+
+    def _plausible_response(self, view: memoryview) -> bool:
+        return len(view) >= 8 and int.from_bytes(view[4:8], "big", signed=True) in self.pending
+
+    def _on_skip_c2b(self, nbytes: int, offset: int, reason: str) -> None:
+        self._skip(0, nbytes, offset, reason)
+
+    def _on_skip_b2c(self, nbytes: int, offset: int, reason: str) -> None:
+        self._skip(1, nbytes, offset, reason)
+
+    def _skip(self, direction: int, nbytes: int, offset: int, reason: str) -> None:
+        self.skip_reasons[reason] = self.skip_reasons.get(reason, 0) + nbytes
+        if self.on_skip is not None:
+            self.on_skip(direction, nbytes, offset, reason)
+
+    # -- end of connection ---------------------------------------------------------------------------
+    def close(self, ts: int) -> None:
+        """The connection ended (or the capture did): settle every request still pending."""
+        self.client.finish(ts)
+        self.broker.finish(ts)
+        for req in self.pending.values():
+            status = NO_RESPONSE_EXPECTED if _expects_no_response(req) else UNANSWERED
+            self.handler.exchange(req, None, DECODE_ERROR if req.error else status)
+        self.pending.clear()
+
+
+def _expects_no_response(req: Request) -> bool:
+    # Produce with acks=0 gets no response from Apache Kafka (some brokers, e.g. tansu, answer anyway:
+    # then the pair is simply "ok"). The layer above keeps the decoded request summary in req.info.
+    return req.api_key == PRODUCE and isinstance(req.info, dict) and req.info.get("acks") == 0

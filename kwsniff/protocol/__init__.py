@@ -1,0 +1,33 @@
+"""Kafka protocol schema set: header parsing and body decoders generated from Kafka's message specs.
+
+No I/O: everything here takes bytes (or memoryviews) and returns plain Python values.
+"""
+
+from kwsniff.protocol.decode import decode_request, decode_response, schema_triples
+from kwsniff.protocol.decode_error import DecodeError
+from kwsniff.protocol.error_codes import error_name, error_retriable
+from kwsniff.protocol.headers import (
+    api_name,
+    is_flexible,
+    is_valid_request_version,
+    parse_request_header,
+    parse_response_header,
+    request_header_version,
+    response_header_version,
+)
+
+__all__ = [
+    "DecodeError",
+    "api_name",
+    "decode_request",
+    "decode_response",
+    "error_name",
+    "error_retriable",
+    "is_flexible",
+    "is_valid_request_version",
+    "parse_request_header",
+    "parse_response_header",
+    "request_header_version",
+    "response_header_version",
+    "schema_triples",
+]

@@ -1,0 +1,71 @@
+"""decode_request / decode_response: message bodies to plain Python values.
+
+Each (api key, version, direction) is compiled once, on first use, into a specialised function
+(see compiler.py) and cached; later messages go straight to it with one dict lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+from kwsniff.protocol import _schema
+from kwsniff.protocol.compiler import compile_message
+from kwsniff.protocol.decode_error import DecodeError
+
+Decoder = Callable[[bytes | memoryview], dict[str, Any]]
+
+_REQUEST, _RESPONSE = 1, 2
+_DIRECTION_NAMES = {_REQUEST: "request", _RESPONSE: "response"}
+
+# The generated tables are heterogeneous tuples; Any keeps mypy out of them.
+_APIS = cast(dict[int, Any], _schema.APIS)
+
+_cache: dict[tuple[int, int, int], Decoder] = {}
+
+
+def _segment(api_key: int, api_version: int, direction: int) -> tuple[Any, ...]:
+    api = _APIS.get(api_key)
+    if api is None:
+        raise DecodeError(0, "", f"unknown api key {api_key}")
+    for segment in api[direction]:
+        if segment[0] <= api_version <= segment[1]:
+            return tuple(segment)
+    raise DecodeError(0, "", "unsupported version")
+
+
+def decoder_for(api_key: int, api_version: int, direction: int) -> Decoder:
+    """The compiled decoder of one message version (compiled now if this is its first use)."""
+    cache_key = (api_key, api_version, direction)
+    decoder = _cache.get(cache_key)
+    if decoder is None:
+        lowest, _highest, first_flexible, fields = _segment(api_key, api_version, direction)
+        flexible = first_flexible is not None and api_version >= first_flexible
+        label = f"{api_key} v{api_version} {_DIRECTION_NAMES[direction]}"
+        decoder = compile_message(fields, api_version, flexible, label)
+        _cache[cache_key] = decoder
+    return decoder
+
+
+def decode_request(api_key: int, api_version: int, body: bytes | memoryview) -> dict[str, Any]:
+    """Decode a request body (the bytes after the request header)."""
+    decoder = _cache.get((api_key, api_version, _REQUEST)) or decoder_for(api_key, api_version, _REQUEST)
+    return decoder(body)
+
+
+def decode_response(api_key: int, api_version: int, body: bytes | memoryview) -> dict[str, Any]:
+    """Decode a response body (the bytes after the response header)."""
+    decoder = _cache.get((api_key, api_version, _RESPONSE)) or decoder_for(api_key, api_version, _RESPONSE)
+    return decoder(body)
+
+
+def schema_triples() -> list[tuple[int, int, str]]:
+    """Every (api key, version, "request"|"response") the schema set defines."""
+    triples = []
+    for key, api in sorted(_APIS.items()):
+        for direction in (_REQUEST, _RESPONSE):
+            for lowest, highest, _flex, _fields in api[direction]:
+                triples += [
+                    (key, version, _DIRECTION_NAMES[direction]) for version in range(lowest, highest + 1)
+                ]
+    return triples

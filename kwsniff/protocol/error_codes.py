@@ -1,0 +1,33 @@
+"""Kafka error code names and retriability, from error_codes.csv (a copy of Kafka's Errors table)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from importlib import resources
+
+
+def _load() -> tuple[dict[int, str], frozenset[int]]:
+    text = resources.files(__package__).joinpath("error_codes.csv").read_text(encoding="utf-8")
+    names: dict[int, str] = {}
+    retriable: set[int] = set()
+    for row in csv.DictReader(io.StringIO(text)):
+        code = int(row["code"])
+        names[code] = row["name"]
+        if row["retriable"].strip().lower() == "true":
+            retriable.add(code)
+    return names, frozenset(retriable)
+
+
+_NAMES, _RETRIABLE = _load()
+
+
+def error_name(code: int) -> str:
+    """ "NOT_LEADER_OR_FOLLOWER" for 6; "UNKNOWN_ERROR_CODE(1234)" for codes this Kafka does not know."""
+    name = _NAMES.get(code)
+    return name if name is not None else f"UNKNOWN_ERROR_CODE({code})"
+
+
+def error_retriable(code: int) -> bool:
+    """Whether Kafka marks the error retriable (unknown codes are not)."""
+    return code in _RETRIABLE

@@ -1,0 +1,48 @@
+"""State shared by the batch readers while one records field is read."""
+
+from __future__ import annotations
+
+from kwsniff.records._model import RecordInfo, RecordSetSummary
+
+
+class Reading:
+    """The caller's options plus the summary being filled; one per summarize_records call."""
+
+    __slots__ = (
+        "summary",
+        "records",
+        "want_payloads",
+        "cap",
+        "max_depth",
+        "check_crc",
+        "codecs_seen",
+        "seen_v2",
+    )
+
+    def __init__(
+        self,
+        summary: RecordSetSummary,
+        *,
+        want_payloads: bool,
+        cap: int,
+        max_depth: int,
+        check_crc: bool,
+    ) -> None:
+        self.summary = summary
+        # The list to append RecordInfo to, or None when the caller only wants counts.
+        self.records: list[RecordInfo] | None = summary.records
+        self.want_payloads = want_payloads
+        self.cap = cap
+        self.max_depth = max_depth
+        self.check_crc = check_crc
+        self.codecs_seen: set[str] = set()
+        self.seen_v2 = False
+
+    def error(self, reason: str, batch_position: int) -> None:
+        self.summary.errors.append(f"{reason} at offset {batch_position}")
+
+    def count_offsets(self, first: int, last: int) -> None:
+        summary = self.summary
+        if summary.base_offset is None:
+            summary.base_offset = first
+        summary.last_offset = last

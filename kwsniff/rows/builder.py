@@ -1,0 +1,197 @@
+"""Rows of the kwsniff tables, built from paired exchanges. Plain dicts; no pyarrow here.
+
+The session hands every connection an :class:`ExchangeRows` (a ConversationHandler). Each frame is
+decoded exactly once, when it arrives; a request keeps only its small summary (``req.info``) while it
+waits for its response, so memory grows with in-flight requests, not with frame sizes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any, Protocol
+
+from kwsniff.kafka import DECODE_ERROR, ConversationHandler, Request, Response
+from kwsniff.protocol import DecodeError, api_name, decode_request, decode_response, error_name
+from kwsniff.rows.extract import error_rows, partition_rows, request_summary, response_summary
+
+API_VERSIONS = 18
+# Connection counters summed over a capture for the end-of-run summary.
+_TOTALLED = (
+    "frames_to_broker",
+    "frames_to_client",
+    "frame_bytes_to_broker",
+    "frame_bytes_to_client",
+    "bytes_to_broker",
+    "bytes_to_client",
+    "duplicate_bytes",
+    "gaps",
+    "gap_bytes",
+    "skipped_bytes",
+    "not_kafka_bytes",
+    "resyncs",
+    "orphan_responses",
+)
+
+
+class RowSink(Protocol):
+    def add(self, table: str, row: dict[str, Any]) -> None: ...
+
+
+class ListSink:
+    """Keeps every row in memory, per table: for tests, `show` and small captures."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, list[dict[str, Any]]] = defaultdict(list)
+
+    def add(self, table: str, row: dict[str, Any]) -> None:
+        self.tables[table].append(row)
+
+
+class TableBuilder:
+    """Per capture: hands out per-connection handlers and keeps the run's totals."""
+
+    def __init__(self, capture: str, sink: RowSink, *, keep_messages: bool = False) -> None:
+        self.capture = capture
+        self.sink = sink
+        self.keep_messages = keep_messages
+        self.status = Counter[str]()
+        self.orphan_responses = 0
+        self.undecodable_frames = 0
+        self.decode_errors = Counter[str]()
+        self.topic_names: dict[Any, str] = {}
+        self.totals = Counter[str]()
+
+    def handler_for(self, conn: Any) -> ExchangeRows:
+        return ExchangeRows(self, conn.conn_id)
+
+    def connection_closed(self, conn_id: int, row: dict[str, Any]) -> None:
+        totals = self.totals
+        for key in _TOTALLED:
+            totals[key] += row[key]
+        totals["connections"] += 1
+        totals["kafka_connections"] += row["kafka"]
+        self.sink.add("connections", {"capture": self.capture, "conn_id": conn_id, **row})
+
+    def finish(self, session: Any) -> None:
+        """End of the capture; nothing buffered here yet."""
+
+
+class ExchangeRows(ConversationHandler):
+    """Decodes the frames of one connection and writes `requests` and `errors` rows."""
+
+    def __init__(self, tables: TableBuilder, conn_id: int) -> None:
+        self.tables = tables
+        self.conn_id = conn_id
+        self.conv: Any = None
+        self.client_id: str | None = None
+        self.client_software_name: str | None = None
+        self.client_software_version: str | None = None
+        self.unanswered = 0
+        self.no_response_expected = 0
+        self.decode_errors = 0
+        self.undecodable_frames = 0
+
+    # -- ConversationHandler -------------------------------------------------------------------------
+    def request(self, req: Request, body: memoryview | bytes) -> None:
+        if self.client_id is None:
+            self.client_id = req.client_id
+        try:
+            msg = decode_request(req.api_key, req.api_version, body)
+        except DecodeError as exc:
+            req.error = f"request: {exc}"
+            req.info = {}
+            return
+        info = request_summary(req.api_key, req.api_version, msg)
+        if req.api_key == API_VERSIONS and req.api_version >= 3:
+            # KIP-511: ApiVersions v3+ requests name the client software.
+            self.client_software_name = msg.get("client_software_name")
+            self.client_software_version = msg.get("client_software_version")
+        if self.tables.keep_messages:
+            info["message"] = msg
+        req.info = info
+
+    def response(self, req: Request, resp: Response, body: memoryview | bytes) -> None:
+        try:
+            msg = decode_response(req.api_key, req.api_version, body)
+        except DecodeError as exc:
+            resp.error = f"response: {exc}"
+            resp.info = {}
+            return
+        info = response_summary(req.api_key, req.api_version, msg)
+        if self.tables.keep_messages:
+            info["message"] = msg
+        resp.info = info
+        self.tables.topic_names.update(info.get("topic_ids", ()))
+        context = self._context(req)
+        for row in error_rows(msg):
+            self.tables.sink.add("errors", {**context, **row})
+
+    def exchange(self, req: Request, resp: Response | None, status: str) -> None:
+        tables = self.tables
+        tables.status[status] += 1
+        if status == "unanswered":
+            self.unanswered += 1
+        elif status == "no_response_expected":
+            self.no_response_expected += 1
+        elif status == DECODE_ERROR:
+            self.decode_errors += 1
+        reqi: dict[str, Any] = req.info if isinstance(req.info, dict) else {}
+        respi: dict[str, Any] = resp.info if resp is not None and isinstance(resp.info, dict) else {}
+        error_code = respi.get("error_code")
+        reason = req.error or (resp.error if resp is not None else None)
+        if reason:
+            tables.decode_errors[reason.split(":")[0]] += 1
+        row = {
+            **self._context(req),
+            "client_id": req.client_id,
+            "ts_request": req.ts_last,
+            "ts_response": resp.ts_first if resp is not None else None,
+            "latency_ms": (resp.ts_first - req.ts_last) / 1000.0 if resp is not None else None,
+            "request_bytes": req.size,
+            "response_bytes": resp.size if resp is not None else None,
+            "throttle_time_ms": respi.get("throttle_time_ms"),
+            "error_code": error_code,
+            "error_name": error_name(error_code) if error_code is not None else None,
+            "acks": reqi.get("acks"),
+            "record_count": reqi.get("record_count", respi.get("record_count")),
+            "record_bytes": reqi.get("record_bytes", respi.get("record_bytes")),
+            "status": status,
+            "reason": reason,
+        }
+        if tables.keep_messages:
+            row["request"] = reqi.get("message")
+            row["response"] = respi.get("message")
+        tables.sink.add("requests", row)
+        context = self._context(req)
+        for prow in partition_rows(req.api_key, reqi, respi, tables.topic_names):
+            tables.sink.add("partitions", {**context, **prow})
+
+    def orphan_response(self, correlation_id: int, ts: int, size: int, offset: int) -> None:
+        self.tables.orphan_responses += 1
+
+    def undecodable_frame(self, direction: int, ts: int, size: int, offset: int, reason: str) -> None:
+        self.undecodable_frames += 1
+        self.tables.undecodable_frames += 1
+        self.tables.decode_errors[reason.split(":")[0]] += 1
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _context(self, req: Request) -> dict[str, Any]:
+        return {
+            "capture": self.tables.capture,
+            "conn_id": self.conn_id,
+            "correlation_id": req.correlation_id,
+            "api_key": req.api_key,
+            "api_name": api_name(req.api_key),
+            "api_version": req.api_version,
+        }
+
+    def connection_fields(self) -> dict[str, Any]:
+        return {
+            "client_id": self.client_id,
+            "client_software_name": self.client_software_name,
+            "client_software_version": self.client_software_version,
+            "unanswered": self.unanswered,
+            "no_response_expected": self.no_response_expected,
+            "decode_errors": self.decode_errors,
+            "undecodable_frames": self.undecodable_frames,
+        }

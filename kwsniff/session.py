@@ -1,0 +1,412 @@
+"""One pass over the packets of one capture: TCP connections, Kafka detection, rows out. No I/O.
+
+The session is the only place that sees every packet, so its per-packet path is kept to a parse,
+a dict lookup and a reassembler call. Everything that happens per frame or per connection lives in
+:mod:`kwsniff.kafka` and :mod:`kwsniff.rows`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import cast
+
+from kwsniff.kafka import Conversation, plausible_request
+from kwsniff.net import ACK, FIN, RST, SYN, TcpPacket, format_ip, parse_tcp
+from kwsniff.rows import ExchangeRows, RowSink, TableBuilder
+from kwsniff.tcp import TcpReassembler
+
+C2B = 0  # client to broker
+B2C = 1  # broker to client
+
+# Bytes buffered per direction while deciding whether a connection speaks Kafka at all.
+DETECT_BYTES = 64 * 1024
+# Closed connections are forgotten once the capture clock has moved this far past them, so a
+# capture of many short connections keeps bounded memory (late retransmissions are still absorbed).
+FORGET_CLOSED_US = 120_000_000
+SWEEP_EVERY_PACKETS = 100_000
+
+
+@dataclass
+class SessionOptions:
+    broker_ports: frozenset[int] = frozenset({9092})
+    auto_detect: bool = True
+    max_frame_size: int = 100 * 1024 * 1024
+    max_ooo_bytes: int = 8 * 1024 * 1024
+
+
+@dataclass
+class SessionStats:
+    packets: int = 0
+    tcp_packets: int = 0
+    skipped_packets: dict[str, int] = field(default_factory=dict)
+    connections: int = 0
+    kafka_connections: int = 0
+    non_kafka_connections: int = 0
+    late_packets: int = 0
+
+
+class Connection:
+    """One TCP connection: two reassemblers, Kafka detection, then a Conversation."""
+
+    __slots__ = (
+        "session",
+        "conn_id",
+        "client",
+        "broker",
+        "rs",
+        "conv",
+        "rows",
+        "kafka",
+        "role_known",
+        "syn_seen",
+        "prebuf",
+        "prebuf_len",
+        "packets",
+        "wire_bytes",
+        "not_kafka_bytes",
+        "ts_first",
+        "ts_last",
+        "fin",
+        "rst",
+        "closed",
+        "synced",
+    )
+
+    def __init__(
+        self,
+        session: Session,
+        conn_id: int,
+        client: tuple[bytes, int],
+        broker: tuple[bytes, int],
+        role_known: bool,
+        ts: int,
+    ) -> None:
+        self.session = session
+        self.conn_id = conn_id
+        self.client = client
+        self.broker = broker
+        self.role_known = role_known
+        self.kafka: bool | None = None
+        self.syn_seen = False
+        self.conv: Conversation | None = None
+        self.rows: ExchangeRows | None = None
+        self.prebuf: tuple[list[tuple[int, bytes]], list[tuple[int, bytes]]] = ([], [])
+        self.prebuf_len = [0, 0]
+        self.packets = [0, 0]
+        self.wire_bytes = [0, 0]
+        self.not_kafka_bytes = [0, 0]
+        self.ts_first = ts
+        self.ts_last = ts
+        self.fin = [False, False]
+        self.rst = False
+        self.closed = False
+        self.synced = (False, False)
+        cap = session.options.max_ooo_bytes
+        self.rs = (
+            TcpReassembler(self._c2b_data, self._c2b_gap, max_ooo_bytes=cap),
+            TcpReassembler(self._b2c_data, self._b2c_gap, max_ooo_bytes=cap),
+        )
+
+    # -- per packet ----------------------------------------------------------------------------------
+    def packet(
+        self, d: int, ts: int, seq: int, ack: int, flags: int, payload: memoryview, missing: int
+    ) -> None:
+        self.ts_last = ts
+        self.packets[d] += 1
+        rs = self.rs[d]
+        if flags & SYN:
+            rs.syn(seq)
+            self.syn_seen = True
+            seq = (seq + 1) & 0xFFFFFFFF
+        if payload or missing:
+            self.wire_bytes[d] += len(payload) + missing
+            rs.segment(ts, seq, payload, missing)
+        if flags & ACK:
+            self.rs[1 - d].peer_ack(ts, ack)
+        if flags & FIN:
+            rs.fin(ts, (seq + len(payload) + missing) & 0xFFFFFFFF)
+            self.fin[d] = True
+            if self.fin[1 - d]:
+                self.close(ts)
+        if flags & RST:
+            self.rst = True
+            self.close(ts)
+
+    # -- reassembled data ----------------------------------------------------------------------------
+    def _c2b_data(self, ts: int, chunk: memoryview | bytes) -> None:
+        self._data(C2B, ts, chunk)
+
+    def _b2c_data(self, ts: int, chunk: memoryview | bytes) -> None:
+        self._data(B2C, ts, chunk)
+
+    def _c2b_gap(self, ts: int, nbytes: int, reason: str) -> None:
+        self._gap(C2B, ts, nbytes)
+
+    def _b2c_gap(self, ts: int, nbytes: int, reason: str) -> None:
+        self._gap(B2C, ts, nbytes)
+
+    def _data(self, d: int, ts: int, chunk: memoryview | bytes) -> None:
+        conv = self.conv
+        if conv is not None:
+            (conv.client if d == C2B else conv.broker).data(ts, chunk)
+        elif self.kafka is False:
+            self.not_kafka_bytes[d] += len(chunk)
+        else:
+            self.prebuf[d].append((ts, bytes(chunk)))
+            self.prebuf_len[d] += len(chunk)
+            self._detect()
+
+    def _gap(self, d: int, ts: int, nbytes: int) -> None:
+        conv = self.conv
+        if conv is not None:
+            (conv.client if d == C2B else conv.broker).gap(ts, nbytes)
+        elif self.kafka is None:
+            # A hole before we know what the stream is: what we buffered can no longer be trusted
+            # to start on a frame boundary, so detection restarts in resync mode.
+            self.synced = (False, False)
+            self.prebuf[d].append((ts, b""))
+
+    # -- is this Kafka, and which side is the client? -------------------------------------------------
+    def _detect(self) -> None:
+        session = self.session
+        c2b = b"".join(c for _, c in self.prebuf[C2B])
+        if self.role_known:
+            if session.is_broker(self.broker):
+                self._start_kafka()
+            elif len(c2b) >= 14:
+                if plausible_request(memoryview(c2b)):
+                    self._start_kafka()
+                else:
+                    self._not_kafka()
+            elif self.prebuf_len[B2C] >= DETECT_BYTES:
+                self._not_kafka()
+            return
+        # Mid-connection capture on ports nobody named: whichever side's bytes parse as a run of
+        # Kafka request frames is the client.
+        b2c = b"".join(c for _, c in self.prebuf[B2C])
+        for d, buf in ((C2B, c2b), (B2C, b2c)):
+            if _looks_like_requests(buf):
+                if d == B2C:
+                    self._swap_roles()
+                self.synced = (False, False)
+                self._start_kafka()
+                return
+        if self.prebuf_len[C2B] >= DETECT_BYTES or self.prebuf_len[B2C] >= DETECT_BYTES:
+            self._not_kafka()
+
+    def _swap_roles(self) -> None:
+        session = self.session
+        self.client, self.broker = self.broker, self.client
+        self.rs = (self.rs[1], self.rs[0])
+        self.rs[C2B].on_data, self.rs[B2C].on_data = self._c2b_data, self._b2c_data
+        self.rs[C2B].on_gap, self.rs[B2C].on_gap = self._c2b_gap, self._b2c_gap
+        self.prebuf = (self.prebuf[1], self.prebuf[0])
+        self.prebuf_len.reverse()
+        self.packets.reverse()
+        self.wire_bytes.reverse()
+        self.fin.reverse()
+        session.swap_directions(self)
+
+    def _start_kafka(self) -> None:
+        session = self.session
+        self.kafka = True
+        session.learn_broker(self.broker)
+        synced = (
+            (self.syn_seen, self.syn_seen) if self.synced == (False, False) and self.syn_seen else self.synced
+        )
+        self.rows = session.rows.handler_for(self)
+        conv = Conversation(self.rows, max_frame_size=session.options.max_frame_size, synced=synced)
+        self.conv = conv
+        self.rows.conv = conv
+        for d, splitter in ((C2B, conv.client), (B2C, conv.broker)):
+            for ts, chunk in self.prebuf[d]:
+                if chunk:
+                    splitter.data(ts, chunk)
+                else:
+                    splitter.gap(ts, 0)
+        self.prebuf = ([], [])
+
+    def _not_kafka(self) -> None:
+        self.kafka = False
+        for d in (C2B, B2C):
+            self.not_kafka_bytes[d] += self.prebuf_len[d]
+        self.prebuf = ([], [])
+
+    # -- end -----------------------------------------------------------------------------------------
+    def row(self) -> dict:
+        """The `connections` row: what this connection carried, and what could not be decoded."""
+        conv, rows = self.conv, self.rows
+        c_ip, c_port = format_endpoint(self.client)
+        b_ip, b_port = format_endpoint(self.broker)
+        rc, rb = self.rs
+        row = {
+            "client_ip": c_ip,
+            "client_port": c_port,
+            "broker_ip": b_ip,
+            "broker_port": b_port,
+            "ts_first": self.ts_first,
+            "ts_last": self.ts_last,
+            "kafka": bool(self.kafka),
+            "syn_seen": self.syn_seen,
+            "fin_seen": self.fin[C2B] or self.fin[B2C],
+            "rst_seen": self.rst,
+            "packets_to_broker": self.packets[C2B],
+            "packets_to_client": self.packets[B2C],
+            "bytes_to_broker": self.wire_bytes[C2B],
+            "bytes_to_client": self.wire_bytes[B2C],
+            "duplicate_bytes": rc.bytes_duplicate + rb.bytes_duplicate,
+            "gaps": rc.gaps + rb.gaps,
+            "gap_bytes": rc.gap_bytes + rb.gap_bytes,
+            "ooo_overflows": rc.ooo_overflows + rb.ooo_overflows,
+            "not_kafka_bytes": self.not_kafka_bytes[C2B] + self.not_kafka_bytes[B2C],
+            "frames_to_broker": conv.client.frames if conv else 0,
+            "frames_to_client": conv.broker.frames if conv else 0,
+            "frame_bytes_to_broker": conv.client.frame_bytes if conv else 0,
+            "frame_bytes_to_client": conv.broker.frame_bytes if conv else 0,
+            "skipped_bytes": (conv.client.skipped_bytes + conv.broker.skipped_bytes) if conv else 0,
+            "resyncs": (conv.client.resyncs + conv.broker.resyncs) if conv else 0,
+            "requests": conv.requests if conv else 0,
+            "responses": conv.responses if conv else 0,
+            "orphan_responses": conv.orphans if conv else 0,
+        }
+        if rows is not None:
+            row.update(rows.connection_fields())
+        return row
+
+    def close(self, ts: int) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for rs in self.rs:
+            rs.flush(ts)
+        if self.kafka is None and (self.prebuf_len[C2B] or self.prebuf_len[B2C]):
+            # Too little data to be sure: a short stream that starts like a request is Kafka.
+            if self.role_known and plausible_request(memoryview(b"".join(c for _, c in self.prebuf[C2B]))):
+                self._start_kafka()
+            else:
+                self._not_kafka()
+        if self.conv is not None:
+            self.conv.close(ts)
+        self.session.closed(self)
+
+
+def _looks_like_requests(buf: bytes) -> bool:
+    """Two consecutive plausible request frames (or one that ends the buffer exactly) at offset 0."""
+    view = memoryview(buf)
+    if len(view) < 14 or not plausible_request(view):
+        return False
+    nxt = 4 + int.from_bytes(view[0:4], "big", signed=True)
+    if nxt == len(view):
+        return True
+    return nxt + 14 <= len(view) and plausible_request(view[nxt:])
+
+
+class Session:
+    """Feed packets of one capture with :meth:`packet`; call :meth:`finish` at the end."""
+
+    def __init__(
+        self,
+        capture: str,
+        sink: RowSink,
+        options: SessionOptions | None = None,
+        *,
+        keep_messages: bool = False,
+    ) -> None:
+        self.capture = capture
+        self.options = options or SessionOptions()
+        self.stats = SessionStats()
+        self.flows: dict[tuple[bytes, int, bytes, int], tuple[Connection, int]] = {}
+        self.brokers: set[tuple[bytes, int]] = set()
+        self.rows = TableBuilder(capture, sink, keep_messages=keep_messages)
+        self._next_id = 0
+        self._ts = 0
+        self._closed: list[Connection] = []
+
+    def is_broker(self, endpoint: tuple[bytes, int]) -> bool:
+        return endpoint[1] in self.options.broker_ports or endpoint in self.brokers
+
+    def learn_broker(self, endpoint: tuple[bytes, int]) -> None:
+        if self.options.auto_detect:
+            self.brokers.add(endpoint)
+
+    def packet(self, ts: int, linktype: int, data: bytes) -> None:
+        stats = self.stats
+        stats.packets += 1
+        p = parse_tcp(linktype, data)
+        if type(p) is str:
+            skipped = stats.skipped_packets
+            skipped[p] = skipped.get(p, 0) + 1
+            return
+        src, sport, dst, dport, seq, ack, flags, payload, missing = cast(TcpPacket, p)
+        stats.tcp_packets += 1
+        self._ts = ts
+        entry = self.flows.get((src, sport, dst, dport))
+        if entry is None:
+            entry = self._new_connection(ts, src, sport, dst, dport, flags)
+        elif entry[0].closed:
+            if flags & SYN and not flags & ACK:
+                entry = self._new_connection(ts, src, sport, dst, dport, flags)
+            else:
+                stats.late_packets += 1
+                return
+        entry[0].packet(entry[1], ts, seq, ack, flags, payload, missing)
+        if stats.packets % SWEEP_EVERY_PACKETS == 0:
+            self._sweep(ts)
+
+    def _new_connection(
+        self, ts: int, src: bytes, sport: int, dst: bytes, dport: int, flags: int
+    ) -> tuple[Connection, int]:
+        a, b = (src, sport), (dst, dport)
+        if self.is_broker(b):
+            client, broker, known = a, b, True
+        elif self.is_broker(a):
+            client, broker, known = b, a, True
+        elif flags & SYN:
+            # The SYN's sender is the client; SYN+ACK comes from the server.
+            client, broker = (b, a) if flags & ACK else (a, b)
+            known = True
+        else:
+            client, broker, known = a, b, False
+        self._next_id += 1
+        self.stats.connections += 1
+        conn = Connection(self, self._next_id, client, broker, known, ts)
+        self.flows[client + broker] = (conn, C2B)  # type: ignore[index]
+        self.flows[broker + client] = (conn, B2C)  # type: ignore[index]
+        return self.flows[(src, sport, dst, dport)]
+
+    def swap_directions(self, conn: Connection) -> None:
+        self.flows[conn.client + conn.broker] = (conn, C2B)  # type: ignore[index]
+        self.flows[conn.broker + conn.client] = (conn, B2C)  # type: ignore[index]
+
+    def closed(self, conn: Connection) -> None:
+        if conn.kafka:
+            self.stats.kafka_connections += 1
+        else:
+            self.stats.non_kafka_connections += 1
+        self.rows.connection_closed(conn.conn_id, conn.row())
+        self._closed.append(conn)
+
+    def _sweep(self, now: int) -> None:
+        keep = []
+        for conn in self._closed:
+            if now - conn.ts_last > FORGET_CLOSED_US:
+                for key in (conn.client + conn.broker, conn.broker + conn.client):
+                    if self.flows.get(key, (None,))[0] is conn:  # type: ignore[index]
+                        del self.flows[key]  # type: ignore[arg-type]
+            else:
+                keep.append(conn)
+        self._closed = keep
+
+    def finish(self) -> SessionStats:
+        """End of capture: close every open connection (pending requests become unanswered)."""
+        seen: set[int] = set()
+        for conn, _ in list(self.flows.values()):
+            if conn.conn_id not in seen:
+                seen.add(conn.conn_id)
+                conn.close(conn.ts_last)
+        self.rows.finish(self)
+        return self.stats
+
+
+def format_endpoint(endpoint: tuple[bytes, int]) -> tuple[str, int]:
+    return format_ip(endpoint[0]), endpoint[1]

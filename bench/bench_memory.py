@@ -36,7 +36,9 @@ def capture_of_size(megabytes: int) -> Path:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--mb", type=int, action="append", help="capture size in MB (repeatable)")
     args = parser.parse_args()
     sizes = sorted(args.mb or DEFAULT_SIZES_MB)

@@ -19,6 +19,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from make_bench_captures import CAPTURES, ensure_captures  # noqa: E402
 PCAP_HEADER = struct.Struct("<IHHiIII")
 RECORD_HEADER = struct.Struct("<IIII")
 SYN_SCAN_PACKETS = 2000
+CHILD_TIMEOUT_S = 600.0
 
 
 @dataclass
@@ -39,15 +41,22 @@ class Measurement:
     peak_mb: float
 
 
-def run_measured(command: list[str]) -> Measurement:
+def run_measured(command: list[str], timeout_s: float = CHILD_TIMEOUT_S) -> Measurement:
     """Run one child to completion, output discarded; wall time and its own peak RSS
-    (wait4 reports that child's ru_maxrss, KiB on Linux)."""
+    (wait4 reports that child's ru_maxrss, KiB on Linux). A timer kills it after timeout_s."""
     with open(os.devnull, "wb") as sink, tempfile.TemporaryFile() as errors:
         started = time.perf_counter()
         proc = subprocess.Popen(command, stdout=sink, stderr=errors)
-        _, status, usage = os.wait4(proc.pid, 0)
+        killer = threading.Timer(timeout_s, proc.kill)
+        killer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            killer.cancel()
         seconds = time.perf_counter() - started
         proc.returncode = os.waitstatus_to_exitcode(status)
+        if seconds >= timeout_s:
+            raise SystemExit(f"timed out after {timeout_s:.0f} s: {' '.join(command)}")
         if proc.returncode != 0:
             errors.seek(0)
             message = errors.read().decode(errors="replace")[-2000:]
@@ -55,8 +64,8 @@ def run_measured(command: list[str]) -> Measurement:
     return Measurement(seconds=seconds, peak_mb=usage.ru_maxrss / 1024)
 
 
-def best_of(runs: int, command: list[str]) -> Measurement:
-    results = [run_measured(command) for _ in range(runs)]
+def best_of(runs: int, command: list[str], timeout_s: float = CHILD_TIMEOUT_S) -> Measurement:
+    results = [run_measured(command, timeout_s) for _ in range(runs)]
     return Measurement(seconds=min(r.seconds for r in results), peak_mb=max(r.peak_mb for r in results))
 
 
@@ -85,16 +94,20 @@ def broker_port(path: Path) -> int:
             if flags & 0x12 == 0x02:  # SYN without ACK
                 ports[int.from_bytes(data[tcp + 2 : tcp + 4], "big")] += 1
     if not ports:
-        raise SystemExit(f"{path}: no SYN in the first {SYN_SCAN_PACKETS} packets; cannot tell the broker port")
+        raise SystemExit(
+            f"{path}: no SYN in the first {SYN_SCAN_PACKETS} packets; cannot tell the broker port"
+        )
     return ports.most_common(1)[0][0]
 
 
 def packet_count(path: Path) -> int:
-    out = subprocess.run(["capinfos", "-T", "-r", "-c", "-M", str(path)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["capinfos", "-T", "-r", "-c", "-M", str(path)], capture_output=True, text=True, check=True
+    )
     return int(out.stdout.split("\t")[-1])
 
 
-def bench_capture(path: Path, runs: int) -> dict[str, float | int | str]:
+def bench_capture(path: Path, runs: int, timeout_s: float = CHILD_TIMEOUT_S) -> dict[str, float | int | str]:
     port = broker_port(path)
     with tempfile.TemporaryDirectory(prefix="kwsniff-bench-") as tmp:
         out = Path(tmp) / "tables"
@@ -102,11 +115,11 @@ def bench_capture(path: Path, runs: int) -> dict[str, float | int | str]:
         kw = Measurement(float("inf"), 0.0)
         for _ in range(runs):
             shutil.rmtree(out, ignore_errors=True)
-            one = run_measured(kw_command)
+            one = run_measured(kw_command, timeout_s)
             kw = Measurement(min(kw.seconds, one.seconds), max(kw.peak_mb, one.peak_mb))
     ts_command = ["tshark", "-r", str(path), "-d", f"tcp.port=={port},kafka", "-T", "fields",
                   "-e", "kafka.api_key", "-e", "kafka.correlation_id"]  # fmt: skip
-    ts = best_of(runs, ts_command)
+    ts = best_of(runs, ts_command, timeout_s)
     size_mb = path.stat().st_size / 1e6
     packets = packet_count(path)
     return {
@@ -140,9 +153,14 @@ def print_table(rows: list[dict[str, float | int | str]], runs: int) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("captures", nargs="*", type=Path)
     parser.add_argument("--runs", type=int, default=3, help="best of N runs (default 3)")
+    parser.add_argument(
+        "--timeout", type=float, default=CHILD_TIMEOUT_S, help="seconds allowed per child run"
+    )
     args = parser.parse_args()
     captures = args.captures
     if not captures:
@@ -150,7 +168,7 @@ def main() -> int:
         captures = sorted(p for p in CAPTURES.glob("*.pcap") if not p.name.endswith(".partial.pcap"))
     rows = []
     for path in captures:
-        rows.append(bench_capture(path, args.runs))
+        rows.append(bench_capture(path, args.runs, args.timeout))
         print(f"measured {path.name}", file=sys.stderr, flush=True)
     print_table(rows, args.runs)
     return 0

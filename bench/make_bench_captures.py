@@ -26,7 +26,15 @@ def make_capture(path: Path, workload: str, megabytes: int) -> None:
     """One capture via tools/make_capture.py; written under a temporary name so a failed run
     never leaves a half capture that a later run would take as made."""
     partial = path.with_suffix(".partial.pcap")
-    command = [sys.executable, str(MAKE_CAPTURE), str(partial), "--workload", workload, "--mb", str(megabytes)]
+    command = [
+        sys.executable,
+        str(MAKE_CAPTURE),
+        str(partial),
+        "--workload",
+        workload,
+        "--mb",
+        str(megabytes),
+    ]
     print(f"making {path.name}: {' '.join(command[1:])}", flush=True)
     subprocess.run(command, check=True, timeout=3600)
     partial.rename(path)
@@ -44,7 +52,9 @@ def ensure_captures(force: bool = False) -> list[Path]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--force", action="store_true", help="make the captures even if they exist")
     args = parser.parse_args()
     for path in ensure_captures(args.force):

@@ -23,7 +23,6 @@ DETECT_BYTES = 64 * 1024
 # Closed connections are forgotten once the capture clock has moved this far past them, so a
 # capture of many short connections keeps bounded memory (late retransmissions are still absorbed).
 FORGET_CLOSED_US = 120_000_000
-SWEEP_EVERY_PACKETS = 100_000
 
 
 @dataclass
@@ -118,11 +117,14 @@ class Connection:
             rs.syn(seq)
             self.syn_seen = True
             seq = (seq + 1) & 0xFFFFFFFF
+        if flags & ACK:
+            # First what this packet says about the other direction: an ACK past a hole there means
+            # the capture lost those bytes, and the data behind the hole must be delivered before
+            # this packet's payload (it may be the response to a request held behind the hole).
+            self.rs[1 - d].peer_ack(ts, ack)
         if payload or missing:
             self.wire_bytes[d] += len(payload) + missing
             rs.segment(ts, seq, payload, missing)
-        if flags & ACK:
-            self.rs[1 - d].peer_ack(ts, ack)
         if flags & FIN:
             rs.fin(ts, (seq + len(payload) + missing) & 0xFFFFFFFF)
             self.fin[d] = True
@@ -181,11 +183,12 @@ class Connection:
             elif self.prebuf_len[B2C] >= DETECT_BYTES:
                 self._not_kafka()
             return
-        # Mid-connection capture on ports nobody named: whichever side's bytes parse as a run of
-        # Kafka request frames is the client.
+        # Mid-connection capture on ports nobody named: the client is the side whose bytes parse as
+        # request frames whose correlation ids come back at the start of the other side's frames.
+        # (A response alone can look like a request: correlation id 9 reads as api key 0 version 9.)
         b2c = b"".join(c for _, c in self.prebuf[B2C])
-        for d, buf in ((C2B, c2b), (B2C, b2c)):
-            if _looks_like_requests(buf):
+        for d, requests, responses in ((C2B, c2b, b2c), (B2C, b2c, c2b)):
+            if _answers(_request_ids(requests), responses):
                 if d == B2C:
                     self._swap_roles()
                 self.synced = (False, False)
@@ -288,17 +291,52 @@ class Connection:
         if self.conv is not None:
             self.conv.close(ts)
         self.session.closed(self)
+        # Only the flow-table entry stays (to absorb late retransmissions) until swept. Break the
+        # reference cycles (callbacks bound to this connection) so memory is freed without waiting
+        # for the cycle collector.
+        for rs in self.rs:
+            rs.on_data = _ignore_data
+            rs.on_gap = _ignore_gap
+        if self.rows is not None:
+            self.rows.conv = None
+        self.conv = None
+        self.rows = None
+        self.prebuf = ([], [])
 
 
-def _looks_like_requests(buf: bytes) -> bool:
-    """Two consecutive plausible request frames (or one that ends the buffer exactly) at offset 0."""
-    view = memoryview(buf)
-    if len(view) < 14 or not plausible_request(view):
-        return False
-    nxt = 4 + int.from_bytes(view[0:4], "big", signed=True)
-    if nxt == len(view):
-        return True
-    return nxt + 14 <= len(view) and plausible_request(view[nxt:])
+def _ignore_data(ts: int, chunk: memoryview | bytes) -> None:
+    pass
+
+
+def _ignore_gap(ts: int, nbytes: int, reason: str) -> None:
+    pass
+
+
+def _frames(buf: bytes) -> list[memoryview]:
+    """The run of size-prefixed frames at the start of ``buf`` (the last may be incomplete)."""
+    view, out, p = memoryview(buf), [], 0
+    while len(view) - p >= 8:
+        size = int.from_bytes(view[p : p + 4], "big", signed=True)
+        if size < 4:
+            break
+        out.append(view[p : p + 4 + size])
+        p += 4 + size
+    return out
+
+
+def _request_ids(buf: bytes) -> set[int]:
+    ids = set()
+    for frame in _frames(buf):
+        if not plausible_request(frame):
+            break
+        ids.add(int.from_bytes(frame[8:12], "big", signed=True))
+    return ids
+
+
+def _answers(request_ids: set[int], buf: bytes) -> bool:
+    return bool(request_ids) and any(
+        int.from_bytes(f[4:8], "big", signed=True) in request_ids for f in _frames(buf)
+    )
 
 
 class Session:
@@ -319,7 +357,7 @@ class Session:
         self.brokers: set[tuple[bytes, int]] = set()
         self.rows = TableBuilder(capture, sink, keep_messages=keep_messages)
         self._next_id = 0
-        self._ts = 0
+        self._swept = 0
         self._closed: list[Connection] = []
 
     def is_broker(self, endpoint: tuple[bytes, int]) -> bool:
@@ -339,7 +377,6 @@ class Session:
             return
         src, sport, dst, dport, seq, ack, flags, payload, missing = cast(TcpPacket, p)
         stats.tcp_packets += 1
-        self._ts = ts
         entry = self.flows.get((src, sport, dst, dport))
         if entry is None:
             entry = self._new_connection(ts, src, sport, dst, dport, flags)
@@ -350,7 +387,7 @@ class Session:
                 stats.late_packets += 1
                 return
         entry[0].packet(entry[1], ts, seq, ack, flags, payload, missing)
-        if stats.packets % SWEEP_EVERY_PACKETS == 0:
+        if ts - self._swept > FORGET_CLOSED_US:
             self._sweep(ts)
 
     def _new_connection(
@@ -387,6 +424,7 @@ class Session:
         self._closed.append(conn)
 
     def _sweep(self, now: int) -> None:
+        self._swept = now
         keep = []
         for conn in self._closed:
             if now - conn.ts_last > FORGET_CLOSED_US:

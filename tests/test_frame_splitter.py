@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import struct
+from pathlib import Path
 
+import dpkt
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -235,6 +240,23 @@ def test_resync_waits_for_enough_bytes_to_ask_the_boundary_check() -> None:
     assert sp.frames[0][1:] == (1, 3, 0)
 
 
+def test_boundary_check_can_read_the_stream_offset_of_the_position_it_judges() -> None:
+    judged: list[int] = []
+    sp = Splitter(synced=False)
+
+    def check(view: memoryview) -> bool:
+        judged.append(sp.s.candidate_offset)
+        return sp.s.candidate_offset == 0 or looks_like_test_frame(view)
+
+    sp.s = FrameSplitter(sp._frame, sp._skip, boundary_ok=check, synced=False)
+    sp.data(1, b"\x00\x00\x00\x04abcd")  # accepted only because it is where the stream starts
+    sp.s.gap(2, 10)
+    sp.data(3, b"\xee" * 4 + STREAM[: OFFSETS[2]])
+    assert judged == [0, 12]
+    assert sp.bodies == [b"abcd", BODIES[0], BODIES[1]]
+    assert sp.skips == [(4, 8, RESYNC)]
+
+
 def test_short_frame_is_checked_with_the_whole_frame_only() -> None:
     seen: list[bytes] = []
 
@@ -264,15 +286,39 @@ def test_bytes_waiting_for_a_verdict_at_end_of_stream_are_truncated_at_end() -> 
     sp.assert_every_byte_accounted_for()
 
 
-def test_gap_while_scanning_ends_the_skip_run_and_scanning_goes_on() -> None:
+def test_gap_while_scanning_judges_what_came_before_it_and_scanning_goes_on() -> None:
     sp = Splitter(synced=False, boundary_ok=looks_like_test_frame)
     sp.data(1, b"\xee" * 10 + frame(BODIES[2])[:30])
     sp.s.gap(2, 500)
     sp.data(3, b"\xdd" * 7 + STREAM)
-    assert sp.skips == [(40, 0, RESYNC), (7, 40, RESYNC)]
+    # The frame start at 10 is confirmed on its first 30 bytes once nothing more can follow them.
+    assert sp.skips == [(10, 0, RESYNC), (30, 10, GAP), (7, 40, RESYNC)]
+    assert sp.bodies == BODIES
+    assert sp.s.resyncs == 2
+    sp.assert_every_byte_accounted_for()
+
+
+def test_gap_while_scanning_garbage_ends_the_skip_run() -> None:
+    sp = Splitter(synced=False, boundary_ok=looks_like_test_frame)
+    sp.data(1, b"\xee" * 10 + b"\x00\x00\x01")
+    sp.s.gap(2, 500)
+    sp.data(3, STREAM)
+    assert sp.skips == [(13, 0, RESYNC)]
     assert sp.bodies == BODIES
     assert sp.s.resyncs == 1
-    sp.assert_every_byte_accounted_for()
+
+
+def test_false_start_waiting_for_look_ahead_does_not_hide_a_short_frame_at_the_end() -> None:
+    # Mid-stream capture of two 10-byte responses: bytes 1..4 read as size 2560, which needs 68 bytes
+    # to judge; the stream ends first, so the end judges every position with the bytes there are.
+    sp = Splitter(synced=False, boundary_ok=lambda v: len(v) >= 8 and v[4:8] == b"\x00\x00\x00\x2a")
+    sp.data(1, bytes.fromhex("0000000a00000029000000000000"))
+    sp.data(2, bytes.fromhex("0000000a0000002a000000000000"))
+    assert (sp.s.frames, sp.s.buffered) == (0, 28)
+    sp.s.finish(3)
+    assert sp.skips == [(14, 0, RESYNC)]
+    assert sp.bodies == [bytes.fromhex("0000002a000000000000")]
+    assert sp.frames[0][1:] == (2, 2, 14)
 
 
 def test_scan_buffer_over_its_cap_drops_its_oldest_bytes() -> None:
@@ -371,6 +417,20 @@ def test_shuffled_duplicated_and_overlapping_segments_give_the_original_frames()
         p.r.bytes_duplicate == sum(len(s[2]) for s in late) == sum(len(s[2]) for s in late[:15]) + 194 + 144
     )
     assert p.sp.skips == []
+
+
+def test_one_byte_segments_reversed_in_blocks_give_the_original_frames() -> None:
+    segs = segments(STREAM, 1, 0xFFFFFFFF - 1000)  # crosses the wrap too
+    p = Pipeline()
+    p.r.syn(0xFFFFFFFF - 1000)
+    for block in range(0, len(segs), 10):
+        for seg in reversed(segs[block : block + 10]):
+            p.r.segment(*seg)
+    p.close(99_999)
+    assert p.sp.bodies == BODIES
+    assert [f[3] for f in p.sp.frames] == OFFSETS
+    assert p.r.segments_out_of_order == len(segs) - len(segs) // 10 - (len(segs) % 10 > 0)
+    assert p.gaps == []
 
 
 def test_hole_in_the_stream_gives_exact_gap_and_the_frames_after_resync() -> None:
@@ -479,3 +539,117 @@ def test_any_segmentation_and_reordering_within_the_window_gives_the_original_fr
     assert gaps == []
     assert skips == []
     assert r.bytes_delivered == sum(4 + len(b) for b in bodies)
+
+
+@st.composite
+def damaged_stream(draw: st.DrawFn) -> tuple[bytes, list[tuple[str, int]], dict[str, object]]:
+    """Frames mixed with garbage, cut into chunks with gaps between some of them."""
+    parts = draw(
+        st.lists(
+            st.one_of(
+                st.binary(min_size=4, max_size=120).map(frame),
+                st.binary(max_size=40),
+                st.sampled_from([b"\xff\xff\xff\xff", b"\x00\x00\x00\x01", b"\x00\x00\x00"]),
+            ),
+            max_size=15,
+        )
+    )
+    data = b"".join(parts)
+    cuts = sorted(set(draw(st.lists(st.integers(0, len(data)), max_size=20))))
+    actions: list[tuple[str, int]] = []
+    prev = 0
+    for cut in [*cuts, len(data)]:
+        actions.append(("data", cut - prev))
+        if draw(st.integers(0, 5)) == 0:
+            actions.append(("gap", draw(st.integers(0, 50))))
+        prev = cut
+    options = {
+        "synced": draw(st.booleans()),
+        "max_frame_size": draw(st.sampled_from([120, 1000, 100 * 1024 * 1024])),
+        "max_resync_scan": draw(st.sampled_from([8, 100, 1 << 20])),
+        "boundary_ok": draw(st.sampled_from([None, lambda v: v[4] % 3 != 0, looks_like_test_frame])),
+    }
+    return data, actions, options
+
+
+@settings(max_examples=300, deadline=None)
+@given(damaged_stream())
+def test_every_fed_byte_is_in_exactly_one_frame_or_skip_report(
+    case: tuple[bytes, list[tuple[str, int]], dict[str, object]],
+) -> None:
+    data, actions, options = case
+    sp = Splitter(**options)
+    chunk_ts: list[int] = []  # the ts of the chunk each stream byte came in
+    pos = 0
+    for ts, (kind, n) in enumerate(actions):
+        if kind == "data":
+            sp.data(ts, data[pos : pos + n])
+            chunk_ts += [ts] * n
+            pos += n
+        else:
+            sp.s.gap(ts, n)
+        sp.assert_every_byte_accounted_for()
+    sp.s.finish(len(actions))
+    assert sp.s.buffered == 0
+    sp.assert_every_byte_accounted_for()
+    pieces = [(offset, 4 + len(f), "frame") for f, _, _, offset in sp.frames]
+    pieces += [(offset, n, reason) for n, offset, reason in sp.skips]
+    covered = 0
+    for offset, n, _ in sorted(pieces):
+        assert offset == covered and n > 0
+        covered += n
+    assert covered == len(data)
+    for f, ts_first, ts_last, offset in sp.frames:
+        assert data[offset : offset + 4 + len(f)] == frame(bytes(f))
+        assert (ts_first, ts_last) == (chunk_ts[offset], chunk_ts[offset + 3 + len(f)])
+
+
+CAPTURES = Path(__file__).parent / "data" / "captures"
+
+
+@pytest.mark.parametrize(
+    "name", ["acks_modes.pcap", "kafka_python.pcap", "legacy_msgset.pcap", "produce_codecs.pcap"]
+)
+def test_real_captures_split_into_as_many_frames_as_tshark_decodes(name: str) -> None:
+    info = json.loads((CAPTURES / f"{name}.truth.json").read_text())["capture_info"]
+    port = int(info["broker_address"].rsplit(":", 1)[1])
+    counts = re.search(
+        r"request PDUs: (\d+)\s+response PDUs: (\d+)", (CAPTURES / f"{name}.tshark.txt").read_text()
+    )
+    assert counts is not None
+    frames = [0, 0]
+    problems: list[tuple[int, str]] = []
+    flows: dict[tuple[bytes, int, bytes, int], TcpReassembler] = {}
+    splitters: list[FrameSplitter] = []
+    with open(CAPTURES / name, "rb") as f:
+        for ts_float, raw in dpkt.pcap.Reader(f):
+            ip = dpkt.ethernet.Ethernet(raw).data
+            tcp = ip.data
+            if not isinstance(tcp, dpkt.tcp.TCP):
+                continue
+            ts = int(ts_float * 1_000_000)
+            key = (ip.src, tcp.sport, ip.dst, tcp.dport)
+            r = flows.get(key)
+            if r is None:
+                d = 0 if tcp.dport == port else 1  # 0: requests, 1: responses
+
+                def count(frame: bytes | memoryview, a: int, b: int, o: int, d: int = d) -> None:
+                    frames[d] += 1
+
+                sp = FrameSplitter(count, lambda n, o, reason: problems.append((n, reason)))
+                splitters.append(sp)
+                r = flows[key] = TcpReassembler(sp.data, lambda t, n, reason: problems.append((n, reason)))
+            seq = tcp.seq
+            if tcp.flags & dpkt.tcp.TH_SYN:
+                r.syn(seq)
+                seq += 1
+            r.segment(ts, seq & 0xFFFFFFFF, memoryview(tcp.data))
+            peer = flows.get((ip.dst, tcp.dport, ip.src, tcp.sport))
+            if peer is not None and tcp.flags & dpkt.tcp.TH_ACK:
+                peer.peer_ack(ts, tcp.ack)
+    for r in flows.values():
+        r.flush(0)
+    for sp in splitters:
+        sp.finish(0)
+    assert problems == []
+    assert (frames[0], frames[1]) == (int(counts[1]), int(counts[2]))

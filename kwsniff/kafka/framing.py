@@ -34,7 +34,12 @@ _Pieces = list[tuple[int, memoryview]]
 
 
 class FrameSplitter:
-    """Kafka's size-delimited frames out of one direction's in-order byte stream."""
+    """Kafka's size-delimited frames out of one direction's in-order byte stream.
+
+    Frames and skip reports are views of the chunks given to :meth:`data` (or of bytes joined from
+    them), so a caller must not reuse a chunk's memory after handing it in. Counters are updated
+    when a chunk has been handled; a skip run is reported (and counted) when it ends.
+    """
 
     __slots__ = (
         "_on_frame",
@@ -45,16 +50,16 @@ class FrameSplitter:
         "_max_scan",
         "_candidate",
         "frames",
-        "frame_bytes",
         "skipped_bytes",
         "resyncs",
         "oversize",
         "offset",
+        "candidate_offset",
         "_resyncing",
         "_prefix",
         "_body",
-        "_have",
-        "_want",
+        "_size",
+        "_need",
         "_ts_first",
         "_scan",
         "_scan_pieces",
@@ -82,16 +87,18 @@ class FrameSplitter:
         high = min(max(max_frame_size, 0) >> 24, 0x7F)
         self._candidate = re.compile(b"[\\x00-\\x%02x]" % high)
         self.frames = 0
-        self.frame_bytes = 0  # including the 4-byte size prefixes
         self.skipped_bytes = 0
         self.resyncs = 0  # times a boundary search began (the first one too when not synced)
         self.oversize = 0  # impossible size prefixes met while in step
         self.offset = 0  # stream offset of the first byte not yet in a frame or a skip report
+        # Stream offset of the position boundary_ok is judging (0: the first byte this splitter saw,
+        # where a mid-stream capture may well start on a boundary whose request was never seen).
+        self.candidate_offset = 0
         # In step: a partial frame is either a partial size prefix or a size plus body pieces.
         self._prefix = b""
         self._body: list[memoryview] = []
-        self._have = 0
-        self._want = -1  # body length of the partial frame, -1 while at a boundary or in a prefix
+        self._size = 0  # body length of the partial frame
+        self._need = -1  # body bytes it still needs, -1 while at a boundary or in a prefix
         self._ts_first = 0
         # Out of step: bytes not yet ruled out as a frame start, as one string to scan and as the
         # caller's chunks (with their timestamps) to replay once a boundary is found.
@@ -106,8 +113,12 @@ class FrameSplitter:
     @property
     def buffered(self) -> int:
         """Bytes fed in that are not yet in a frame or a skip report."""
-        partial = len(self._prefix) + (4 + self._have if self._want >= 0 else 0)
-        return partial + self._skip_pending + len(self._scan)
+        return self._partial_bytes() + self._skip_pending + len(self._scan)
+
+    @property
+    def frame_bytes(self) -> int:
+        """Bytes in frames, size prefixes included (every consumed byte not skipped was in a frame)."""
+        return self.offset - self.skipped_bytes
 
     @property
     def synced(self) -> bool:
@@ -116,39 +127,30 @@ class FrameSplitter:
     # -- input ---------------------------------------------------------------------------------------
     def data(self, ts: int, chunk: memoryview | bytes) -> None:
         view = chunk if isinstance(chunk, memoryview) else memoryview(chunk)
-        if not self._resyncing:
-            rest = self._split(ts, view)
-            if rest is None:
-                return
-            work: _Pieces = [(ts, rest)]
-        else:
-            work = [(ts, view)]
-        # Out of step: scan; once in step again, replay the remaining pieces, which may lose step
-        # again. A loop, not recursion, so garbage full of false starts cannot exhaust the stack.
-        while True:
-            self._scan_extend(work)
-            work = self._find_boundary()
-            for i, (piece_ts, piece) in enumerate(work):
-                rest = self._split(piece_ts, piece)
-                if rest is not None:
-                    work = [(piece_ts, rest), *work[i + 1 :]]
-                    break
-            else:
-                return
+        if self._resyncing:
+            self._scan_and_replay([(ts, view)])
+            return
+        rest = self._split(ts, view)
+        if rest is not None:
+            self._scan_and_replay([(ts, rest)])
 
     def gap(self, ts: int, nbytes: int) -> None:
         """The stream lost ``nbytes`` here: drop any partial frame and look for the next boundary."""
         if self._resyncing:
-            # Bytes waiting for a verdict can no longer be followed by their frame's rest.
+            # Nothing will follow the bytes waiting for a verdict: judge them with what there is.
+            self._scan_and_replay([], final=True)
+        if self._resyncing:
             self._drop_scan(len(self._scan))
             self._flush_skip()
             self._skip_reason = RESYNC
-            return
-        self._drop_partial(GAP)
-        self._enter_resync(RESYNC)
+        else:
+            self._drop_partial(GAP)
+            self._enter_resync(RESYNC)
 
     def finish(self, ts: int) -> None:
         """End of stream: whatever is buffered is reported as skipped."""
+        if self._resyncing:
+            self._scan_and_replay([], final=True)
         if self._resyncing:
             self._flush_skip()
             self._skip_pending = len(self._scan)
@@ -165,17 +167,37 @@ class FrameSplitter:
         """Cut frames from ``view``; returns the bytes to scan if an impossible size lost step."""
         n = len(view)
         pos = 0
-        if self._want >= 0 or self._prefix:
-            pos = self._continue_frame(ts, view)
+        if self._prefix:
+            pos = self._take_prefix(view)
             if self._resyncing:
                 return view[pos:]
-            if pos >= n:
+        offset = self.offset
+        frames = 0
+        need = self._need
+        if need >= 0:
+            # The rest of a frame that began in an earlier chunk.
+            left = n - pos
+            if left < need:
+                if left:
+                    self._body.append(view[pos:])
+                self._need = need - left
                 return None
+            body = self._body
+            frame: bytes | memoryview
+            if body:
+                body.append(view[pos : pos + need])
+                frame = b"".join(body)  # the one copy of a frame that spans chunks
+                self._body = []
+            else:
+                frame = view[pos : pos + need]  # only the size prefix was split: still one chunk
+            self._need = -1
+            self._on_frame(frame, self._ts_first, ts, offset)
+            offset += 4 + self._size
+            frames = 1
+            pos += need
         lo, hi = self._min, self._max
         unpack = _SIZE.unpack_from
         on_frame = self._on_frame
-        offset = start = self.offset
-        frames = 0
         rest = None
         while True:
             left = n - pos
@@ -191,69 +213,45 @@ class FrameSplitter:
             end = pos + 4 + size
             if end > n:
                 self._ts_first = ts
-                self._want = size
+                self._size = size
+                self._need = end - n
                 if left > 4:
                     self._body.append(view[pos + 4 :])
-                    self._have = left - 4
                 break
             on_frame(view[pos + 4 : end], ts, ts, offset)
             offset += 4 + size
             frames += 1
             pos = end
         self.frames += frames
-        self.frame_bytes += offset - start
         self.offset = offset
         if rest is not None:
             self._lose_step()
         return rest
 
-    def _continue_frame(self, ts: int, view: memoryview) -> int:
-        """Feed the partial frame from the start of ``view``; returns how many bytes it took."""
-        n = len(view)
-        pos = 0
-        if self._want < 0:
-            need = 4 - len(self._prefix)
-            if n < need:
-                self._prefix += view.tobytes()
-                return n
-            (size,) = _SIZE.unpack(self._prefix + view[:need].tobytes())
-            self._prefix = b""
-            pos = need
-            if size < self._min or size > self._max:
-                self._lose_step()
-                return pos
-            self._want = size
-        need = self._want - self._have
-        if n - pos < need:
-            if n > pos:
-                self._body.append(view[pos:])
-                self._have += n - pos
-            return n
-        piece = view[pos : pos + need]
-        body = self._body
-        frame: bytes | memoryview
-        if body:
-            body.append(piece)
-            frame = b"".join(body)
-            self._body = []
+    def _take_prefix(self, view: memoryview) -> int:
+        """Complete a size prefix split across chunks; returns how many bytes of ``view`` it took."""
+        need = 4 - len(self._prefix)
+        if len(view) < need:
+            self._prefix += view.tobytes()
+            return len(view)
+        (size,) = _SIZE.unpack(self._prefix + view[:need].tobytes())
+        self._prefix = b""
+        if size < self._min or size > self._max:
+            self._lose_step()
         else:
-            frame = piece  # only the size prefix was split: the body still lies in one chunk
-        size = self._want
-        self._want = -1
-        self._have = 0
-        offset = self.offset
-        self.offset = offset + 4 + size
-        self.frames += 1
-        self.frame_bytes += 4 + size
-        self._on_frame(frame, self._ts_first, ts, offset)
-        return pos + need
+            self._size = size
+            self._need = size
+        return need
+
+    def _partial_bytes(self) -> int:
+        need = self._need
+        return len(self._prefix) + (4 + self._size - need if need >= 0 else 0)
 
     def _drop_partial(self, reason: str) -> None:
-        nbytes = len(self._prefix) + (4 + self._have if self._want >= 0 else 0)
+        nbytes = self._partial_bytes()
         self._prefix = b""
         self._body = []
-        self._have = 0
-        self._want = -1
+        self._need = -1
         if nbytes:
             self._skip_pending = nbytes
             self._skip_reason = reason
@@ -277,13 +275,35 @@ class FrameSplitter:
                 self._scan_pieces.append((ts, piece))
                 self._scan += piece.tobytes()
 
-    def _find_boundary(self) -> _Pieces:
-        """Scan for a frame start; if found, return the pieces from it on and be in step again."""
+    def _scan_and_replay(self, work: _Pieces, final: bool = False) -> None:
+        """Scan for a boundary; once in step, replay the pieces after it, which may lose step again.
+
+        A loop, not recursion, so garbage full of false starts cannot exhaust the stack.
+        """
+        while True:
+            self._scan_extend(work)
+            work = self._find_boundary(final)
+            for i, (piece_ts, piece) in enumerate(work):
+                rest = self._split(piece_ts, piece)
+                if rest is not None:
+                    work = [(piece_ts, rest), *work[i + 1 :]]
+                    break
+            else:
+                return
+
+    def _find_boundary(self, final: bool) -> _Pieces:
+        """Scan for a frame start; if found, return the pieces from it on and be in step again.
+
+        ``final``: no more bytes will follow, so a position is judged on the bytes there are instead
+        of waiting for the look-ahead (a false start near the end must not hide a short frame after it).
+        """
         buf = self._scan
+        whole = memoryview(buf)  # bytes, not bytearray: a view the caller keeps cannot pin a resize
         n = len(buf)
         lo, hi, ok = self._min, self._max, self._boundary_ok
         search = self._candidate.search
         unpack = _SIZE.unpack_from
+        base = self.offset + self._skip_pending  # stream offset of buf[0]
         p = 0
         found = False
         while n - p >= 4:
@@ -294,9 +314,10 @@ class FrameSplitter:
             p = m.start()
             (size,) = unpack(buf, p)
             if lo <= size <= hi:
-                if n - p < 4 + min(size, BOUNDARY_LOOKAHEAD):
+                if n - p < 4 + min(size, BOUNDARY_LOOKAHEAD) and not final:
                     break  # too few bytes to judge this position yet
-                if ok is None or ok(memoryview(buf)[p:]):
+                self.candidate_offset = base + p
+                if ok is None or ok(whole[p:]):
                     found = True
                     break
             p += 1

@@ -8,6 +8,7 @@ waits for its response, so memory grows with in-flight requests, not with frame 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from kwsniff.kafka import DECODE_ERROR, ConversationHandler, Request, Response
@@ -31,6 +32,25 @@ _TOTALLED = (
     "resyncs",
     "orphan_responses",
 )
+
+
+def _decode(
+    decode: Callable[[int, int, memoryview | bytes], dict[str, Any]],
+    key: int,
+    version: int,
+    body: memoryview | bytes,
+) -> tuple[dict[str, Any], str | None]:
+    """Decode a body; bytes after a complete message are noted, not fatal. Brokers read a message
+    and ignore what follows it (librdkafka 2.16's admin client sends 3 extra bytes after some
+    Metadata v12 requests), so a sniffer reports them and keeps the message."""
+    try:
+        return decode(key, version, body), None
+    except DecodeError as exc:
+        if exc.reason != "trailing bytes":
+            raise
+        return decode(
+            key, version, body[: exc.offset]
+        ), f"{len(body) - exc.offset} trailing bytes at offset {exc.offset}"
 
 
 class RowSink(Protocol):
@@ -96,12 +116,14 @@ class ExchangeRows(ConversationHandler):
         if self.client_id is None:
             self.client_id = req.client_id
         try:
-            msg = decode_request(req.api_key, req.api_version, body)
+            msg, note = _decode(decode_request, req.api_key, req.api_version, body)
         except DecodeError as exc:
             req.error = f"request: {exc}"
             req.info = {}
             return
         info = request_summary(req.api_key, req.api_version, msg)
+        if note:
+            info["note"] = f"request: {note}"
         if req.api_key == API_VERSIONS and req.api_version >= 3:
             # KIP-511: ApiVersions v3+ requests name the client software.
             self.client_software_name = msg.get("client_software_name")
@@ -112,12 +134,14 @@ class ExchangeRows(ConversationHandler):
 
     def response(self, req: Request, resp: Response, body: memoryview | bytes) -> None:
         try:
-            msg = decode_response(req.api_key, req.api_version, body)
+            msg, note = _decode(decode_response, req.api_key, req.api_version, body)
         except DecodeError as exc:
             resp.error = f"response: {exc}"
             resp.info = {}
             return
         info = response_summary(req.api_key, req.api_version, msg)
+        if note:
+            info["note"] = f"response: {note}"
         if self.tables.keep_messages:
             info["message"] = msg
         resp.info = info
@@ -138,7 +162,9 @@ class ExchangeRows(ConversationHandler):
         reqi: dict[str, Any] = req.info if isinstance(req.info, dict) else {}
         respi: dict[str, Any] = resp.info if resp is not None and isinstance(resp.info, dict) else {}
         error_code = respi.get("error_code")
-        reason = req.error or (resp.error if resp is not None else None)
+        reason = (
+            req.error or (resp.error if resp is not None else None) or reqi.get("note") or respi.get("note")
+        )
         if reason:
             tables.decode_errors[reason.split(":")[0]] += 1
         row = {

@@ -33,7 +33,12 @@ def seq_distance(a: int, b: int) -> int:
 
 
 class TcpReassembler:
-    """One direction of one TCP connection: segments in any order in, stream bytes in order out."""
+    """One direction of one TCP connection: segments in any order in, stream bytes in order out.
+
+    ``on_data`` and ``on_gap`` are public attributes, so a caller that learns late which side is
+    which (mid-connection captures) can rewire them. Out-of-order payloads are kept as the caller's
+    views until delivered, so their memory must not be reused meanwhile.
+    """
 
     __slots__ = (
         "on_data",
@@ -177,7 +182,7 @@ class TcpReassembler:
     def _drain(self) -> None:
         """Deliver buffered segments that now start at or before next_seq, in stream order."""
         heap, ooo = self._ooo_heap, self._ooo
-        while heap and heap[0] < self._next_offset():
+        while heap and heap[0] <= self._next_offset():
             start = heappop(heap)
             ts, payload, missing = ooo.pop(start)
             self._ooo_bytes -= len(payload)

@@ -4,7 +4,7 @@ Usage: python bench/bench_decode.py [--repeat N] [PCAP ...]
 
 Frames are pulled out with a tiny standalone pcap + TCP loop (one in-order Kafka frame sequence per
 TCP direction, as on loopback), so this measures the body decoders alone. Prints messages/s and MB/s
-per API, and the same bodies decoded by kafka-python's protocol classes as a peer where it has them.
+per API and direction (first decode of each version, which compiles it, is outside the timed loop).
 """
 
 from __future__ import annotations

@@ -1,3 +1,3 @@
-from kwsniff.cli import main
+from kwsniff.cli import run
 
-main()
+run()

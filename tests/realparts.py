@@ -116,8 +116,11 @@ class Broker:
     def __enter__(self) -> Broker:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self.stop()
+        # The log is kept only when the block failed, where it helps explain why.
+        if exc_type is None:
+            self.log_path.unlink(missing_ok=True)
 
 
 def start_broker(port: int | None = None, netns: str | None = None, log_dir: str | None = None) -> Broker:

@@ -277,25 +277,43 @@ def test_without_a_boundary_check_any_size_in_range_is_accepted() -> None:
     assert sp.bodies == [b"abcdef"]
 
 
-def test_bytes_waiting_for_a_verdict_at_end_of_stream_are_truncated_at_end() -> None:
+def test_frame_start_too_short_to_judge_at_end_of_stream_is_skipped_with_the_scan() -> None:
     sp = Splitter(synced=False, boundary_ok=looks_like_test_frame)
-    sp.data(1, b"\xee" * 10 + frame(BODIES[2])[:30])
+    sp.data(1, b"\xee" * 10 + frame(BODIES[2])[:30])  # 30 bytes of a 300-byte frame: 68 needed to judge
     sp.s.finish(2)
-    assert sp.skips == [(10, 0, RESYNC), (30, 10, TRUNCATED_AT_END)]
+    assert sp.skips == [(40, 0, RESYNC)]
     assert sp.s.buffered == 0
     sp.assert_every_byte_accounted_for()
 
 
-def test_gap_while_scanning_judges_what_came_before_it_and_scanning_goes_on() -> None:
+def test_frame_found_by_resync_and_cut_by_the_end_of_stream_is_truncated_at_end() -> None:
+    sp = Splitter(synced=False, boundary_ok=looks_like_test_frame)
+    sp.data(1, b"\xee" * 10 + frame(BODIES[2])[:80])
+    sp.s.finish(2)
+    assert sp.skips == [(10, 0, RESYNC), (80, 10, TRUNCATED_AT_END)]
+    sp.assert_every_byte_accounted_for()
+
+
+def test_gap_while_scanning_ends_the_skip_run_and_scanning_goes_on() -> None:
     sp = Splitter(synced=False, boundary_ok=looks_like_test_frame)
     sp.data(1, b"\xee" * 10 + frame(BODIES[2])[:30])
     sp.s.gap(2, 500)
     sp.data(3, b"\xdd" * 7 + STREAM)
-    # The frame start at 10 is confirmed on its first 30 bytes once nothing more can follow them.
-    assert sp.skips == [(10, 0, RESYNC), (30, 10, GAP), (7, 40, RESYNC)]
+    assert sp.skips == [(40, 0, RESYNC), (7, 40, RESYNC)]
     assert sp.bodies == BODIES
-    assert sp.s.resyncs == 2
+    assert sp.s.resyncs == 1
     sp.assert_every_byte_accounted_for()
+
+
+def test_gap_while_scanning_judges_the_bytes_before_it_without_waiting() -> None:
+    sp = Splitter(synced=False, boundary_ok=looks_like_test_frame)
+    sp.data(1, b"\x00\x00\x01" + frame(BODIES[0]))  # 00 00 01 00 reads as size 256: waits for 68 bytes
+    assert sp.bodies == []
+    sp.s.gap(2, 500)
+    sp.data(3, STREAM[OFFSETS[1] :])
+    assert sp.bodies == BODIES
+    assert sp.skips == [(3, 0, RESYNC)]
+    assert sp.s.resyncs == 2
 
 
 def test_gap_while_scanning_garbage_ends_the_skip_run() -> None:
@@ -653,3 +671,4 @@ def test_real_captures_split_into_as_many_frames_as_tshark_decodes(name: str) ->
         sp.finish(0)
     assert problems == []
     assert (frames[0], frames[1]) == (int(counts[1]), int(counts[2]))
+    assert sum(sp.frame_bytes for sp in splitters) == sum(r.bytes_delivered for r in flows.values())

@@ -357,13 +357,15 @@ def test_memoryview_body_decodes_like_bytes() -> None:
 
 
 # ListGroups v0-2 and ApiVersions v0-2 requests have no fields.
-EMPTY_MESSAGES = [(16, v, "request", {}) for v in range(3)] + [(18, v, "request", {}) for v in range(3)]
+EMPTY_MESSAGES: list[tuple[int, int, str, dict[str, object]]] = [
+    (key, version, "request", dict()) for key in (16, 18) for version in range(3)
+]
 
 
 def test_every_schema_version_compiles_and_rejects_an_empty_body_cleanly() -> None:
     triples = schema_triples()
     assert len(triples) == 736
-    empty_messages = []
+    empty_messages: list[tuple[int, int, str, dict[str, object]]] = []
     for key, version, direction in triples:
         decode = decode_request if direction == "request" else decode_response
         try:

@@ -86,12 +86,10 @@ def _kio_triples() -> list[tuple[int, int, str, str]]:
     triples = []
     for key, name in sorted(api_key_map.items()):
         for version, paths in sorted(schema_name_map[name].items()):
-            for entity_type, direction in (
-                (EntityType.request, "request"),
-                (EntityType.response, "response"),
-            ):
-                if entity_type in paths:
-                    triples.append((key, version, direction, paths[entity_type]))
+            request, response = paths.get(EntityType.request), paths.get(EntityType.response)
+            for direction, path in (("request", request), ("response", response)):
+                if path is not None:
+                    triples.append((key, version, direction, path))
     return triples
 
 

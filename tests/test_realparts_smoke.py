@@ -1,10 +1,9 @@
-"""The real parts work end to end: broker, client workload, tcpdump, and tshark agreeing on the wire."""
+"""The real parts work end to end: broker, client workload, tcpdump, and kwsniff reading what they said."""
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -12,17 +11,17 @@ from pathlib import Path
 import pytest
 from realparts import CapturedTraffic, consume_with_kafka_python, pcap_packet_count, produce_with_confluent
 
+from kwsniff.rows import ListSink
+from kwsniff.run import run_capture
+from kwsniff.session import SessionOptions
+
 PRODUCED = 5
 
 
-def tshark_request_keys(traffic: CapturedTraffic) -> Counter[str]:
-    """api_key of every Kafka request PDU tshark finds (requests travel towards the broker port)."""
-    out = subprocess.run(
-        ["tshark", "-r", str(traffic.pcap), "-d", f"tcp.port=={traffic.port},kafka", "-Y",
-         f"kafka && tcp.dstport=={traffic.port}", "-T", "fields", "-e", "kafka.api_key"],
-        capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
-    return Counter(key for line in out.stdout.splitlines() for key in line.split(",") if key)
+def kwsniff_requests(traffic: CapturedTraffic) -> list[dict]:
+    sink = ListSink()
+    run_capture(traffic.pcap, sink, SessionOptions())
+    return sink.tables["requests"]
 
 
 def produce_then_consume(bootstrap: str) -> tuple[int, int]:
@@ -41,10 +40,15 @@ def test_flushed_records_each_travel_in_their_own_produce_request(
     assert packets > 0
     assert packets == traffic.tcpdump.captured
     assert traffic.tcpdump.dropped_by_kernel == 0
-    keys = tshark_request_keys(traffic)
-    assert keys["0"] == PRODUCED  # one Produce per flushed record (linger.ms=0)
-    assert keys["11"] >= 1  # kafka-python joined the consumer group
-    assert keys["1"] >= 1  # and fetched
+    requests = kwsniff_requests(traffic)
+    keys = Counter(r["api_name"] for r in requests)
+    produce = [r for r in requests if r["api_key"] == 0]
+    assert len(produce) == PRODUCED  # one Produce per flushed record (linger.ms=0)
+    assert [r["record_count"] for r in produce] == [1] * PRODUCED
+    assert {r["status"] for r in requests} == {"ok"}
+    assert keys["JoinGroup"] >= 1  # kafka-python joined the consumer group
+    fetched = sum(r["record_count"] or 0 for r in requests if r["api_key"] == 1)
+    assert fetched == PRODUCED  # and fetched every record once
 
 
 DATA = Path(__file__).parent / "data" / "captures"

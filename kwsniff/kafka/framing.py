@@ -24,7 +24,7 @@ TRUNCATED_AT_END = "truncated_at_end"  # a frame the stream ended in the middle 
 
 # Kafka sizes are signed int32 (a negative size can only mean we are out of step).
 _SIZE = struct.Struct(">i")
-# boundary_ok sees at least the size prefix and this many bytes of the frame (fewer if shorter).
+# boundary_ok sees at least the size prefix and this many bytes of the frame (all of it if shorter).
 BOUNDARY_LOOKAHEAD = 64
 
 FrameCallback = Callable[[bytes | memoryview, int, int, int], None]
@@ -36,9 +36,9 @@ _Pieces = list[tuple[int, memoryview]]
 class FrameSplitter:
     """Kafka's size-delimited frames out of one direction's in-order byte stream.
 
-    Frames and skip reports are views of the chunks given to :meth:`data` (or of bytes joined from
-    them), so a caller must not reuse a chunk's memory after handing it in. Counters are updated
-    when a chunk has been handled; a skip run is reported (and counted) when it ends.
+    Frames are views of the chunks given to :meth:`data`, and partial frames are kept as such views
+    until complete, so a caller must not reuse a chunk's memory after handing it in. Counters are
+    updated when a chunk has been handled; a skip run is reported (and counted) when it ends.
     """
 
     __slots__ = (
@@ -137,7 +137,7 @@ class FrameSplitter:
     def gap(self, ts: int, nbytes: int) -> None:
         """The stream lost ``nbytes`` here: drop any partial frame and look for the next boundary."""
         if self._resyncing:
-            # Nothing will follow the bytes waiting for a verdict: judge them with what there is.
+            # Nothing will follow the bytes waiting for a verdict: a complete frame among them still counts.
             self._scan_and_replay([], final=True)
         if self._resyncing:
             self._drop_scan(len(self._scan))
@@ -152,11 +152,7 @@ class FrameSplitter:
         if self._resyncing:
             self._scan_and_replay([], final=True)
         if self._resyncing:
-            self._flush_skip()
-            self._skip_pending = len(self._scan)
-            self._skip_reason = TRUNCATED_AT_END
-            self._scan = b""
-            self._scan_pieces = []
+            self._drop_scan(len(self._scan))  # fewer than 4 bytes: no frame can start there
             self._flush_skip()
             self._skip_reason = RESYNC
         else:
@@ -294,8 +290,8 @@ class FrameSplitter:
     def _find_boundary(self, final: bool) -> _Pieces:
         """Scan for a frame start; if found, return the pieces from it on and be in step again.
 
-        ``final``: no more bytes will follow, so a position is judged on the bytes there are instead
-        of waiting for the look-ahead (a false start near the end must not hide a short frame after it).
+        ``final``: no more bytes will follow, so a position too short to judge is passed over instead
+        of waited on (a false start near the end must not hide a short frame after it).
         """
         buf = self._scan
         whole = memoryview(buf)  # bytes, not bytearray: a view the caller keeps cannot pin a resize
@@ -314,12 +310,13 @@ class FrameSplitter:
             p = m.start()
             (size,) = unpack(buf, p)
             if lo <= size <= hi:
-                if n - p < 4 + min(size, BOUNDARY_LOOKAHEAD) and not final:
-                    break  # too few bytes to judge this position yet
-                self.candidate_offset = base + p
-                if ok is None or ok(whole[p:]):
-                    found = True
-                    break
+                if n - p >= 4 + min(size, BOUNDARY_LOOKAHEAD):
+                    self.candidate_offset = base + p
+                    if ok is None or ok(whole[p:]):
+                        found = True
+                        break
+                elif not final:
+                    break  # too few bytes to judge this position yet: wait for more
             p += 1
         self._drop_scan(p)
         if not found:

@@ -205,7 +205,12 @@ class Conversation:
         self.handler.exchange(req, resp, status)
 
     def _plausible_response(self, view: memoryview) -> bool:
-        return len(view) >= 8 and int.from_bytes(view[4:8], "big", signed=True) in self.pending
+        # A response boundary is one whose correlation id we are waiting for, or the very first
+        # byte of a capture that began mid-connection: that response's request was never seen,
+        # and it must be counted as an orphan rather than skipped.
+        return len(view) >= 8 and (
+            int.from_bytes(view[4:8], "big", signed=True) in self.pending or self.broker.candidate_offset == 0
+        )
 
     def _on_skip_c2b(self, nbytes: int, offset: int, reason: str) -> None:
         self._skip(0, nbytes, offset, reason)

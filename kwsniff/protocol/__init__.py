@@ -3,7 +3,13 @@
 No I/O: everything here takes bytes (or memoryviews) and returns plain Python values.
 """
 
-from kwsniff.protocol.decode import decode_request, decode_response, schema_triples
+from kwsniff.protocol.decode import (
+    decode_request,
+    decode_request_view,
+    decode_response,
+    decode_response_view,
+    schema_triples,
+)
 from kwsniff.protocol.decode_error import DecodeError
 from kwsniff.protocol.error_codes import error_name, error_retriable
 from kwsniff.protocol.headers import (
@@ -20,6 +26,8 @@ __all__ = [
     "DecodeError",
     "api_name",
     "decode_request",
+    "decode_request_view",
+    "decode_response_view",
     "decode_response",
     "error_name",
     "error_retriable",

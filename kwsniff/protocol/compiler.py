@@ -43,7 +43,8 @@ def _in(rng: tuple[int, int] | None, version: int) -> bool:
 class _Writer:
     """Accumulates the generated functions and the constants they refer to for one compile."""
 
-    def __init__(self, version: int, flexible: bool) -> None:
+    def __init__(self, version: int, flexible: bool, records_view: bool = False) -> None:
+        self.records_view = records_view
         self.version = version
         self.flexible = flexible
         self.functions: list[str] = []
@@ -159,6 +160,10 @@ class _Writer:
             if kind == "string":
                 # Like Java's new String(bytes, UTF_8): undecodable bytes become U+FFFD.
                 out.append(f"{body}{target} = str(buf[pos:pos + {n}], 'utf-8', 'replace')")
+            elif kind == "records" and self.records_view:
+                # Record data is most of a Produce or Fetch; the tables read only batch headers from
+                # it, so the pipeline takes a view instead of a copy (DESIGN.md "Performance shape").
+                out.append(f"{body}{target} = buf[pos:pos + {n}]")
             else:
                 out.append(f"{body}{target} = bytes(buf[pos:pos + {n}])")
             out.append(f"{body}pos += {n}")
@@ -378,18 +383,20 @@ def decode(body):
 """
 
 
-def message_source(fields: tuple[Any, ...], version: int, flexible: bool) -> tuple[str, dict[str, Any]]:
+def message_source(
+    fields: tuple[Any, ...], version: int, flexible: bool, records_view: bool = False
+) -> tuple[str, dict[str, Any]]:
     """Python source of a `decode(body) -> dict` function for one message version, and its constants."""
-    writer = _Writer(version, flexible)
+    writer = _Writer(version, flexible, records_view)
     root = writer.struct_function(fields)
     source = "\n".join(writer.functions) + _TOP.format(root=root)
     return source, writer.constants
 
 
 def compile_message(
-    fields: tuple[Any, ...], version: int, flexible: bool, label: str
+    fields: tuple[Any, ...], version: int, flexible: bool, label: str, records_view: bool = False
 ) -> Callable[[bytes | memoryview], dict[str, Any]]:
-    source, constants = message_source(fields, version, flexible)
+    source, constants = message_source(fields, version, flexible, records_view)
     namespace: dict[str, Any] = dict(_RUNTIME)
     namespace.update(constants)
     exec(compile(source, f"<kwsniff decoder {label}>", "exec"), namespace)

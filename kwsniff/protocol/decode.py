@@ -16,6 +16,8 @@ from kwsniff.protocol.decode_error import DecodeError
 Decoder = Callable[[bytes | memoryview], dict[str, Any]]
 
 _REQUEST, _RESPONSE = 1, 2
+# Direction codes of the variants whose `records` fields are memoryviews over the body (no copy).
+_REQUEST_VIEW, _RESPONSE_VIEW = 3, 4
 _DIRECTION_NAMES = {_REQUEST: "request", _RESPONSE: "response"}
 
 # The generated tables are heterogeneous tuples; Any keeps mypy out of them.
@@ -39,10 +41,12 @@ def decoder_for(api_key: int, api_version: int, direction: int) -> Decoder:
     cache_key = (api_key, api_version, direction)
     decoder = _cache.get(cache_key)
     if decoder is None:
-        lowest, _highest, first_flexible, fields = _segment(api_key, api_version, direction)
+        records_view = direction > _RESPONSE
+        base = direction - 2 if records_view else direction
+        lowest, _highest, first_flexible, fields = _segment(api_key, api_version, base)
         flexible = first_flexible is not None and api_version >= first_flexible
-        label = f"{api_key} v{api_version} {_DIRECTION_NAMES[direction]}"
-        decoder = compile_message(fields, api_version, flexible, label)
+        label = f"{api_key} v{api_version} {_DIRECTION_NAMES[base]}"
+        decoder = compile_message(fields, api_version, flexible, label, records_view)
         _cache[cache_key] = decoder
     return decoder
 
@@ -57,6 +61,18 @@ def decode_response(api_key: int, api_version: int, body: bytes | memoryview) ->
     """Decode a response body (the bytes after the response header)."""
     decoder = _cache.get((api_key, api_version, _RESPONSE)) or decoder_for(api_key, api_version, _RESPONSE)
     return decoder(body)
+
+
+def decode_request_view(api_key: int, api_version: int, body: bytes | memoryview) -> dict[str, Any]:
+    """decode_request, but `records` fields are memoryviews over ``body``: valid only while it is."""
+    key = (api_key, api_version, _REQUEST_VIEW)
+    return (_cache.get(key) or decoder_for(*key))(body)
+
+
+def decode_response_view(api_key: int, api_version: int, body: bytes | memoryview) -> dict[str, Any]:
+    """decode_response, but `records` fields are memoryviews over ``body``: valid only while it is."""
+    key = (api_key, api_version, _RESPONSE_VIEW)
+    return (_cache.get(key) or decoder_for(*key))(body)
 
 
 def schema_triples() -> list[tuple[int, int, str]]:

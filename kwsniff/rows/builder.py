@@ -12,7 +12,15 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from kwsniff.kafka import DECODE_ERROR, ConversationHandler, Request, Response
-from kwsniff.protocol import DecodeError, api_name, decode_request, decode_response, error_name
+from kwsniff.protocol import (
+    DecodeError,
+    api_name,
+    decode_request,
+    decode_request_view,
+    decode_response,
+    decode_response_view,
+    error_name,
+)
 from kwsniff.rows.extract import error_rows, partition_rows, request_summary, response_summary
 
 API_VERSIONS = 18
@@ -74,6 +82,9 @@ class TableBuilder:
         self.capture = capture
         self.sink = sink
         self.keep_messages = keep_messages
+        # Kept messages outlive their frames, so they need copies of their record data.
+        self.decode_request = decode_request if keep_messages else decode_request_view
+        self.decode_response = decode_response if keep_messages else decode_response_view
         self.status = Counter[str]()
         self.orphan_responses = 0
         self.undecodable_frames = 0
@@ -116,7 +127,7 @@ class ExchangeRows(ConversationHandler):
         if self.client_id is None:
             self.client_id = req.client_id
         try:
-            msg, note = _decode(decode_request, req.api_key, req.api_version, body)
+            msg, note = _decode(self.tables.decode_request, req.api_key, req.api_version, body)
         except DecodeError as exc:
             req.error = f"request: {exc}"
             req.info = {}
@@ -134,7 +145,7 @@ class ExchangeRows(ConversationHandler):
 
     def response(self, req: Request, resp: Response, body: memoryview | bytes) -> None:
         try:
-            msg, note = _decode(decode_response, req.api_key, req.api_version, body)
+            msg, note = _decode(self.tables.decode_response, req.api_key, req.api_version, body)
         except DecodeError as exc:
             resp.error = f"response: {exc}"
             resp.info = {}

@@ -1,0 +1,1 @@
+"""The sub-commands of `kwsniff`, one module each."""

@@ -27,6 +27,7 @@ class CaptureResult:
     status: Counter[str]
     totals: Counter[str]
     decode_errors: Counter[str]
+    notes: Counter[str]
     undecodable_frames: int
     truncated: bool
     warnings: list[str] = field(default_factory=list)
@@ -72,6 +73,7 @@ def run_capture(
             status=rows.status,
             totals=rows.totals,
             decode_errors=rows.decode_errors,
+            notes=rows.notes,
             undecodable_frames=rows.undecodable_frames,
             truncated=reader.truncated,
             warnings=list(reader.warnings),

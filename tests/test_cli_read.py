@@ -102,3 +102,10 @@ def test_sample_capture_decodes_without_decode_errors(tmp_path: Path) -> None:
     requests = ds.dataset(tmp_path / "requests").to_table()
     assert requests.num_rows == 75
     assert requests.column("status").to_pylist().count("ok") == 75
+    # librdkafka's admin client sends 3 bytes after two Metadata v12 requests; a broker reads the
+    # message and ignores them, so kwsniff decodes the message and notes the extra bytes.
+    notes = [r for r in requests.to_pylist() if r["reason"]]
+    assert [(r["api_name"], r["reason"]) for r in notes] == [
+        ("Metadata", "request: 3 trailing bytes at offset 4"),
+    ] * 2
+    assert "notes: request: 3 trailing bytes (2)" in proc.stdout

@@ -56,6 +56,8 @@ def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> N
     )
     if r.decode_errors:
         echo("  decode errors: " + ", ".join(f"{k} {v}" for k, v in r.decode_errors.most_common(5)))
+    if r.notes:
+        echo("  notes: " + ", ".join(f"{k} ({v})" for k, v in r.notes.most_common(5)))
     for w in r.warnings:
         echo(f"  warning: {w}")
     if out is not None:

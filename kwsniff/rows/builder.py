@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from kwsniff.kafka import DECODE_ERROR, ConversationHandler, Request, Response
+from kwsniff.net import format_ip
 from kwsniff.protocol import (
     DecodeError,
     api_name,
@@ -89,11 +90,21 @@ class TableBuilder:
         self.orphan_responses = 0
         self.undecodable_frames = 0
         self.decode_errors = Counter[str]()
+        self.notes = Counter[str]()
         self.topic_names: dict[Any, str] = {}
         self.totals = Counter[str]()
 
     def handler_for(self, conn: Any) -> ExchangeRows:
-        return ExchangeRows(self, conn.conn_id)
+        rows = ExchangeRows(self, conn.conn_id)
+        if self.keep_messages:
+            # `show` prints each exchange as it completes, long before the connection row exists.
+            rows.endpoints = {
+                "client_ip": format_ip(conn.client[0]),
+                "client_port": conn.client[1],
+                "broker_ip": format_ip(conn.broker[0]),
+                "broker_port": conn.broker[1],
+            }
+        return rows
 
     def connection_closed(self, conn_id: int, row: dict[str, Any]) -> None:
         totals = self.totals
@@ -121,6 +132,7 @@ class ExchangeRows(ConversationHandler):
         self.no_response_expected = 0
         self.decode_errors = 0
         self.undecodable_frames = 0
+        self.endpoints: dict[str, Any] = {}
 
     # -- ConversationHandler -------------------------------------------------------------------------
     def request(self, req: Request, body: memoryview | bytes) -> None:
@@ -139,6 +151,10 @@ class ExchangeRows(ConversationHandler):
             # KIP-511: ApiVersions v3+ requests name the client software.
             self.client_software_name = msg.get("client_software_name")
             self.client_software_version = msg.get("client_software_version")
+        group_id = msg.get("group_id")
+        if type(group_id) is str:
+            # Context for the `errors` rows: group responses do not repeat the group id.
+            info["group_id"] = group_id
         if self.tables.keep_messages:
             info["message"] = msg
         req.info = info
@@ -158,7 +174,8 @@ class ExchangeRows(ConversationHandler):
         resp.info = info
         self.tables.topic_names.update(info.get("topic_ids", ()))
         context = self._context(req)
-        for row in error_rows(msg):
+        group_id = req.info.get("group_id") if isinstance(req.info, dict) else None
+        for row in error_rows(msg, group_id, self.tables.topic_names):
             self.tables.sink.add("errors", {**context, **row})
 
     def exchange(self, req: Request, resp: Response | None, status: str) -> None:
@@ -176,8 +193,11 @@ class ExchangeRows(ConversationHandler):
         reason = (
             req.error or (resp.error if resp is not None else None) or reqi.get("note") or respi.get("note")
         )
-        if reason:
+        if reason and status == DECODE_ERROR:
             tables.decode_errors[reason.split(":")[0]] += 1
+        elif reason:
+            # Decoded, with something worth a look (e.g. trailing bytes): a note, not an error.
+            tables.notes[reason.split(" at offset")[0]] += 1
         row = {
             **self._context(req),
             "client_id": req.client_id,
@@ -196,6 +216,7 @@ class ExchangeRows(ConversationHandler):
             "reason": reason,
         }
         if tables.keep_messages:
+            row.update(self.endpoints)
             row["request"] = reqi.get("message")
             row["response"] = respi.get("message")
         tables.sink.add("requests", row)

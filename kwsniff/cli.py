@@ -40,6 +40,9 @@ def _register() -> None:
     from kwsniff.commands import read
 
     main.add_command(read.read)
+    from kwsniff.commands import show
+
+    main.add_command(show.show)
 
 
 _register()

@@ -11,15 +11,26 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from kwsniff.kafka import Conversation, plausible_request
+from kwsniff.kafka.sasl import looks_like_gssapi_token
+from kwsniff.kafka.tls import TlsHellos, guess_protocol, looks_like_tls
 from kwsniff.net import ACK, FIN, RST, SYN, TcpPacket, format_ip, parse_tcp
-from kwsniff.rows import ExchangeRows, RowSink, TableBuilder
+from kwsniff.rows import ExchangeRows, RecordOptions, RowSink, TableBuilder
 from kwsniff.tcp import TcpReassembler
+from kwsniff.tcp.reassembly import SNAPLEN
 
 C2B = 0  # client to broker
 B2C = 1  # broker to client
 
 # Bytes buffered per direction while deciding whether a connection speaks Kafka at all.
 DETECT_BYTES = 64 * 1024
+# Client bytes needed to judge a connection's opening: a size prefix and a request header v1 up to
+# the client id length. The smallest complete request (header v0, empty body) is 12 bytes.
+OPENING_BYTES = 14
+SMALLEST_REQUEST = 12
+# The accounting invariant (README "Accounting"), per direction: every byte the wire carried, by
+# TCP sequence numbers, is in exactly one of these columns once the connection is closed.
+ACCOUNTED = ("frame_bytes", "gap_bytes", "skipped_bytes", "sasl_bytes", "encrypted_bytes", "not_kafka_bytes")
+DIRECTIONS = ("to_broker", "to_client")
 # Closed connections are forgotten once the capture clock has moved this far past them, so a
 # capture of many short connections keeps bounded memory (late retransmissions are still absorbed).
 FORGET_CLOSED_US = 120_000_000
@@ -31,6 +42,9 @@ class SessionOptions:
     auto_detect: bool = True
     max_frame_size: int = 100 * 1024 * 1024
     max_ooo_bytes: int = 8 * 1024 * 1024
+    records: bool = False  # rows of the `records` table (decompresses every batch)
+    record_payloads: bool = False  # key and value bytes in those rows
+    max_decompressed: int = 64 * 1024 * 1024  # per batch; a batch past it is counted as capped
 
 
 @dataclass
@@ -42,6 +56,8 @@ class SessionStats:
     kafka_connections: int = 0
     non_kafka_connections: int = 0
     late_packets: int = 0
+    not_kafka_on_broker_ports: int = 0  # connections to a broker port that did not speak Kafka
+    accounting_mismatches: int = 0  # connections whose bytes do not add up (a bug if ever non-zero)
 
 
 class Connection:
@@ -63,6 +79,12 @@ class Connection:
         "packets",
         "wire_bytes",
         "not_kafka_bytes",
+        "lost_bytes",
+        "prebuf_gap",
+        "tls",
+        "encrypted_bytes",
+        "protocol_guess",
+        "on_broker_port",
         "ts_first",
         "ts_last",
         "fin",
@@ -94,6 +116,12 @@ class Connection:
         self.packets = [0, 0]
         self.wire_bytes = [0, 0]
         self.not_kafka_bytes = [0, 0]
+        self.lost_bytes = [0, 0]  # gap bytes the capture never saw (not cut by snaplen)
+        self.prebuf_gap = False
+        self.tls: TlsHellos | None = None
+        self.encrypted_bytes = [0, 0]
+        self.protocol_guess: str | None = None
+        self.on_broker_port = False
         self.ts_first = ts
         self.ts_last = ts
         self.fin = [False, False]
@@ -142,15 +170,23 @@ class Connection:
         self._data(B2C, ts, chunk)
 
     def _c2b_gap(self, ts: int, nbytes: int, reason: str) -> None:
+        if reason != SNAPLEN:
+            self.lost_bytes[C2B] += nbytes
         self._gap(C2B, ts, nbytes)
 
     def _b2c_gap(self, ts: int, nbytes: int, reason: str) -> None:
+        if reason != SNAPLEN:
+            self.lost_bytes[B2C] += nbytes
         self._gap(B2C, ts, nbytes)
 
     def _data(self, d: int, ts: int, chunk: memoryview | bytes) -> None:
         conv = self.conv
         if conv is not None:
             (conv.client if d == C2B else conv.broker).data(ts, chunk)
+        elif self.tls is not None:
+            self.encrypted_bytes[d] += len(chunk)
+            if self.tls.pending:
+                self.tls.feed(d, chunk)
         elif self.kafka is False:
             self.not_kafka_bytes[d] += len(chunk)
         else:
@@ -166,23 +202,22 @@ class Connection:
             # A hole before we know what the stream is: what we buffered can no longer be trusted
             # to start on a frame boundary, so detection restarts in resync mode.
             self.synced = (False, False)
+            self.prebuf_gap = True
             self.prebuf[d].append((ts, b""))
 
     # -- is this Kafka, and which side is the client? -------------------------------------------------
     def _detect(self) -> None:
         session = self.session
-        c2b = b"".join(c for _, c in self.prebuf[C2B])
         if self.role_known:
-            if session.is_broker(self.broker):
+            trusted = session.is_broker(self.broker)
+            if trusted and (not self.syn_seen or self.prebuf_gap):
+                # The stream's first bytes are not in the capture: its opening cannot be judged,
+                # so the broker port is trusted and the splitter resynchronises.
                 self._start_kafka()
-            elif len(c2b) >= 14:
-                if plausible_request(memoryview(c2b)):
-                    self._start_kafka()
-                else:
-                    self._not_kafka()
-            elif self.prebuf_len[B2C] >= DETECT_BYTES:
-                self._not_kafka()
+            else:
+                self._judge_opening(trusted, final=False)
             return
+        c2b = b"".join(c for _, c in self.prebuf[C2B])
         # Mid-connection capture on ports nobody named: the client is the side whose bytes parse as
         # request frames whose correlation ids come back at the start of the other side's frames.
         # (A response alone can look like a request: correlation id 9 reads as api key 0 version 9.)
@@ -197,6 +232,34 @@ class Connection:
         if self.prebuf_len[C2B] >= DETECT_BYTES or self.prebuf_len[B2C] >= DETECT_BYTES:
             self._not_kafka()
 
+    def _judge_opening(self, trusted: bool, final: bool) -> None:
+        """Kafka, SASL, TLS or something else, from the client's first bytes (a bounded number)."""
+        c2b = b"".join(c for _, c in self.prebuf[C2B])
+        n = len(c2b)
+        if looks_like_tls(c2b):
+            self._start_tls(trusted)
+        elif n >= OPENING_BYTES or (final and n >= SMALLEST_REQUEST):
+            if plausible_request(memoryview(c2b)):
+                self._start_kafka()
+            elif trusted and looks_like_gssapi_token(c2b):
+                # Kafka 0.9 clients opened with a GSSAPI token, no SaslHandshake (protocol guide,
+                # "SASL Authentication Sequence", interoperability with 0.9).
+                self._start_kafka(sasl_mechanism="GSSAPI")
+            else:
+                self._not_kafka()
+        elif final or (n >= 4 and not self._plausible_size(c2b)):
+            self._not_kafka()
+        elif self.prebuf_len[B2C] and n < SMALLEST_REQUEST:
+            # A broker never speaks before it has a whole request: the server spoke first (SSH,
+            # SMTP, a database banner...).
+            self._not_kafka()
+        elif self.prebuf_len[B2C] >= DETECT_BYTES:
+            self._not_kafka()
+
+    def _plausible_size(self, c2b: bytes) -> bool:
+        size = int.from_bytes(c2b[0:4], "big", signed=True)
+        return 1 <= size <= self.session.options.max_frame_size
+
     def _swap_roles(self) -> None:
         session = self.session
         self.client, self.broker = self.broker, self.client
@@ -207,10 +270,11 @@ class Connection:
         self.prebuf_len.reverse()
         self.packets.reverse()
         self.wire_bytes.reverse()
+        self.lost_bytes.reverse()
         self.fin.reverse()
         session.swap_directions(self)
 
-    def _start_kafka(self) -> None:
+    def _start_kafka(self, sasl_mechanism: str | None = None) -> None:
         session = self.session
         self.kafka = True
         session.learn_broker(self.broker)
@@ -221,6 +285,8 @@ class Connection:
         conv = Conversation(self.rows, max_frame_size=session.options.max_frame_size, synced=synced)
         self.conv = conv
         self.rows.conv = conv
+        if sasl_mechanism is not None:
+            conv.start_sasl_tokens(sasl_mechanism)
         for d, splitter in ((C2B, conv.client), (B2C, conv.broker)):
             for ts, chunk in self.prebuf[d]:
                 if chunk:
@@ -229,8 +295,23 @@ class Connection:
                     splitter.gap(ts, 0)
         self.prebuf = ([], [])
 
+    def _start_tls(self, on_broker_port: bool) -> None:
+        # Kafka over TLS on a broker port is still a Kafka connection, just not a readable one.
+        self.kafka = on_broker_port
+        self.protocol_guess = "tls"
+        tls = self.tls = TlsHellos()
+        for d in (C2B, B2C):
+            for _, chunk in self.prebuf[d]:
+                tls.feed(d, chunk)
+            self.encrypted_bytes[d] += self.prebuf_len[d]
+        self.prebuf = ([], [])
+
     def _not_kafka(self) -> None:
         self.kafka = False
+        self.on_broker_port = self.session.is_broker(self.broker)
+        self.protocol_guess = guess_protocol(
+            b"".join(c for _, c in self.prebuf[C2B])[:16], b"".join(c for _, c in self.prebuf[B2C])[:16]
+        )
         for d in (C2B, B2C):
             self.not_kafka_bytes[d] += self.prebuf_len[d]
         self.prebuf = ([], [])
@@ -242,6 +323,9 @@ class Connection:
         c_ip, c_port = format_endpoint(self.client)
         b_ip, b_port = format_endpoint(self.broker)
         rc, rb = self.rs
+        sasl = conv.sasl if conv is not None else None
+        sasl_tokens = sasl.token_count if sasl is not None else [0, 0]
+        sasl_bytes = sasl.token_bytes if sasl is not None else [0, 0]
         row = {
             "client_ip": c_ip,
             "client_port": c_port,
@@ -262,16 +346,34 @@ class Connection:
             "gap_bytes": rc.gap_bytes + rb.gap_bytes,
             "ooo_overflows": rc.ooo_overflows + rb.ooo_overflows,
             "not_kafka_bytes": self.not_kafka_bytes[C2B] + self.not_kafka_bytes[B2C],
-            "frames_to_broker": conv.client.frames if conv else 0,
-            "frames_to_client": conv.broker.frames if conv else 0,
-            "frame_bytes_to_broker": conv.client.frame_bytes if conv else 0,
-            "frame_bytes_to_client": conv.broker.frame_bytes if conv else 0,
+            "frames_to_broker": conv.client.frames - sasl_tokens[C2B] if conv else 0,
+            "frames_to_client": conv.broker.frames - sasl_tokens[B2C] if conv else 0,
+            "frame_bytes_to_broker": conv.client.frame_bytes - sasl_bytes[C2B] if conv else 0,
+            "frame_bytes_to_client": conv.broker.frame_bytes - sasl_bytes[B2C] if conv else 0,
             "skipped_bytes": (conv.client.skipped_bytes + conv.broker.skipped_bytes) if conv else 0,
             "resyncs": (conv.client.resyncs + conv.broker.resyncs) if conv else 0,
             "requests": conv.requests if conv else 0,
             "responses": conv.responses if conv else 0,
             "orphan_responses": conv.orphans if conv else 0,
+            "protocol_guess": self.protocol_guess,
+            "tls": self.tls is not None,
+            "tls_version": self.tls.version if self.tls else None,
+            "tls_sni": self.tls.sni if self.tls else None,
+            "sasl_mechanism": sasl.mechanism if sasl else None,
+            "sasl_outcome": sasl.outcome if sasl else None,
+            "sasl_tokens": sasl.tokens if sasl else 0,
+            "sasl_authenticated": sasl.authenticated if sasl else False,
         }
+        for d, name in enumerate(DIRECTIONS):
+            # By TCP sequence numbers: bytes seen once, plus those the capture lost.
+            row["stream_bytes_" + name] = self.wire_bytes[d] - self.rs[d].bytes_duplicate + self.lost_bytes[d]
+            row["gap_bytes_" + name] = self.rs[d].gap_bytes
+            row["skipped_bytes_" + name] = (
+                (conv.client if d == C2B else conv.broker).skipped_bytes if conv else 0
+            )
+            row["sasl_bytes_" + name] = sasl_bytes[d]
+            row["encrypted_bytes_" + name] = self.encrypted_bytes[d]
+            row["not_kafka_bytes_" + name] = self.not_kafka_bytes[d]
         if rows is not None:
             row.update(rows.connection_fields())
         return row
@@ -284,8 +386,8 @@ class Connection:
             rs.flush(ts)
         if self.kafka is None and (self.prebuf_len[C2B] or self.prebuf_len[B2C]):
             # Too little data to be sure: a short stream that starts like a request is Kafka.
-            if self.role_known and plausible_request(memoryview(b"".join(c for _, c in self.prebuf[C2B]))):
-                self._start_kafka()
+            if self.role_known:
+                self._judge_opening(self.session.is_broker(self.broker), final=True)
             else:
                 self._not_kafka()
         if self.conv is not None:
@@ -355,7 +457,17 @@ class Session:
         self.stats = SessionStats()
         self.flows: dict[tuple[bytes, int, bytes, int], tuple[Connection, int]] = {}
         self.brokers: set[tuple[bytes, int]] = set()
-        self.rows = TableBuilder(capture, sink, keep_messages=keep_messages)
+        opts = self.options
+        self.rows = TableBuilder(
+            capture,
+            sink,
+            keep_messages=keep_messages,
+            record_options=RecordOptions(
+                records=opts.records or opts.record_payloads,
+                payloads=opts.record_payloads,
+                max_decompressed=opts.max_decompressed,
+            ),
+        )
         self._next_id = 0
         self._swept = 0
         self._closed: list[Connection] = []
@@ -420,7 +532,12 @@ class Session:
             self.stats.kafka_connections += 1
         else:
             self.stats.non_kafka_connections += 1
-        self.rows.connection_closed(conn.conn_id, conn.row())
+        row = conn.row()
+        if accounting_difference(row, "to_broker") or accounting_difference(row, "to_client"):
+            self.stats.accounting_mismatches += 1
+        if conn.on_broker_port:
+            self.stats.not_kafka_on_broker_ports += 1
+        self.rows.connection_closed(conn.conn_id, row)
         self._closed.append(conn)
 
     def _sweep(self, now: int) -> None:
@@ -444,6 +561,15 @@ class Session:
                 conn.close(conn.ts_last)
         self.rows.finish(self)
         return self.stats
+
+
+def accounting_difference(row: dict, direction: str) -> int:
+    """Stream bytes minus the bytes accounted for, in one direction of a `connections` row.
+
+    Zero on every closed connection: ``stream_bytes = frame_bytes + gap_bytes + skipped_bytes +
+    sasl_bytes + encrypted_bytes + not_kafka_bytes`` (README "Accounting").
+    """
+    return row["stream_bytes_" + direction] - sum(row[k + "_" + direction] for k in ACCOUNTED)
 
 
 def format_endpoint(endpoint: tuple[bytes, int]) -> tuple[str, int]:

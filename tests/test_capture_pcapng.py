@@ -84,8 +84,18 @@ def test_interfaces_keep_their_own_linktype_and_timestamp_resolution() -> None:
         (T * 10**6 + 500000, 101, b"raw"),
         (T * 10**6 + 7, 1, b"eth again"),
     ]
-    assert (reader.truncated, reader.warnings) == (False, [])
-    assert reader.stats == {"records": 4, "skipped_blocks": 0, "unknown_block_types": 0, "bad_blocks": 0}
+    # Interface 0's clock steps back from +123456 us to +7 us: counted, the packets stay in file order.
+    assert (reader.truncated, reader.warnings) == (
+        False,
+        ["timestamps go backwards 1 times (packets kept in capture order)"],
+    )
+    assert reader.stats == {
+        "records": 4,
+        "skipped_blocks": 0,
+        "unknown_block_types": 0,
+        "bad_blocks": 0,
+        "ts_backwards": 1,
+    }
 
 
 def test_millisecond_resolution_and_timestamp_offset() -> None:

@@ -277,12 +277,13 @@ def test_without_a_boundary_check_any_size_in_range_is_accepted() -> None:
     assert sp.bodies == [b"abcdef"]
 
 
-def test_frame_start_too_short_to_judge_at_end_of_stream_is_skipped_with_the_scan() -> None:
+def test_frame_start_short_of_the_lookahead_at_end_of_stream_is_judged_on_what_is_there() -> None:
     sp = Splitter(synced=False, boundary_ok=looks_like_test_frame)
-    sp.data(1, b"\xee" * 10 + frame(BODIES[2])[:30])  # 30 bytes of a 300-byte frame: 68 needed to judge
+    sp.data(1, b"\xee" * 10 + frame(BODIES[2])[:30])  # 30 bytes of a 300-byte frame, fewer than 68
     sp.s.finish(2)
-    assert sp.skips == [(40, 0, RESYNC)]
-    assert sp.s.buffered == 0
+    # No more bytes will come, so the 30 are judged as they are: a frame start, cut by the end.
+    assert sp.skips == [(10, 0, RESYNC), (30, 10, TRUNCATED_AT_END)]
+    assert (sp.s.buffered, sp.s.cut_frames) == (0, 1)
     sp.assert_every_byte_accounted_for()
 
 
@@ -299,9 +300,11 @@ def test_gap_while_scanning_ends_the_skip_run_and_scanning_goes_on() -> None:
     sp.data(1, b"\xee" * 10 + frame(BODIES[2])[:30])
     sp.s.gap(2, 500)
     sp.data(3, b"\xdd" * 7 + STREAM)
-    assert sp.skips == [(40, 0, RESYNC), (7, 40, RESYNC)]
+    # The 30 bytes before the gap are judged without waiting (a snaplen cut looks like this): a frame
+    # start whose body the gap cut, skipped as such; then scanning goes on after the gap.
+    assert sp.skips == [(10, 0, RESYNC), (30, 10, GAP), (7, 40, RESYNC)]
     assert sp.bodies == BODIES
-    assert sp.s.resyncs == 1
+    assert (sp.s.resyncs, sp.s.cut_frames) == (2, 1)
     sp.assert_every_byte_accounted_for()
 
 

@@ -73,6 +73,8 @@ class PcapReader(CaptureReader):
         off = 0
         caplen = 0
         count = 0
+        last_ts = 0
+        backwards = 0
         try:
             while True:
                 end = len(buf)
@@ -81,7 +83,11 @@ class PcapReader(CaptureReader):
                     nxt = off + hdr + caplen
                     if nxt > end or caplen > limit:
                         break
-                    yield sec * 1_000_000 + frac // divisor, linktype, buf[off + hdr : nxt]
+                    ts = sec * 1_000_000 + frac // divisor
+                    if ts < last_ts:
+                        backwards += 1
+                    last_ts = ts
+                    yield ts, linktype, buf[off + hdr : nxt]
                     count += 1
                     off = nxt
                 if off + hdr <= end and caplen > limit:
@@ -100,3 +106,4 @@ class PcapReader(CaptureReader):
                 caplen = 0
         finally:
             self.stats["records"] += count
+            self._note_backwards(backwards)

@@ -119,6 +119,7 @@ class PcapngReader(CaptureReader):
         layout = _LAYOUTS[BYTE_ORDER_MAGIC]
         interfaces: list[Interface] = []
         last_ts = 0
+        backwards = 0
         # Left over from an earlier block when a short block sits at the buffer end; the length checks
         # below reject such a block before these are used.
         ifid = ts_high = ts_low = caplen = 0
@@ -152,8 +153,11 @@ class PcapngReader(CaptureReader):
                             self._bad_block(base + off, "enhanced packet", ifid, caplen)
                         else:
                             linktype, _snap, multiplier, divisor, offset_us = interfaces[ifid]
-                            last_ts = (ts_high << 32 | ts_low) * multiplier // divisor + offset_us
-                            yield last_ts, linktype, buf[off + 28 : off + 28 + caplen]
+                            ts = (ts_high << 32 | ts_low) * multiplier // divisor + offset_us
+                            if ts < last_ts:
+                                backwards += 1
+                            last_ts = ts
+                            yield ts, linktype, buf[off + 28 : off + 28 + caplen]
                             count += 1
                     elif btype == IDB:
                         if blen < 20:
@@ -177,6 +181,11 @@ class PcapngReader(CaptureReader):
                             yield last_ts, linktype, buf[off + 12 : off + 12 + caplen]
                             count += 1
                     elif btype == PACKET_BLOCK:
+                        if blen < 32:
+                            # Too short for its fixed fields, which may lie past the end of the file.
+                            self._bad_block(base + off, "packet", 0, 0)
+                            off = nxt
+                            continue
                         _t, _l, ifid, _drops, ts_high, ts_low, caplen, _w = layout.packet_block.unpack_from(
                             buf, off
                         )
@@ -184,8 +193,11 @@ class PcapngReader(CaptureReader):
                             self._bad_block(base + off, "packet", ifid, caplen)
                         else:
                             linktype, _snap, multiplier, divisor, offset_us = interfaces[ifid]
-                            last_ts = (ts_high << 32 | ts_low) * multiplier // divisor + offset_us
-                            yield last_ts, linktype, buf[off + 28 : off + 28 + caplen]
+                            ts = (ts_high << 32 | ts_low) * multiplier // divisor + offset_us
+                            if ts < last_ts:
+                                backwards += 1
+                            last_ts = ts
+                            yield ts, linktype, buf[off + 28 : off + 28 + caplen]
                             count += 1
                     elif btype in NON_PACKET_BLOCKS:
                         self.stats["skipped_blocks"] += 1
@@ -202,6 +214,10 @@ class PcapngReader(CaptureReader):
                 off = 0
         finally:
             self.stats["records"] += count
+            self._note_backwards(backwards)
+            unknown = self.stats["unknown_block_types"]
+            if unknown:
+                self._warn(f"{unknown} blocks of unknown type skipped")
 
     def _bad_block(self, offset: int, kind: str, ifid: int, caplen: int) -> None:
         self.stats["bad_blocks"] += 1

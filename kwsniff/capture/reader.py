@@ -110,6 +110,12 @@ class CaptureReader:
         elif len(self.warnings) == MAX_WARNINGS:
             self.warnings.append("further warnings suppressed")
 
+    def _note_backwards(self, steps: int) -> None:
+        """Packets whose timestamp is earlier than the one before: kept in capture order, counted once."""
+        if steps:
+            self.stats["ts_backwards"] = self.stats.get("ts_backwards", 0) + steps
+            self._warn(f"timestamps go backwards {steps} times (packets kept in capture order)")
+
     def _count(self, stat: str) -> None:
         self.stats[stat] = self.stats.get(stat, 0) + 1
 

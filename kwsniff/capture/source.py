@@ -70,12 +70,16 @@ def _open(fileobj: BinaryIO, shown: str, name: str, size: int | None) -> Capture
         if not head:
             raise CaptureError(f"{shown}: empty file (after gzip decompression)")
     reader: CaptureReader
-    if is_pcap(head):
-        reader = PcapReader(shown, size, raw, data, head)
-    elif is_pcapng(head):
-        reader = PcapngReader(shown, size, raw, data, head)
-    else:
-        raise CaptureError(f"{shown}: not a pcap or pcapng file ({inside}starts with {head!r})")
+    try:
+        if is_pcap(head):
+            reader = PcapReader(shown, size, raw, data, head)
+        elif is_pcapng(head):
+            reader = PcapngReader(shown, size, raw, data, head)
+        else:
+            raise CaptureError(f"{shown}: not a pcap or pcapng file ({inside}starts with {head!r})")
+    except (OSError, EOFError, zlib.error) as err:
+        # The file header itself is damaged or cut short inside the gzip stream: nothing to salvage.
+        raise CaptureError(f"{shown}: damaged gzip data in the file header ({err})") from None
     reader.name = name
     return reader
 

@@ -11,8 +11,20 @@ from kwsniff.capture import CaptureError
 from kwsniff.run import CaptureResult, run_capture
 from kwsniff.session import SessionOptions
 from kwsniff.sinks import ParquetSink
+from kwsniff.tables import DEFAULT_TABLES
 
 STATUSES = ("ok", "no_response_expected", "unanswered", "decode_error")
+# `--strict` exit status: everything was read, but not everything was decoded.
+EXIT_STRICT = 3
+_DIRS = ("to_broker", "to_client")
+_ACCOUNTED = (
+    ("frame", "framed"),
+    ("gap", "gaps"),
+    ("skipped", "skipped"),
+    ("sasl", "SASL tokens"),
+    ("encrypted", "encrypted"),
+    ("not_kafka", "not Kafka"),
+)
 
 
 def _size(n: float) -> str:
@@ -27,12 +39,52 @@ def _fail(message: str) -> None:
     click.echo(f"kwsniff: error: {message}", err=True)
 
 
-def _options(broker_port: tuple[int, ...], auto_detect: bool, max_frame_size: int) -> SessionOptions:
+def _options(
+    broker_port: tuple[int, ...],
+    auto_detect: bool,
+    max_frame_size: int,
+    records: bool = False,
+    record_payloads: bool = False,
+    max_decompressed: int = 64 * 1024 * 1024,
+) -> SessionOptions:
     return SessionOptions(
         broker_ports=frozenset(broker_port or (9092,)),
         auto_detect=auto_detect,
         max_frame_size=max_frame_size,
+        records=records or record_payloads,
+        record_payloads=record_payloads,
+        max_decompressed=max_decompressed,
     )
+
+
+def accounting_line(r: CaptureResult) -> str:
+    """The accounting invariant over the capture (README "Accounting"), with a verdict."""
+    t = r.totals
+    wire = sum(t[f"stream_bytes_{d}"] for d in _DIRS)
+    terms = [(label, sum(t[f"{kind}_bytes_{d}"] for d in _DIRS)) for kind, label in _ACCOUNTED]
+    rhs = " + ".join(f"{n:,} {label}" for label, n in terms)
+    diff = wire - sum(n for _, n in terms)
+    bad = r.stats.accounting_mismatches
+    verdict = "✓" if not diff and not bad else f"✗ off by {diff:,} bytes, {bad:,} connections do not add up"
+    return f"accounting: {wire:,} bytes on the wire = {rhs} {verdict}"
+
+
+def strict_reasons(r: CaptureResult) -> list[str]:
+    """What `--strict` counts as not decoded. Orphan responses, unanswered requests and acks=0
+    Produce requests are capture edges, not decode failures; SASL tokens are understood; TCP
+    connections on ports no broker uses are someone else's traffic."""
+    t, st = r.totals, r.stats
+    found = [
+        (r.status.get("decode_error", 0), "requests with status decode_error"),
+        (r.undecodable_frames, "frames whose header could not be read"),
+        (t["skipped_bytes"], "bytes skipped by the frame splitter"),
+        (t["kafka_gap_bytes"], "bytes of Kafka connections the capture lost (gaps)"),
+        (t["kafka_encrypted_bytes"], "bytes encrypted by TLS on Kafka connections"),
+        (st.not_kafka_on_broker_ports, "connections to a broker port that did not speak Kafka"),
+        (st.accounting_mismatches, "connections whose bytes do not add up"),
+        (int(r.truncated), "capture file cut short"),
+    ]
+    return [f"{n:,} {what}" for n, what in found if n]
 
 
 def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> None:
@@ -58,6 +110,12 @@ def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> N
         echo("  decode errors: " + ", ".join(f"{k} {v}" for k, v in r.decode_errors.most_common(5)))
     if r.notes:
         echo("  notes: " + ", ".join(f"{k} ({v})" for k, v in r.notes.most_common(5)))
+    if t["held_rows_overflow"] or t["unresolved_topic_rows"]:
+        echo(
+            f"  topic ids without a name: {t['unresolved_topic_rows']:,} rows"
+            f" (+{t['held_rows_overflow']:,} written before a name could be learned)"
+        )
+    echo("  " + accounting_line(r))
     for w in r.warnings:
         echo(f"  warning: {w}")
     if out is not None:
@@ -95,6 +153,28 @@ def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> N
     show_default=True,
     help="Largest plausible Kafka frame (a broker's socket.request.max.bytes).",
 )
+@click.option(
+    "--records",
+    is_flag=True,
+    help="Also write the `records` table: one row per record of every Produce and Fetch (decompresses).",
+)
+@click.option(
+    "--record-payloads",
+    is_flag=True,
+    help="Put record keys and values in the `records` table (implies --records).",
+)
+@click.option(
+    "--max-decompressed",
+    type=click.IntRange(min=1),
+    default=64 * 1024 * 1024,
+    show_default=True,
+    help="Most bytes one compressed batch may expand to; a batch past it is counted as capped.",
+)
+@click.option(
+    "--strict",
+    is_flag=True,
+    help=f"Exit with status {EXIT_STRICT} if anything was not decoded (reasons on stderr); for CI.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 def read(
     captures: tuple[Path, ...],
@@ -102,13 +182,19 @@ def read(
     broker_port: tuple[int, ...],
     auto_detect: bool,
     max_frame_size: int,
+    records: bool,
+    record_payloads: bool,
+    max_decompressed: int,
+    strict: bool,
     quiet: bool,
 ) -> None:
     """Decode CAPTURES (pcap, pcapng, optionally gzipped) into Parquet tables under --out."""
-    options = _options(broker_port, auto_detect, max_frame_size)
+    options = _options(broker_port, auto_detect, max_frame_size, records, record_payloads, max_decompressed)
+    tables = (*DEFAULT_TABLES, "records") if options.records else DEFAULT_TABLES
     failed = 0
+    undecoded = 0
     for path in captures:
-        sink = ParquetSink(out, path.name)
+        sink = ParquetSink(out, path.name, tables)
         try:
             result = run_capture(path, sink, options, progress=not quiet and sys.stderr.isatty())
         except CaptureError as exc:
@@ -119,5 +205,11 @@ def read(
         sink.close()
         if not quiet:
             print_summary(result, out, sink.counts)
+        reasons = strict_reasons(result) if strict else []
+        if reasons:
+            undecoded += 1
+            click.echo(f"kwsniff: strict: {result.name}: " + "; ".join(reasons), err=True)
     if failed:
         sys.exit(1)
+    if undecoded:
+        sys.exit(EXIT_STRICT)

@@ -24,11 +24,18 @@ TRUNCATED_AT_END = "truncated_at_end"  # a frame the stream ended in the middle 
 
 # Kafka sizes are signed int32 (a negative size can only mean we are out of step).
 _SIZE = struct.Struct(">i")
-# boundary_ok sees at least the size prefix and this many bytes of the frame (all of it if shorter).
+# boundary_ok sees at least the size prefix and this many bytes of the frame (all of it if shorter);
+# right before a gap or the stream's end, where no more bytes will come, at least BOUNDARY_MINIMUM.
 BOUNDARY_LOOKAHEAD = 64
+BOUNDARY_MINIMUM = 8  # a request's api key, version and correlation id; a response's correlation id
 
 FrameCallback = Callable[[bytes | memoryview, int, int, int], None]
 SkipCallback = Callable[[int, int, str], None]
+# (first bytes of the frame, bytes of it seen (prefix included), its full size with prefix, ts of its
+# first byte, its stream offset, reason)
+CutCallback = Callable[[bytes, int, int, int, int, str], None]
+# How much of a cut frame on_cut sees: enough for any request or response header.
+CUT_HEAD = 512
 BoundaryCheck = Callable[[memoryview], bool]
 _Pieces = list[tuple[int, memoryview]]
 
@@ -44,6 +51,8 @@ class FrameSplitter:
     __slots__ = (
         "_on_frame",
         "_on_skip",
+        "_on_cut",
+        "cut_frames",
         "_boundary_ok",
         "_max",
         "_min",
@@ -76,9 +85,15 @@ class FrameSplitter:
         synced: bool = True,
         min_frame_size: int = 4,
         max_resync_scan: int = 1024 * 1024,
+        on_cut: CutCallback | None = None,
     ) -> None:
         self._on_frame = on_frame
         self._on_skip = on_skip
+        # A frame whose size prefix was read but whose body a gap or the stream's end cut short: its
+        # bytes are skipped like any partial frame, and on_cut still sees its head (a snaplen capture
+        # keeps request headers, so requests stay countable; see tcpdump -s).
+        self._on_cut = on_cut
+        self.cut_frames = 0
         self._boundary_ok = boundary_ok
         self._max = max_frame_size
         self._min = min_frame_size
@@ -245,6 +260,10 @@ class FrameSplitter:
 
     def _drop_partial(self, reason: str) -> None:
         nbytes = self._partial_bytes()
+        if self._need >= 0:
+            self.cut_frames += 1
+            if self._on_cut is not None:
+                self._on_cut(self._cut_head(), nbytes, 4 + self._size, self._ts_first, self.offset, reason)
         self._prefix = b""
         self._body = []
         self._need = -1
@@ -252,6 +271,14 @@ class FrameSplitter:
             self._skip_pending = nbytes
             self._skip_reason = reason
             self._flush_skip()
+
+    def _cut_head(self) -> bytes:
+        head = bytearray()
+        for piece in self._body:
+            head += piece[: CUT_HEAD - len(head)]
+            if len(head) >= CUT_HEAD:
+                break
+        return bytes(head)
 
     def _lose_step(self) -> None:
         # The 4 bytes of the impossible size at self.offset are skipped; scanning starts after them.
@@ -290,8 +317,8 @@ class FrameSplitter:
     def _find_boundary(self, final: bool) -> _Pieces:
         """Scan for a frame start; if found, return the pieces from it on and be in step again.
 
-        ``final``: no more bytes will follow, so a position too short to judge is passed over instead
-        of waited on (a false start near the end must not hide a short frame after it).
+        ``final``: no more bytes will follow, so a position is judged on the bytes there are instead of
+        waited on (a false start near the end must not hide a short frame after it).
         """
         buf = self._scan
         whole = memoryview(buf)  # bytes, not bytearray: a view the caller keeps cannot pin a resize
@@ -310,12 +337,17 @@ class FrameSplitter:
             p = m.start()
             (size,) = unpack(buf, p)
             if lo <= size <= hi:
-                if n - p >= 4 + min(size, BOUNDARY_LOOKAHEAD):
+                # With no more bytes coming (a gap or the end follows), the check judges what there is:
+                # after a snaplen cut, the frame's first bytes are all any packet will ever show.
+                left = n - p - 4
+                if left >= min(size, BOUNDARY_LOOKAHEAD) or (
+                    final and ok is not None and left >= min(size, BOUNDARY_MINIMUM)
+                ):
                     self.candidate_offset = base + p
                     if ok is None or ok(whole[p:]):
                         found = True
                         break
-                elif not final:
+                else:
                     break  # too few bytes to judge this position yet: wait for more
             p += 1
         self._drop_scan(p)

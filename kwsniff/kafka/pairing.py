@@ -8,10 +8,12 @@ requests (several in flight) are the normal case, so pending is a dict, not a qu
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 
-from kwsniff.kafka.framing import FrameSplitter
-from kwsniff.protocol import DecodeError, parse_request_header, parse_response_header
+from kwsniff.kafka.framing import GAP, TRUNCATED_AT_END, FrameSplitter
+from kwsniff.kafka.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslProgress
+from kwsniff.protocol import DecodeError, error_name, parse_request_header, parse_response_header
 from kwsniff.protocol.headers import is_valid_request_version
 
 # Statuses a request row can end with (DESIGN.md "Nothing silently lost").
@@ -23,6 +25,7 @@ DECODE_ERROR = "decode_error"
 PRODUCE = 0
 # The smallest request header: api_key, api_version, correlation_id (header v0).
 _MIN_REQUEST = 8
+_MIN_RESPONSE = 4
 # Broker-side cap on in-flight requests a sniffer will remember per connection; a client that
 # pipelines more than this (or a stream we mis-split) must not grow memory without bound.
 MAX_PENDING = 10_000
@@ -121,6 +124,10 @@ def plausible_request(view: memoryview) -> bool:
     return n == -1 or 0 <= n <= size - 10 or api_key == 7  # ControlledShutdown v0 has no client id
 
 
+_KEY_VERSION_CORR = struct.Struct(">hhi")
+_CUT_BY = {GAP: "a gap", TRUNCATED_AT_END: "the end of the stream"}
+
+
 class Conversation:
     """Kafka frames and request/response pairing over one TCP connection (both directions)."""
 
@@ -144,6 +151,7 @@ class Conversation:
             max_frame_size=max_frame_size,
             synced=synced[0],
             min_frame_size=_MIN_REQUEST,
+            on_cut=self._on_request_cut,
         )
         self.broker = FrameSplitter(
             self._on_response_frame,
@@ -151,13 +159,39 @@ class Conversation:
             boundary_ok=self._plausible_response,
             max_frame_size=max_frame_size,
             synced=synced[1],
-            min_frame_size=4,
+            min_frame_size=_MIN_RESPONSE,
+            on_cut=self._on_response_cut,
         )
         self.skip_reasons: dict[str, int] = {}
         self.on_skip: Callable[[int, int, int, str], None] | None = None
+        self.sasl = SaslProgress()
+        self.sasl_tokens_mode = False
+
+    # -- SASL tokens (Kafka protocol guide, "SASL Authentication Sequence") -------------------------
+    def start_sasl_tokens(self, mechanism: str | None = None) -> None:
+        """From here both directions carry bare size-prefixed SASL tokens, not Kafka frames: after
+        a SaslHandshake v0 (KIP-43), or from the first byte for a Kafka 0.9 GSSAPI client."""
+        self.sasl_tokens_mode = True
+        if mechanism is not None:
+            self.sasl.mechanism = mechanism
+        # A token may be shorter than any Kafka header, or empty (PLAIN's success reply).
+        self.client._min = 0
+        self.broker._min = 0
+
+    def _end_sasl_tokens(self) -> None:
+        self.sasl_tokens_mode = False
+        self.client._min = _MIN_REQUEST
+        self.broker._min = _MIN_RESPONSE
+        self.sasl.request_after()
 
     # -- frame callbacks ---------------------------------------------------------------------------
     def _on_request_frame(self, frame: memoryview | bytes, ts_first: int, ts_last: int, offset: int) -> None:
+        if self.sasl_tokens_mode:
+            # The client is done with tokens once it sends something that reads as a request again.
+            if not plausible_request(memoryview(len(frame).to_bytes(4, "big") + bytes(frame[:16]))):
+                self.sasl.token(0, len(frame) + 4)
+                return
+            self._end_sasl_tokens()
         try:
             api_key, api_version, corr, client_id, hlen = parse_request_header(frame)
         except DecodeError as exc:
@@ -167,6 +201,10 @@ class Conversation:
             return
         req = Request(api_key, api_version, corr, client_id, hlen, ts_first, ts_last, len(frame) + 4, offset)
         self.requests += 1
+        if api_key == SASL_HANDSHAKE:
+            self.sasl.handshake_request(api_version, _mechanism(frame, hlen))
+        elif self.sasl.started and api_key != SASL_AUTHENTICATE:
+            self.sasl.request_after()
         self.handler.request(req, memoryview(frame)[hlen:])
         old = self.pending.get(corr)
         if old is not None:
@@ -180,6 +218,11 @@ class Conversation:
         self.pending[corr] = req
 
     def _on_response_frame(self, frame: memoryview | bytes, ts_first: int, ts_last: int, offset: int) -> None:
+        if self.sasl_tokens_mode and (
+            len(frame) < 4 or int.from_bytes(frame[0:4], "big", signed=True) not in self.pending
+        ):
+            self.sasl.token(1, len(frame) + 4)
+            return
         if len(frame) < 4:
             self.handler.undecodable_frame(
                 1, ts_first, len(frame) + 4, offset, "response shorter than header"
@@ -200,9 +243,55 @@ class Conversation:
             self.handler.exchange(req, resp, DECODE_ERROR)
             return
         resp = Response(corr, hlen, ts_first, ts_last, len(frame) + 4, offset)
+        if req.api_key == SASL_HANDSHAKE or req.api_key == SASL_AUTHENTICATE:
+            self._sasl_response(req, frame[hlen : hlen + 2])
         self.handler.response(req, resp, memoryview(frame)[hlen:])
         status = DECODE_ERROR if (req.error or resp.error) else OK
         self.handler.exchange(req, resp, status)
+
+    # -- frames cut short by a gap or the end of the stream (snaplen captures keep just the headers) --
+    def _on_request_cut(
+        self, head: bytes, got: int, size: int, ts_first: int, offset: int, reason: str
+    ) -> None:
+        if self.sasl_tokens_mode or len(head) < _MIN_REQUEST:
+            return
+        try:
+            api_key, api_version, corr, client_id, hlen = parse_request_header(head)
+        except DecodeError:  # the client id itself was cut: the fixed fields are still there
+            (api_key, api_version, corr), client_id, hlen = _KEY_VERSION_CORR.unpack_from(head), None, 8
+        req = Request(api_key, api_version, corr, client_id, hlen, ts_first, ts_first, size, offset)
+        req.error = f"request: cut by {_CUT_BY.get(reason, reason)} after {got} of {size} bytes"
+        req.info = {}
+        self.requests += 1
+        old = self.pending.pop(corr, None)
+        if old is not None:
+            self.handler.exchange(old, None, UNANSWERED)
+        self.pending[corr] = req
+
+    def _on_response_cut(
+        self, head: bytes, got: int, size: int, ts_first: int, offset: int, reason: str
+    ) -> None:
+        if len(head) < 4:
+            return
+        req = self.pending.pop(int.from_bytes(head[:4], "big", signed=True), None)
+        if req is None:
+            return  # its bytes are counted as skipped; an orphan needs a whole frame to be sure
+        self.responses += 1
+        resp = Response(req.correlation_id, 4, ts_first, ts_first, size, offset)
+        resp.error = f"response: cut by {_CUT_BY.get(reason, reason)} after {got} of {size} bytes"
+        self.handler.exchange(req, resp, DECODE_ERROR)
+
+    def _sasl_response(self, req: Request, error: memoryview | bytes) -> None:
+        # Both responses start with an int16 error code in every version.
+        if len(error) < 2:
+            return
+        code = int.from_bytes(error, "big", signed=True)
+        if code:
+            self.sasl.failed(error_name(code))
+        elif req.api_key == SASL_AUTHENTICATE:
+            self.sasl.rounds_ok += 1
+        elif req.api_version == 0:
+            self.start_sasl_tokens()
 
     def _plausible_response(self, view: memoryview) -> bool:
         # A response boundary is one whose correlation id we are waiting for, or the very first
@@ -232,6 +321,14 @@ class Conversation:
             status = NO_RESPONSE_EXPECTED if _expects_no_response(req) else UNANSWERED
             self.handler.exchange(req, None, DECODE_ERROR if req.error else status)
         self.pending.clear()
+
+
+def _mechanism(frame: memoryview | bytes, hlen: int) -> str | None:
+    # SaslHandshake v0 and v1 requests: mechanism is a classic int16-length string.
+    n = int.from_bytes(frame[hlen : hlen + 2], "big", signed=True)
+    if n < 0 or len(frame) < hlen + 2 + n:
+        return None
+    return bytes(frame[hlen + 2 : hlen + 2 + n]).decode("utf-8", "replace")
 
 
 def _expects_no_response(req: Request) -> bool:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from kwsniff.kafka import DECODE_ERROR, ConversationHandler, Request, Response
+from kwsniff.kafka.sasl import redact
 from kwsniff.net import format_ip
 from kwsniff.protocol import (
     DecodeError,
@@ -22,7 +23,8 @@ from kwsniff.protocol import (
     decode_response_view,
     error_name,
 )
-from kwsniff.rows.extract import error_rows, partition_rows, request_summary, response_summary
+from kwsniff.rows.extract import error_rows, request_summary, response_summary
+from kwsniff.rows.partitions import COUNTS_ONLY, RecordOptions, TopicNames, merged_rows, records_of
 
 API_VERSIONS = 18
 # Connection counters summed over a capture for the end-of-run summary.
@@ -40,6 +42,13 @@ _TOTALLED = (
     "not_kafka_bytes",
     "resyncs",
     "orphan_responses",
+    "sasl_tokens",
+    # The accounting invariant's terms (README "Accounting"), per direction.
+    *(
+        f"{kind}_bytes_{d}"
+        for d in ("to_broker", "to_client")
+        for kind in ("stream", "gap", "skipped", "sasl", "encrypted", "not_kafka")
+    ),
 )
 
 
@@ -79,10 +88,18 @@ class ListSink:
 class TableBuilder:
     """Per capture: hands out per-connection handlers and keeps the run's totals."""
 
-    def __init__(self, capture: str, sink: RowSink, *, keep_messages: bool = False) -> None:
+    def __init__(
+        self,
+        capture: str,
+        sink: RowSink,
+        *,
+        keep_messages: bool = False,
+        record_options: RecordOptions = COUNTS_ONLY,
+    ) -> None:
         self.capture = capture
         self.sink = sink
         self.keep_messages = keep_messages
+        self.record_options = record_options
         # Kept messages outlive their frames, so they need copies of their record data.
         self.decode_request = decode_request if keep_messages else decode_request_view
         self.decode_response = decode_response if keep_messages else decode_response_view
@@ -91,7 +108,9 @@ class TableBuilder:
         self.undecodable_frames = 0
         self.decode_errors = Counter[str]()
         self.notes = Counter[str]()
-        self.topic_names: dict[Any, str] = {}
+        # Topic ids to names (KIP-516) and the partitions/records rows waiting for a name.
+        self.topics = TopicNames(sink)
+        self.topic_names: dict[Any, str] = self.topics.names
         self.totals = Counter[str]()
 
     def handler_for(self, conn: Any) -> ExchangeRows:
@@ -112,10 +131,20 @@ class TableBuilder:
             totals[key] += row[key]
         totals["connections"] += 1
         totals["kafka_connections"] += row["kafka"]
+        if row["kafka"]:
+            # What `read --strict` holds against a capture: bytes of Kafka connections not decoded.
+            totals["kafka_gap_bytes"] += row["gap_bytes"]
+            totals["kafka_encrypted_bytes"] += (
+                row["encrypted_bytes_to_broker"] + row["encrypted_bytes_to_client"]
+            )
         self.sink.add("connections", {"capture": self.capture, "conn_id": conn_id, **row})
 
     def finish(self, session: Any) -> None:
-        """End of the capture; nothing buffered here yet."""
+        """End of the capture: rows held for a topic name are written, named or not."""
+        topics = self.topics
+        topics.finish()
+        self.totals["held_rows_overflow"] = topics.held_overflow
+        self.totals["unresolved_topic_rows"] = topics.unresolved
 
 
 class ExchangeRows(ConversationHandler):
@@ -144,19 +173,20 @@ class ExchangeRows(ConversationHandler):
             req.error = f"request: {exc}"
             req.info = {}
             return
-        info = request_summary(req.api_key, req.api_version, msg)
+        info = request_summary(req.api_key, req.api_version, msg, self.tables.record_options)
+        if info.get("acks") == 0 and self.tables.record_options.records:
+            # acks=0: no response will assign offsets, and the request may wait for the end of the
+            # connection; its records are written now rather than held.
+            self._write_records(req, info.get("partitions", {}).values())
         if note:
             info["note"] = f"request: {note}"
         if req.api_key == API_VERSIONS and req.api_version >= 3:
             # KIP-511: ApiVersions v3+ requests name the client software.
             self.client_software_name = msg.get("client_software_name")
             self.client_software_version = msg.get("client_software_version")
-        group_id = msg.get("group_id")
-        if type(group_id) is str:
-            # Context for the `errors` rows: group responses do not repeat the group id.
-            info["group_id"] = group_id
         if self.tables.keep_messages:
-            info["message"] = msg
+            # Credentials (SASL tokens, SCRAM salted passwords...) never leave the decoder.
+            info["message"] = redact(req.api_key, msg)
         req.info = info
 
     def response(self, req: Request, resp: Response, body: memoryview | bytes) -> None:
@@ -166,13 +196,14 @@ class ExchangeRows(ConversationHandler):
             resp.error = f"response: {exc}"
             resp.info = {}
             return
-        info = response_summary(req.api_key, req.api_version, msg)
+        info = response_summary(req.api_key, req.api_version, msg, self.tables.record_options)
         if note:
             info["note"] = f"response: {note}"
         if self.tables.keep_messages:
-            info["message"] = msg
+            # Credentials (SASL tokens, SCRAM salted passwords...) never leave the decoder.
+            info["message"] = redact(req.api_key, msg)
         resp.info = info
-        self.tables.topic_names.update(info.get("topic_ids", ()))
+        self.tables.topics.learn(info.get("topic_ids", {}))
         context = self._context(req)
         group_id = req.info.get("group_id") if isinstance(req.info, dict) else None
         for row in error_rows(msg, group_id, self.tables.topic_names):
@@ -221,8 +252,13 @@ class ExchangeRows(ConversationHandler):
             row["response"] = respi.get("message")
         tables.sink.add("requests", row)
         context = self._context(req)
-        for prow in partition_rows(req.api_key, reqi, respi, tables.topic_names):
-            tables.sink.add("partitions", {**context, **prow})
+        topics = tables.topics
+        for prow in merged_rows(req.api_key, reqi, respi):
+            records = records_of(req.api_key, prow, context)
+            topic, topic_id = prow.get("topic"), prow.get("topic_id")
+            topics.add("partitions", [{**context, **prow}], topic, topic_id)
+            if records:
+                topics.add("records", records, topic, topic_id)
 
     def orphan_response(self, correlation_id: int, ts: int, size: int, offset: int) -> None:
         self.tables.orphan_responses += 1
@@ -233,6 +269,13 @@ class ExchangeRows(ConversationHandler):
         self.tables.decode_errors[reason.split(":")[0]] += 1
 
     # -- helpers -------------------------------------------------------------------------------------
+    def _write_records(self, req: Request, parts: Any) -> None:
+        context = self._context(req)
+        for part in parts:
+            records = records_of(req.api_key, part, context)
+            if records:
+                self.tables.topics.add("records", records, part.get("topic"), part.get("topic_id"))
+
     def _context(self, req: Request) -> dict[str, Any]:
         return {
             "capture": self.tables.capture,

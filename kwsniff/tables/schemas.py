@@ -75,6 +75,21 @@ CONNECTIONS = pa.schema(
         ("client_id", pa.string()),
         ("client_software_name", pa.string()),
         ("client_software_version", pa.string()),
+        ("protocol_guess", pa.string()),
+        ("tls", pa.bool_()),
+        ("tls_version", pa.string()),
+        ("tls_sni", pa.string()),
+        ("sasl_mechanism", pa.string()),
+        ("sasl_outcome", pa.string()),
+        ("sasl_tokens", pa.int64()),
+        ("sasl_authenticated", pa.bool_()),
+        # The accounting invariant, per direction (README "Accounting"): stream_bytes = frame_bytes
+        # + gap_bytes + skipped_bytes + sasl_bytes + encrypted_bytes + not_kafka_bytes.
+        *[
+            (f"{kind}_bytes_{d}", pa.int64())
+            for d in ("to_broker", "to_client")
+            for kind in ("stream", "gap", "skipped", "sasl", "encrypted", "not_kafka")
+        ],
     ]
 )
 
@@ -93,9 +108,17 @@ ERRORS = pa.schema(
     ]
 )
 
+# One row per topic-partition per exchange, request and response merged (kwsniff/rows/partitions.py).
+# Produce record facts come from the request, Fetch ones from the response; offsets by API: Produce
+# base_offset (and first/last_offset, the broker-assigned range of the records sent), Fetch
+# fetch_offset/high_watermark/last_stable_offset/log_start_offset and first/last_offset of the records
+# received, ListOffsets target_timestamp (asked) and offset/timestamp (answered), OffsetCommit/
+# OffsetFetch committed_offset, DeleteRecords offset (asked) and log_start_offset (answered),
+# OffsetForLeaderEpoch leader_epoch and offset (its end offset), Metadata leader_id/leader_epoch.
 PARTITIONS = pa.schema(
     _EXCHANGE
     + [
+        ("group_id", pa.string()),
         ("topic", pa.string()),
         ("topic_id", pa.string()),
         ("partition", pa.int32()),
@@ -107,6 +130,10 @@ PARTITIONS = pa.schema(
         ("compression", pa.string()),
         ("crc_errors", pa.int32()),
         ("partial_bytes", pa.int64()),
+        ("control_batches", pa.int32()),
+        ("capped_batches", pa.int32()),
+        ("record_errors", pa.int32()),
+        ("record_error", pa.string()),
         ("fetch_offset", pa.int64()),
         ("base_offset", pa.int64()),
         ("first_offset", pa.int64()),
@@ -114,10 +141,37 @@ PARTITIONS = pa.schema(
         ("high_watermark", pa.int64()),
         ("last_stable_offset", pa.int64()),
         ("log_start_offset", pa.int64()),
+        ("lag", pa.int64()),
         ("committed_offset", pa.int64()),
         ("offset", pa.int64()),
         ("timestamp", pa.int64()),
-        ("lag", pa.int64()),
+        ("target_timestamp", pa.int64()),
+        ("leader_id", pa.int32()),
+        ("leader_epoch", pa.int32()),
+    ]
+)
+
+# One row per record of a Produce request or Fetch response; opt-in (`kwsniff read --records`).
+# Produce offsets are the ones the broker assigned (null when no response assigned any).
+RECORDS = pa.schema(
+    _EXCHANGE
+    + [
+        ("topic", pa.string()),
+        ("topic_id", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", TS),
+        ("timestamp_type", pa.string()),
+        ("key_size", pa.int32()),
+        ("value_size", pa.int32()),
+        ("header_count", pa.int32()),
+        ("producer_id", pa.int64()),
+        ("producer_epoch", pa.int16()),
+        ("sequence", pa.int32()),
+        ("compression", pa.string()),
+        ("is_control", pa.bool_()),
+        ("key", pa.binary()),  # only with --record-payloads
+        ("value", pa.binary()),
     ]
 )
 
@@ -126,5 +180,9 @@ SCHEMAS: dict[str, pa.Schema] = {
     "connections": CONNECTIONS,
     "errors": ERRORS,
     "partitions": PARTITIONS,
+    "records": RECORDS,
 }
 TABLES = tuple(SCHEMAS)
+# Tables written only when asked for; every other table is always written, empty or not.
+OPT_IN_TABLES = frozenset({"records"})
+DEFAULT_TABLES = tuple(t for t in SCHEMAS if t not in OPT_IN_TABLES)

@@ -1,0 +1,216 @@
+"""What each fuzz target does with one input. Plain functions, no atheris, so tests can replay inputs.
+
+The only allowed outcomes are a result or the project's own error (CaptureError, DecodeError); any
+other exception, and any broken accounting invariant (AssertionError), is a finding.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from segments import ACK, FIN, RST, SYN, ipv4_tcp, segments
+
+from kwsniff.capture import CaptureError, open_capture_file
+from kwsniff.kafka import Conversation, ConversationHandler
+from kwsniff.net import parse_tcp
+from kwsniff.protocol import (
+    DecodeError,
+    decode_request,
+    decode_request_view,
+    decode_response,
+    decode_response_view,
+    parse_request_header,
+    parse_response_header,
+    schema_triples,
+)
+from kwsniff.records import summarize_records
+from kwsniff.rows import ListSink
+from kwsniff.session import Session
+from kwsniff.tcp import SNAPLEN, TcpReassembler
+
+LINKTYPE_IPV4 = 228
+# Records are decompressed up to this much per batch: enough for every real seed, small enough that a
+# fuzzed bomb costs milliseconds, not the default 64 MiB.
+RECORDS_CAP = 1 << 20
+
+
+def capture(data: bytes) -> None:
+    """(a) pcap/pcapng/gzip reader over a file object, every packet through the link/IP/TCP parser."""
+    try:
+        reader = open_capture_file(io.BytesIO(data), "fuzz.pcap")
+    except CaptureError as exc:
+        assert "\n" not in str(exc), "a CaptureError is one line"
+        return
+    count = 0
+    for _ts, linktype, packet in reader.packets():
+        count += 1
+        parse_tcp(linktype, packet)
+    assert reader.stats["records"] == count
+    assert reader.truncated or not any("cut short" in w for w in reader.warnings)
+
+
+class _Counting(ConversationHandler):
+    def __init__(self) -> None:
+        self.requests = 0
+        self.outcomes = 0
+
+    def request(self, req: object, body: memoryview | bytes) -> None:
+        self.requests += 1
+
+    def exchange(self, req: object, resp: object, status: str) -> None:
+        self.outcomes += 1
+
+
+def stream(data: bytes) -> None:
+    """(b) two TcpReassemblers feeding a Conversation's two FrameSplitters; every byte accounted for."""
+    handler = _Counting()
+    conv = Conversation(handler, max_frame_size=1 << 20, synced=(True, True))
+    splitters = (conv.client, conv.broker)
+    fed = [0, 0]
+    gaps = [0, 0]
+    snaplen_gaps = [0, 0]
+    sent = [0, 0]  # payload bytes and snaplen-cut bytes of every segment, per direction
+
+    def wire(d: int) -> tuple[Callable[[int, memoryview | bytes], None], Callable[[int, int, str], None]]:
+        def on_data(ts: int, chunk: memoryview | bytes) -> None:
+            fed[d] += len(chunk)
+            splitters[d].data(ts, bytes(chunk))
+
+        def on_gap(ts: int, nbytes: int, reason: str) -> None:
+            assert nbytes > 0, f"gap of {nbytes} bytes"
+            gaps[d] += nbytes
+            if reason == SNAPLEN:
+                snaplen_gaps[d] += nbytes
+            splitters[d].gap(ts, nbytes)
+
+        return on_data, on_gap
+
+    rs = [TcpReassembler(*wire(d), max_ooo_bytes=64 << 10, max_ooo_segments=64) for d in (0, 1)]
+    ts = 0
+    for d, ts, seq, ack, flags, payload, missing in segments(data):
+        r = rs[d]
+        if flags & SYN:
+            r.syn(seq)
+            seq = (seq + 1) & 0xFFFFFFFF
+        if flags & ACK:
+            rs[1 - d].peer_ack(ts, ack)
+        if payload or missing:
+            sent[d] += len(payload) + missing
+            r.segment(ts, seq, payload, missing)
+        if flags & FIN:
+            r.fin(ts, (seq + len(payload) + missing) & 0xFFFFFFFF)
+        if flags & RST:
+            break
+    for r in rs:
+        r.flush(ts)
+    conv.close(ts)
+    for d in (0, 1):
+        r, s = rs[d], splitters[d]
+        assert r.bytes_delivered == fed[d], (d, r.bytes_delivered, fed[d])
+        assert r.gap_bytes == gaps[d], (d, r.gap_bytes, gaps[d])
+        assert r.buffered_bytes == 0, (d, r.buffered_bytes)
+        assert sent[d] == fed[d] + r.bytes_duplicate + snaplen_gaps[d], (
+            d,
+            sent[d],
+            fed[d],
+            r.bytes_duplicate,
+        )
+        assert s.buffered == 0, (d, s.buffered)
+        assert s.frame_bytes + s.skipped_bytes == fed[d], (d, s.frame_bytes, s.skipped_bytes, fed[d])
+    assert handler.outcomes == conv.requests, (handler.outcomes, conv.requests)
+
+
+_TRIPLES = schema_triples()
+_INDEX = {triple: i for i, triple in enumerate(_TRIPLES)}
+_PREFIX = struct.Struct(">hhB")  # api key, api version, flags (bit 0: response)
+
+
+def decoder_input(api_key: int, api_version: int, response: bool, frame: bytes) -> bytes:
+    """A decoders-target input: which message, then a frame (header + body, no size prefix)."""
+    return _PREFIX.pack(api_key, api_version, int(response)) + frame
+
+
+def decoders(data: bytes) -> None:
+    """(c) request/response header parsers, then the body decoders of a schema (api key, version)."""
+    if len(data) < _PREFIX.size:
+        return
+    api_key, api_version, flags = _PREFIX.unpack_from(data)
+    response = bool(flags & 1)
+    direction = "response" if response else "request"
+    if (api_key, api_version, direction) not in _INDEX:
+        # Every input decodes something: map unknown pairs onto the schema set.
+        api_key, api_version, direction = _TRIPLES[(api_key * 131 + api_version) % len(_TRIPLES)]
+        response = direction == "response"
+    frame = memoryview(data)[_PREFIX.size :]
+    try:
+        if response:
+            _corr, hlen = parse_response_header(frame, api_key, api_version)
+        else:
+            _key, _version, _corr, _client_id, hlen = parse_request_header(frame)
+    except DecodeError:
+        hlen = 0  # still decode the bytes as a body: the header parser is not the only way in
+    body = frame[hlen:]
+    decode, decode_view = (
+        (decode_response, decode_response_view) if response else (decode_request, decode_request_view)
+    )
+    try:
+        whole = decode(api_key, api_version, body)
+    except DecodeError as exc:
+        assert 0 <= exc.offset <= len(body), (exc.offset, len(body))
+        return
+    assert decode_view(api_key, api_version, body).keys() == whole.keys()
+
+
+def records(data: bytes) -> None:
+    """(d) the record decoder with every record materialised; it must never raise."""
+    flags = data[0] if data else 0
+    summary = summarize_records(
+        data[1:],
+        want_records=True,
+        want_payloads=bool(flags & 1),
+        max_decompressed=RECORDS_CAP,
+        max_depth=1 + (flags >> 1 & 3),
+        check_crc=not flags & 8,
+    )
+    assert summary.records is not None
+    assert summary.partial_bytes <= max(len(data) - 1, 0)
+
+
+def session(data: bytes) -> None:
+    """The whole core: the segments as IPv4 packets through a Session into rows; accounting must add up."""
+    sink = ListSink()
+    sess = Session("fuzz", sink)
+    for d, ts, seq, ack, flags, payload, missing in segments(data):
+        sess.packet(ts, LINKTYPE_IPV4, ipv4_tcp(d, seq, ack, flags, payload, missing))
+    stats = sess.finish()
+    # The session's own per-direction accounting check (stream = frames + gaps + skips + ...).
+    assert getattr(stats, "accounting_mismatches", 0) == 0, "connections whose bytes do not add up"
+    for row in sink.tables["connections"]:
+        # Every byte seen (after deduplication) was delivered into a frame, a skip or another counted
+        # kind, or was cut by the snaplen (a gap); lost segments are gaps too but were never seen.
+        seen = row["bytes_to_broker"] + row["bytes_to_client"] - row["duplicate_bytes"]
+        delivered = delivered_bytes(row)
+        assert delivered <= seen <= delivered + row["gap_bytes"], (seen, delivered, row)
+
+
+def delivered_bytes(row: dict[str, Any]) -> int:
+    """Stream bytes of a `connections` row that were delivered in order: framed, skipped or set aside."""
+    total: int = row["frame_bytes_to_broker"] + row["frame_bytes_to_client"]
+    for kind in ("skipped", "sasl", "encrypted", "not_kafka"):
+        per_direction = [row.get(f"{kind}_bytes_{d}") for d in ("to_broker", "to_client")]
+        total += sum(per_direction) if None not in per_direction else row.get(f"{kind}_bytes", 0)  # type: ignore[arg-type]
+    return total
+
+
+TARGETS: dict[str, Callable[[bytes], None]] = {
+    "capture": capture,
+    "stream": stream,
+    "decoders": decoders,
+    "records": records,
+    "session": session,
+}
+# libFuzzer's -max_len per target: large enough for the seeds, small enough to stay fast.
+MAX_LEN = {"capture": 65536, "stream": 65536, "decoders": 16384, "records": 65536, "session": 65536}

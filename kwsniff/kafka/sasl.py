@@ -1,0 +1,118 @@
+"""SASL on a Kafka connection: what was negotiated and how it ended, never the secret. No I/O.
+
+Kafka protocol guide, "SASL Authentication Sequence": the client sends SaslHandshake (api key 17)
+naming a mechanism. After a v0 handshake the SASL tokens travel as bare int32-size-prefixed blobs,
+not Kafka requests (KIP-43); from v1 on they travel inside SaslAuthenticate (api key 36) requests
+and responses (KIP-152), which also carry an error code when authentication fails. Kafka 0.9
+clients skipped the handshake and opened with a GSSAPI token straight away.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+
+OK = "ok"
+UNFINISHED = "unfinished"
+
+# SaslAuthenticate round trips a mechanism needs before the broker has accepted the client.
+_ROUNDS = {"PLAIN": 1, "OAUTHBEARER": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2}
+# GSS-API InitialContextToken: [APPLICATION 0] tag (RFC 2743 section 3.1).
+_GSSAPI_TAG = 0x60
+# Fields that carry credentials, per API key: SaslAuthenticate tokens (PLAIN password, SCRAM proof),
+# AlterUserScramCredentials salted passwords, delegation token HMACs.
+SECRET_FIELDS = {
+    SASL_AUTHENTICATE: ("auth_bytes",),
+    38: ("hmac",),  # CreateDelegationToken response
+    39: ("hmac",),  # RenewDelegationToken request
+    40: ("hmac",),  # ExpireDelegationToken request
+    41: ("hmac",),  # DescribeDelegationToken response
+    51: ("salted_password",),  # AlterUserScramCredentials request
+}
+
+
+def looks_like_gssapi_token(view: memoryview | bytes, max_size: int = 64 * 1024) -> bool:
+    """A size-prefixed GSS-API initial token (Kafka 0.9 clients sent one before any request)."""
+    if len(view) < 5:
+        return False
+    size = int.from_bytes(view[0:4], "big", signed=True)
+    return 1 <= size <= max_size and view[4] == _GSSAPI_TAG
+
+
+def redact(api_key: int, msg: Any) -> Any:
+    """``msg`` with every credential field replaced by ``{"redacted": <byte count>}`` (in place)."""
+    fields = SECRET_FIELDS.get(api_key)
+    if fields:
+        _redact(msg, fields)
+    return msg
+
+
+def _redact(value: Any, fields: tuple[str, ...]) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in fields and isinstance(item, (bytes, bytearray, memoryview)):
+                value[key] = {"redacted": len(item)}
+            else:
+                _redact(item, fields)
+    elif isinstance(value, list):
+        for item in value:
+            _redact(item, fields)
+
+
+class SaslProgress:
+    """The SASL exchange of one connection, from its handshake to the first request after it."""
+
+    __slots__ = (
+        "mechanism",
+        "handshake_version",
+        "error",
+        "rounds_ok",
+        "tokens",
+        "token_count",
+        "token_bytes",
+        "authenticated",
+        "started",
+    )
+
+    def __init__(self) -> None:
+        self.mechanism: str | None = None
+        self.handshake_version: int | None = None
+        self.error: str | None = None  # error name of the first failing SASL response
+        self.rounds_ok = 0  # SaslAuthenticate responses without error
+        self.tokens = 0  # bare tokens (after a v0 handshake, or a 0.9 GSSAPI opening)
+        self.token_count = [0, 0]  # the same, per direction
+        self.token_bytes = [0, 0]  # per direction (client to broker, broker to client), prefixes included
+        self.authenticated = False
+        self.started = False
+
+    def handshake_request(self, version: int, mechanism: str | None) -> None:
+        self.started = True
+        self.handshake_version = version
+        self.mechanism = mechanism
+
+    def failed(self, error: str) -> None:
+        if self.error is None:
+            self.error = error
+
+    def token(self, direction: int, nbytes: int) -> None:
+        self.started = True
+        self.tokens += 1
+        self.token_count[direction] += 1
+        self.token_bytes[direction] += nbytes
+
+    def request_after(self) -> None:
+        """A request other than the SASL ones: the client is past authentication."""
+        if self.error is None:
+            self.authenticated = True
+
+    @property
+    def outcome(self) -> str | None:
+        if not self.started:
+            return None
+        if self.error is not None:
+            return f"failed: {self.error}"
+        if self.authenticated or self.rounds_ok >= _ROUNDS.get(self.mechanism or "", 1 << 30):
+            return OK
+        return UNFINISHED

@@ -1,0 +1,207 @@
+"""Decoded exchanges for people: a Wireshark-style tree, or one JSON object per line. Pure functions.
+
+Input is a `requests` row built with ``keep_messages=True`` (see :class:`kwsniff.rows.TableBuilder`):
+the row's columns plus the decoded ``request``/``response`` dicts and the connection's endpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kwsniff.rows.extract import error_rows
+
+JSON_HEX_BYTES = 32  # bytes of a bytes/records field shown as hex in --json
+TREE_HEX_BYTES = 16  # ... and in the tree
+INDENT = "  "
+INLINE_WIDTH = 100  # a list item whose fields fit this many characters is printed on one line
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Statuses that are a normal outcome, not a problem: acks=0 Produce requests get no response.
+_FINE_STATUSES = ("ok", "no_response_expected")
+
+
+@dataclass
+class ExchangeFilter:
+    """Which exchanges `show` prints; empty criteria match everything."""
+
+    apis: frozenset[str] = frozenset()  # lower-case api names, or api keys as decimal text
+    client_id: str | None = None
+    conn_id: int | None = None
+    errors_only: bool = False
+
+    def matches(self, row: dict[str, Any]) -> bool:
+        if self.apis and row["api_name"].lower() not in self.apis and str(row["api_key"]) not in self.apis:
+            return False
+        if self.client_id is not None and row.get("client_id") != self.client_id:
+            return False
+        if self.conn_id is not None and row["conn_id"] != self.conn_id:
+            return False
+        return not self.errors_only or has_error(row)
+
+
+def has_error(row: dict[str, Any]) -> bool:
+    """A failed exchange: a non-zero error code anywhere in the response, or no usable outcome."""
+    if row["status"] not in _FINE_STATUSES:
+        return True
+    response = row.get("response")
+    return isinstance(response, dict) and next(error_rows(response), None) is not None
+
+
+# -- JSON ------------------------------------------------------------------------------------------
+def iso_time(ts_us: int | None) -> str | None:
+    """UTC ISO-8601 with microseconds, exact (no float rounding)."""
+    if ts_us is None:
+        return None
+    text = (_EPOCH + timedelta(microseconds=ts_us)).isoformat(timespec="microseconds")
+    return text.replace("+00:00", "Z")
+
+
+def plain(value: Any, hex_bytes: int = JSON_HEX_BYTES) -> Any:
+    """A decoded value as JSON-ready data: bytes as {"bytes": N, "hex": prefix}, uuids as text."""
+    if isinstance(value, dict):
+        return {k: plain(v, hex_bytes) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v, hex_bytes) for v in value]
+    if isinstance(value, bytes | bytearray | memoryview):
+        data = bytes(value[:hex_bytes])
+        return {"bytes": len(value), "hex": data.hex()}
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN/Infinity
+    return value
+
+
+def endpoint(ip: str | None, port: int | None) -> str | None:
+    if ip is None:
+        return None
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def exchange_json(row: dict[str, Any]) -> dict[str, Any]:
+    """The JSON object of one exchange, keys in a fixed order."""
+    return {
+        "capture": row["capture"],
+        "conn_id": row["conn_id"],
+        "client": endpoint(row.get("client_ip"), row.get("client_port")),
+        "broker": endpoint(row.get("broker_ip"), row.get("broker_port")),
+        "api_key": row["api_key"],
+        "api_name": row["api_name"],
+        "api_version": row["api_version"],
+        "correlation_id": row["correlation_id"],
+        "client_id": row["client_id"],
+        "ts_request": iso_time(row["ts_request"]),
+        "ts_request_us": row["ts_request"],
+        "ts_response": iso_time(row["ts_response"]),
+        "ts_response_us": row["ts_response"],
+        "latency_ms": row["latency_ms"],
+        "request_bytes": row["request_bytes"],
+        "response_bytes": row["response_bytes"],
+        "status": row["status"],
+        "reason": row["reason"],
+        "throttle_time_ms": row["throttle_time_ms"],
+        "error_code": row["error_code"],
+        "error_name": row["error_name"],
+        "request": plain(row.get("request")),
+        "response": plain(row.get("response")),
+    }
+
+
+def json_line(row: dict[str, Any]) -> str:
+    return json.dumps(exchange_json(row), ensure_ascii=False, separators=(", ", ": "))
+
+
+# -- tree ------------------------------------------------------------------------------------------
+def _scalar(value: Any) -> str:
+    if isinstance(value, bytes | bytearray | memoryview):
+        prefix = bytes(value[:TREE_HEX_BYTES]).hex()
+        more = "..." if len(value) > TREE_HEX_BYTES else ""
+        return f"<{len(value)} bytes> {prefix}{more}" if len(value) else "<0 bytes>"
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    # JSON spelling: null/true/false, and strings quoted with control characters escaped, so a
+    # hostile client id cannot move the terminal's cursor.
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _is_struct_list(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and isinstance(value[0], dict)
+
+
+def _inline(item: dict[str, Any]) -> str | None:
+    """A small struct of scalars on one line (ApiVersions' api_keys, partition lists...)."""
+    if any(isinstance(v, dict) or _is_struct_list(v) for v in item.values()):
+        return None
+    text = "  ".join(f"{k}: {_scalar(v)}" for k, v in item.items())
+    return text if len(text) <= INLINE_WIDTH else None
+
+
+def tree_lines(message: dict[str, Any], depth: int) -> Iterator[str]:
+    """``field: value`` lines of a decoded message, nested structs indented, list items indexed."""
+    pad = INDENT * depth
+    for name, value in message.items():
+        if isinstance(value, dict):
+            yield f"{pad}{name}:"
+            yield from tree_lines(value, depth + 1)
+        elif _is_struct_list(value):
+            yield f"{pad}{name}: [{len(value)}]"
+            for i, item in enumerate(value):
+                inline = _inline(item)
+                if inline is not None:
+                    yield f"{pad}{INDENT}[{i}] {inline}"
+                else:
+                    yield f"{pad}{INDENT}[{i}]"
+                    yield from tree_lines(item, depth + 2)
+        elif isinstance(value, list):
+            yield f"{pad}{name}: [{', '.join(_scalar(v) for v in value)}]"
+        else:
+            yield f"{pad}{name}: {_scalar(value)}"
+
+
+def _error_summary(row: dict[str, Any]) -> str:
+    response = row.get("response")
+    if not response:
+        return ""
+    names = dict.fromkeys(f"{e['error_name']}({e['error_code']})" for e in error_rows(response))
+    return f"  error {', '.join(names)}" if names else ""
+
+
+def header_line(row: dict[str, Any]) -> str:
+    ts = iso_time(row["ts_request"])
+    ends = f"{endpoint(row.get('client_ip'), row.get('client_port'))} -> "
+    ends += f"{endpoint(row.get('broker_ip'), row.get('broker_port'))}"
+    latency = f"  {row['latency_ms']:.3f} ms" if row["latency_ms"] is not None else ""
+    return (
+        f"{ts}  conn {row['conn_id']}  {ends}  {row['api_name']} v{row['api_version']}"
+        f"  corr {row['correlation_id']}  client_id {_scalar(row['client_id'])}  {row['status']}"
+        f"{latency}{_error_summary(row)}"
+    )
+
+
+def tree_text(row: dict[str, Any]) -> str:
+    """One exchange: a header line, then the request and response fields indented below it."""
+    lines = [header_line(row)]
+    if row.get("reason"):
+        lines.append(f"{INDENT}reason: {row['reason']}")
+    for side, size_key in (("request", "request_bytes"), ("response", "response_bytes")):
+        message = row.get(side)
+        size = row.get(size_key)
+        if message is None:
+            lines.append(f"{INDENT}{side}: none")
+            continue
+        lines.append(f"{INDENT}{side} ({size} bytes):" if size is not None else f"{INDENT}{side}:")
+        lines.extend(tree_lines(message, 2))
+    return "\n".join(lines)
+
+
+def render(rows: Iterable[dict[str, Any]], as_json: bool = False) -> Iterator[str]:
+    """Text blocks (tree) or lines (JSON) for the given exchanges."""
+    for row in rows:
+        yield json_line(row) if as_json else tree_text(row)

@@ -1,0 +1,297 @@
+"""The `partitions` table: one row per topic-partition per exchange, request and response merged.
+
+Decoded messages are plain dicts with the spec's snake_case names (DESIGN.md "The schema set"), and
+the per-partition APIs share a few shapes: a list of topics (`name`/`topic` and/or `topic_id`), each
+with a list of partition structs (`partition_index`/`partition`/`index`/`partition_id`) or a list of
+partition numbers (`partition_indexes`, `partitions`), sometimes under a list of groups or
+transactions. Walking by those names covers every per-partition API; what differs per API is which
+field means what, and that is the short table of renames below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from kwsniff.protocol import error_name
+from kwsniff.records import RecordInfo, summarize_records
+from kwsniff.rows.records import record_rows
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+CREATE_TOPICS, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = 19, 21, 23
+DESCRIBE_TOPIC_PARTITIONS = 75
+REQUEST, RESPONSE = 0, 1
+# Responses that name topic ids (KIP-516): Metadata v10+, CreateTopics v7+, DescribeTopicPartitions.
+TOPIC_ID_SOURCES = frozenset({METADATA, CREATE_TOPICS, DESCRIBE_TOPIC_PARTITIONS})
+# Group-membership APIs list partitions as assignments of members, not as partitions the exchange
+# acts on (they belong to a groups table).
+_NOT_PARTITION_APIS = frozenset({68, 69, 76, 77, 88, 89})
+# Lists that name partitions the exchange does not act on: a fetch session's removals (KIP-227).
+_SKIPPED_LISTS = frozenset({"forgotten_topics_data", "aborted_transactions", "record_errors"})
+_PARTITION_KEYS = ("partition_index", "partition", "index", "partition_id")
+_PARTITION_LISTS = ("partition_indexes", "partitions")
+_INT64_MIN = -(2**63)
+
+# Per-partition fields the table carries: spec name -> column.
+_FIELDS: dict[str, str] = {
+    "error_code": "error_code",
+    "fetch_offset": "fetch_offset",
+    "base_offset": "base_offset",
+    "high_watermark": "high_watermark",
+    "last_stable_offset": "last_stable_offset",
+    "log_start_offset": "log_start_offset",
+    "committed_offset": "committed_offset",
+    "offset": "offset",
+    "timestamp": "timestamp",
+    "leader_id": "leader_id",
+    "leader_epoch": "leader_epoch",
+    "committed_leader_epoch": "leader_epoch",
+}
+# Where a field means something else in one API and side; None drops it.
+_RENAMES: dict[tuple[int, int], dict[str, str | None]] = {
+    # A Fetch request's log_start_offset is the follower's own (consumers send -1), not the log's.
+    (FETCH, REQUEST): {**_FIELDS, "log_start_offset": None},
+    # A ListOffsets request's timestamp is the query (-1 latest, -2 earliest, -3 max timestamp, KIP-734).
+    (LIST_OFFSETS, REQUEST): {**_FIELDS, "timestamp": "target_timestamp"},
+    # DeleteRecords answers with the partition's new log start offset.
+    (DELETE_RECORDS, RESPONSE): {**_FIELDS, "low_watermark": "log_start_offset"},
+    (OFFSET_FOR_LEADER_EPOCH, RESPONSE): {**_FIELDS, "end_offset": "offset"},
+}
+_RECORD_FACTS = ("record_count", "record_bytes", "batch_count", "compression")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOptions:
+    """How records fields are read: counts only, or one entry per record (decompressing)."""
+
+    records: bool = False
+    payloads: bool = False
+    max_decompressed: int = 64 * 1024 * 1024
+
+
+COUNTS_ONLY = RecordOptions()
+
+PartKey = tuple[Any, Any, int]  # (group or transaction, topic id or name, partition)
+
+
+def partition_facts(
+    api_key: int, side: int, msg: dict[str, Any], options: RecordOptions = COUNTS_ONLY
+) -> dict[PartKey, dict[str, Any]]:
+    """Every topic-partition one side of an exchange names, with its facts under column names."""
+    if api_key in _NOT_PARTITION_APIS:
+        return {}
+    fields = _RENAMES.get((api_key, side), _FIELDS)
+    out: dict[PartKey, dict[str, Any]] = {}
+    for ctx, item, pkey in _walk(msg, {}, 0):
+        facts = dict(ctx)
+        if item is None:
+            facts["partition"] = pkey
+        else:
+            facts["partition"] = item[pkey]
+            for src, dst in fields.items():
+                if dst is not None:
+                    v = item.get(src)
+                    if type(v) is int:
+                        facts[dst] = v
+            if "records" in item:
+                _record_facts(facts, item["records"], api_key, options)
+            elif api_key == LIST_OFFSETS and item.get("old_style_offsets"):
+                facts["offset"] = item["old_style_offsets"][0]  # v0: a list, newest first
+        key = (ctx.get("scope"), ctx.get("topic_id") or ctx.get("topic"), facts["partition"])
+        facts.pop("scope", None)
+        out.setdefault(key, {}).update(facts)
+    return out
+
+
+def _walk(node: dict[str, Any], ctx: dict[str, Any], depth: int) -> Iterator[tuple[dict, Any, Any]]:
+    """(context, partition struct, its partition key) or (context, None, partition number)."""
+    if depth > 3:
+        return
+    for name, value in node.items():
+        if type(value) is not list or not value or type(value[0]) is not dict or name in _SKIPPED_LISTS:
+            continue
+        for item in value:
+            sub = _context(item, ctx)
+            if "topic" in sub or "topic_id" in sub:
+                pkey = next((k for k in _PARTITION_KEYS if type(item.get(k)) is int), None)
+                if pkey is not None:
+                    yield sub, item, pkey
+                    continue
+                numbers = next((item[k] for k in _PARTITION_LISTS if type(item.get(k)) is list), None)
+                if numbers and type(numbers[0]) is int:
+                    for p in numbers:
+                        yield sub, None, p
+                    continue
+            if sub is not ctx or depth == 0:
+                yield from _walk(item, sub, depth + 1)
+
+
+def _context(item: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
+    """ctx plus the topic, topic id, group or transaction an item names (ctx itself if none)."""
+    out = None
+    for k in ("topic", "topic_name", "name"):
+        v = item.get(k)
+        if type(v) is str and v:
+            out = {**ctx, "topic": v}
+            break
+    tid = item.get("topic_id")
+    # The all-zero uuid means "no topic id" (KIP-516): names are the key then.
+    if tid is not None and getattr(tid, "int", 1) != 0:
+        out = {**(out or ctx), "topic_id": str(tid)}
+    for k in ("group_id", "transactional_id"):
+        v = item.get(k)
+        if type(v) is str:
+            out = {**(out or ctx), "scope": v}
+            if k == "group_id":
+                out["group_id"] = v
+    return ctx if out is None else out
+
+
+def _record_facts(facts: dict[str, Any], data: Any, api_key: int, options: RecordOptions) -> None:
+    s = summarize_records(
+        data,
+        want_records=options.records,
+        want_payloads=options.payloads,
+        max_decompressed=options.max_decompressed,
+    )
+    facts.update(
+        record_count=s.record_count,
+        record_bytes=s.record_bytes,
+        batch_count=s.batch_count,
+        compression=s.compression or None,
+        crc_errors=s.crc_errors,
+        partial_bytes=s.partial_bytes,
+        control_batches=s.control_batches,
+        capped_batches=s.capped_batches,
+        record_errors=len(s.errors),
+        record_error=s.errors[0] if s.errors else None,
+    )
+    if api_key != PRODUCE:
+        # A Produce request's offsets are the producer's placeholders; the broker assigns them.
+        facts["first_offset"] = s.base_offset
+        facts["last_offset"] = s.last_offset
+    if s.records is not None:
+        facts["_records"] = s.records
+
+
+def record_totals(info: dict[str, Any], parts: dict[PartKey, dict[str, Any]]) -> None:
+    """`requests.record_count` / `record_bytes`: sums over the partitions that carry records."""
+    counts = [p["record_count"] for p in parts.values() if "record_count" in p]
+    if counts:
+        info["record_count"] = sum(counts)
+        info["record_bytes"] = sum(p["record_bytes"] for p in parts.values() if "record_bytes" in p)
+
+
+def topic_ids(msg: dict[str, Any]) -> dict[str, str]:
+    """Topic id -> name from a response that lists both."""
+    return {
+        str(t["topic_id"]): t["name"]
+        for t in msg.get("topics") or ()
+        if t.get("topic_id") and t.get("name") and getattr(t["topic_id"], "int", 1) != 0
+    }
+
+
+def merged_rows(api_key: int, reqi: dict[str, Any], respi: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Request and response facts of each topic-partition merged into one `partitions` row.
+
+    Produce counts come from the request (what the producer sent), Fetch counts from the response
+    (what the consumer received): only the side with a records field has them. A row keeps its
+    records (``_records``, when --records asked for them) for :func:`records_of`."""
+    req_parts: dict[PartKey, dict[str, Any]] = reqi.get("partitions") or {}
+    resp_parts: dict[PartKey, dict[str, Any]] = respi.get("partitions") or {}
+    group = reqi.get("group_id")
+    for key in dict.fromkeys([*req_parts, *resp_parts]):
+        row = {**req_parts.get(key, {}), **resp_parts.get(key, {})}
+        if group is not None and "group_id" not in row:
+            row["group_id"] = group  # OffsetCommit/OffsetFetch v0-7 responses do not repeat it
+        if api_key == PRODUCE and "record_count" in row:
+            base = row.get("base_offset")
+            if row.get("error_code") == 0 and base is not None and base >= 0:
+                row["first_offset"] = base
+                row["last_offset"] = base + row["record_count"] - 1 if row["record_count"] else None
+        if "high_watermark" in row and "fetch_offset" in row:
+            row["lag"] = row["high_watermark"] - row["fetch_offset"]
+        code = row.get("error_code")
+        row["error_name"] = error_name(code) if code is not None else None
+        yield row
+
+
+def records_of(api_key: int, row: dict[str, Any], context: dict[str, Any]) -> list[dict[str, Any]]:
+    """The `records` rows of one merged partitions row (empty unless --records)."""
+    infos: list[RecordInfo] | None = row.pop("_records", None)
+    if not infos:
+        return []
+    first: int | None = None
+    if api_key == PRODUCE:
+        # The broker assigns a Produce request's records consecutive offsets from base_offset, in
+        # the order sent; only when every record could be read is the n-th one's offset known.
+        if row.get("first_offset") is not None and len(infos) == row.get("record_count"):
+            first = row["first_offset"]
+        return record_rows(context, row, infos, first, assign=True)
+    return record_rows(context, row, infos, None, assign=False)
+
+
+# -- topic ids -------------------------------------------------------------------------------------
+MAX_HELD_ROWS = 100_000
+
+
+class TopicNames:
+    """Topic ids to names for one capture, and the rows waiting for a name.
+
+    Names come from responses seen on any connection; a row whose id is not known yet is held until
+    a later response names it or the capture ends (bounded: past ``max_held`` rows, rows are written
+    with the id only and counted as ``held_overflow``)."""
+
+    def __init__(self, sink: Any, max_held: int = MAX_HELD_ROWS) -> None:
+        self.sink = sink
+        self.names: dict[Any, str] = {}
+        self.held: list[tuple[str, dict[str, Any]]] = []
+        self.max_held = max_held
+        self.held_overflow = 0
+        self.unresolved = 0
+
+    def learn(self, ids: dict[str, str]) -> None:
+        names = self.names
+        if not ids or all(names.get(k) == v for k, v in ids.items()):
+            return
+        names.update(ids)
+        if self.held:
+            waiting = []
+            for table, row in self.held:
+                name = names.get(row["topic_id"])
+                if name is None:
+                    waiting.append((table, row))
+                else:
+                    row["topic"] = name
+                    self.sink.add(table, row)
+            self.held = waiting
+
+    def add(self, table: str, rows: list[dict[str, Any]], topic: str | None, topic_id: str | None) -> None:
+        """Write rows of one topic, naming it first when only its id is known."""
+        if topic is None and topic_id is not None:
+            topic = self.names.get(topic_id)
+            if topic is None:
+                room = self.max_held - len(self.held)
+                self.held.extend((table, row) for row in rows[:room])
+                if len(rows) <= room:
+                    return
+                self.held_overflow += len(rows) - room
+                rows = rows[room:]
+            else:
+                for row in rows:
+                    row["topic"] = topic
+        add = self.sink.add
+        for row in rows:
+            add(table, row)
+
+    def finish(self) -> None:
+        """End of capture: the second pass over held rows, then write them named or not."""
+        names = self.names
+        for table, row in self.held:
+            name = names.get(row["topic_id"])
+            if name is None:
+                self.unresolved += 1
+            row["topic"] = name
+            self.sink.add(table, row)
+        self.held = []

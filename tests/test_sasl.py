@@ -1,0 +1,264 @@
+"""SASL on Kafka connections: raw tokens after a v0 handshake, SaslAuthenticate, 0.9 GSSAPI openings,
+and secrets that never reach a table (Kafka protocol guide, "SASL Authentication Sequence")."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import struct
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+from kafkawire import (
+    API_VERSIONS_V0_RESPONSE,
+    LINKTYPE_RAW_IPV4,
+    METADATA_V0_REQUEST,
+    METADATA_V0_RESPONSE,
+    Flow,
+    request,
+    response,
+)
+from realparts import CapturedTraffic
+
+from kwsniff.rows import ListSink
+from kwsniff.session import Session, SessionOptions, accounting_difference
+
+PASSWORD = "s3cr3t-Pa55word"
+PLAIN_TOKEN = b"\x00alice\x00" + PASSWORD.encode()
+
+
+def run(packets: list[tuple[int, bytes]], **kw: Any) -> ListSink:
+    sink = ListSink()
+    session = Session("sasl.pcap", sink, SessionOptions(**kw), keep_messages=True)
+    for ts, data in packets:
+        session.packet(ts, LINKTYPE_RAW_IPV4, data)
+    session.finish()
+    return sink
+
+
+def token(data: bytes) -> bytes:
+    return struct.pack(">i", len(data)) + data
+
+
+def string(s: str) -> bytes:
+    return struct.pack(">h", len(s)) + s.encode()
+
+
+def handshake_response(error: int, *mechanisms: str) -> bytes:
+    return struct.pack(">hi", error, len(mechanisms)) + b"".join(string(m) for m in mechanisms)
+
+
+def authenticate_response_v1(error: int, auth: bytes) -> bytes:
+    return struct.pack(">hh", error, -1) + token(auth) + struct.pack(">q", 0)
+
+
+def statuses(sink: ListSink) -> list[tuple[str, int, str]]:
+    return [(r["api_name"], r["correlation_id"], r["status"]) for r in sink.tables["requests"]]
+
+
+def sasl_columns(conn: dict[str, Any]) -> tuple[Any, ...]:
+    return (conn["sasl_mechanism"], conn["sasl_outcome"], conn["sasl_tokens"], conn["sasl_authenticated"])
+
+
+def v0_session(tokens: list[tuple[int, bytes]], mechanism: str = "PLAIN") -> Flow:
+    f = Flow().handshake()
+    f.send(0, request(18, 0, 1))
+    f.send(1, response(1, API_VERSIONS_V0_RESPONSE))
+    f.send(0, request(17, 0, 2, string(mechanism)))
+    f.send(1, response(2, handshake_response(0, "PLAIN", "SCRAM-SHA-256")))
+    for d, data in tokens:
+        f.send(d, token(data))
+    f.send(0, request(3, 0, 3, METADATA_V0_REQUEST))
+    f.send(1, response(3, METADATA_V0_RESPONSE))
+    f.close()
+    return f
+
+
+def test_raw_tokens_after_a_v0_handshake_are_counted_not_decoded_and_later_requests_decode() -> None:
+    # PLAIN: one client token, and an empty token from the broker when it accepts.
+    sink = run(v0_session([(0, PLAIN_TOKEN), (1, b"")]).packets)
+    assert statuses(sink) == [("ApiVersions", 1, "ok"), ("SaslHandshake", 2, "ok"), ("Metadata", 3, "ok")]
+    (conn,) = sink.tables["connections"]
+    assert sasl_columns(conn) == ("PLAIN", "ok", 2, True)
+    assert (conn["sasl_bytes_to_broker"], conn["sasl_bytes_to_client"]) == (4 + len(PLAIN_TOKEN), 4)
+    assert (conn["frames_to_broker"], conn["frames_to_client"]) == (3, 3)
+    assert (conn["decode_errors"], conn["undecodable_frames"], conn["skipped_bytes"]) == (0, 0, 0)
+    assert accounting_difference(conn, "to_broker") == accounting_difference(conn, "to_client") == 0
+    assert PASSWORD not in repr(sink.tables)
+
+
+def test_scram_takes_two_round_trips_of_raw_tokens() -> None:
+    tokens = [
+        (0, b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL"),
+        (1, b"r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,s=QSXCR+Q6sek8bf92,i=4096"),
+        (0, b"c=biws,r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,p=v0X8v3Bz2T0CJGbJQyF0X+HI4Ts="),
+        (1, b"v=rmF9pqV8S7suAoZWja4dJRkFsKQ="),
+    ]
+    sink = run(v0_session(tokens, "SCRAM-SHA-256").packets)
+    (conn,) = sink.tables["connections"]
+    assert sasl_columns(conn) == ("SCRAM-SHA-256", "ok", 4, True)
+    assert conn["sasl_bytes_to_broker"] == sum(4 + len(t) for d, t in tokens if d == 0)
+    assert statuses(sink)[-1] == ("Metadata", 3, "ok")
+    assert "p=v0X8v3Bz2T0CJGbJQyF0X+HI4Ts=" not in repr(sink.tables)
+
+
+def test_a_connection_that_ends_during_the_token_exchange_is_unfinished() -> None:
+    f = Flow().handshake()
+    f.send(0, request(17, 0, 2, string("PLAIN")))
+    f.send(1, response(2, handshake_response(0, "PLAIN")))
+    f.send(0, token(PLAIN_TOKEN))
+    f.close()  # a v0 broker rejects a bad password by closing the connection
+    (conn,) = run(f.packets).tables["connections"]
+    assert sasl_columns(conn) == ("PLAIN", "unfinished", 1, False)
+
+
+def test_sasl_authenticate_tokens_are_redacted_in_kept_messages() -> None:
+    f = Flow().handshake()
+    f.send(0, request(17, 1, 1, string("PLAIN")))
+    f.send(1, response(1, handshake_response(0, "PLAIN")))
+    f.send(0, request(36, 1, 2, token(PLAIN_TOKEN)))
+    f.send(1, response(2, authenticate_response_v1(0, b"")))
+    f.send(0, request(3, 0, 3, METADATA_V0_REQUEST))
+    f.send(1, response(3, METADATA_V0_RESPONSE))
+    f.close()
+    sink = run(f.packets)
+    assert statuses(sink) == [
+        ("SaslHandshake", 1, "ok"),
+        ("SaslAuthenticate", 2, "ok"),
+        ("Metadata", 3, "ok"),
+    ]
+    auth = sink.tables["requests"][1]
+    assert auth["request"] == {"auth_bytes": {"redacted": len(PLAIN_TOKEN)}}
+    assert auth["response"]["auth_bytes"] == {"redacted": 0}
+    (conn,) = sink.tables["connections"]
+    assert sasl_columns(conn) == ("PLAIN", "ok", 0, True)
+    assert PASSWORD not in repr(sink.tables)
+
+
+def test_a_rejected_sasl_authenticate_is_a_failed_outcome() -> None:
+    f = Flow().handshake()
+    f.send(0, request(17, 1, 1, string("PLAIN")))
+    f.send(1, response(1, handshake_response(0, "PLAIN")))
+    f.send(0, request(36, 1, 2, token(PLAIN_TOKEN)))
+    f.send(1, response(2, authenticate_response_v1(58, b"")))
+    f.close()
+    sink = run(f.packets)
+    (conn,) = sink.tables["connections"]
+    assert sasl_columns(conn) == ("PLAIN", "failed: SASL_AUTHENTICATION_FAILED", 0, False)
+    assert sink.tables["requests"][1]["error_name"] == "SASL_AUTHENTICATION_FAILED"
+
+
+def test_a_first_packet_that_is_a_gssapi_token_is_sasl_not_garbage() -> None:
+    # Kafka 0.9 clients opened with a GSSAPI token (tag 0x60) before any Kafka request.
+    f = Flow().handshake()
+    f.send(0, token(b"\x60\x82\x02\x10\x06\x09\x2a\x86\x48\x86\xf7\x12\x01\x02\x02" + bytes(40)))
+    f.send(1, token(b"\x60\x81\x90\x06\x09" + bytes(20)))
+    f.send(0, request(3, 0, 7, METADATA_V0_REQUEST))
+    f.send(1, response(7, METADATA_V0_RESPONSE))
+    f.close()
+    sink = run(f.packets)
+    assert statuses(sink) == [("Metadata", 7, "ok")]
+    (conn,) = sink.tables["connections"]
+    assert (conn["kafka"], conn["not_kafka_bytes"], conn["skipped_bytes"]) == (True, 0, 0)
+    assert sasl_columns(conn) == ("GSSAPI", "ok", 2, True)
+    assert (conn["sasl_bytes_to_broker"], conn["sasl_bytes_to_client"]) == (4 + 55, 4 + 25)
+
+
+# --- real clients against the real broker ------------------------------------------------------
+
+
+def sasl_with_confluent(bootstrap: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(
+        {
+            "bootstrap.servers": bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "alice",
+            "sasl.password": PASSWORD,
+            "reconnect.backoff.ms": 500,
+            "reconnect.backoff.max.ms": 500,
+            "log_level": 0,
+        }
+    )
+    # tansu refuses the mechanism, so the client never gets metadata.
+    with contextlib.suppress(Exception):
+        admin.list_topics(timeout=1.5)
+
+
+def sasl_with_kafka_python(bootstrap: str) -> None:
+    from kafka import KafkaAdminClient
+
+    with contextlib.suppress(Exception):
+        KafkaAdminClient(
+            bootstrap_servers=bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="PLAIN",
+            sasl_plain_username="alice",
+            sasl_plain_password=PASSWORD,
+            bootstrap_timeout_ms=1500,
+            reconnect_backoff_ms=500,
+        ).close()
+
+
+def read_tables(traffic: CapturedTraffic, out: Path) -> tuple[dict[str, list[dict[str, Any]]], str]:
+    args = ["read", str(traffic.pcap), "--out", str(out), "--broker-port", str(traffic.port)]
+    done = subprocess.run(
+        [sys.executable, "-m", "kwsniff", *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    tables = {
+        name: ds.dataset(out / name).to_table().to_pylist() for name in ("requests", "connections", "errors")
+    }
+    show = subprocess.run(
+        [sys.executable, "-m", "kwsniff", "show", "--json", str(traffic.pcap), "-p", str(traffic.port)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert show.returncode == 0, show.stderr
+    return tables, show.stdout
+
+
+def check_refused_plain(
+    capture_traffic: Callable[..., CapturedTraffic], workload: Callable[[str], None], tmp_path: Path
+) -> None:
+    traffic = capture_traffic(workload)
+    tables, shown = read_tables(traffic, tmp_path / "tables")
+    # tansu 0.6 answers SaslHandshake v1 with UNSUPPORTED_SASL_MECHANISM (while listing PLAIN), so the
+    # client never sends its credentials and gives up on each connection after the handshake.
+    sasl_conns = [c for c in tables["connections"] if c["sasl_mechanism"] is not None]
+    assert sasl_conns
+    assert {sasl_columns(c) for c in sasl_conns} == {
+        ("PLAIN", "failed: UNSUPPORTED_SASL_MECHANISM", 0, False)
+    }
+    handshakes = [r for r in tables["requests"] if r["api_name"] == "SaslHandshake"]
+    assert {(r["api_version"], r["status"], r["error_name"]) for r in handshakes} == {
+        (1, "ok", "UNSUPPORTED_SASL_MECHANISM")
+    }
+    assert len(handshakes) == len(sasl_conns)
+    assert sum(c["decode_errors"] + c["undecodable_frames"] + c["skipped_bytes"] for c in sasl_conns) == 0
+    assert {(e["api_name"], e["error_name"]) for e in tables["errors"]} == {
+        ("SaslHandshake", "UNSUPPORTED_SASL_MECHANISM")
+    }
+    assert PASSWORD not in repr(tables)
+    assert PASSWORD not in shown
+    shown_handshakes = [json.loads(line) for line in shown.splitlines() if '"SaslHandshake"' in line]
+    assert len(shown_handshakes) == len(handshakes)
+
+
+def test_confluent_kafka_sasl_plain_against_the_real_broker(
+    capture_traffic: Callable[..., CapturedTraffic], tmp_path: Path
+) -> None:
+    check_refused_plain(capture_traffic, sasl_with_confluent, tmp_path)
+
+
+def test_kafka_python_sasl_plain_against_the_real_broker(
+    capture_traffic: Callable[..., CapturedTraffic], tmp_path: Path
+) -> None:
+    check_refused_plain(capture_traffic, sasl_with_kafka_python, tmp_path)

@@ -1,0 +1,399 @@
+"""One TCP connection: two reassemblers, what the connection speaks (Kafka, SASL, TLS, something
+else), then a Conversation, and the `connections` row. No I/O."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kwsniff.kafka import Conversation, plausible_request
+from kwsniff.kafka.opening import answers, request_ids
+from kwsniff.kafka.sasl import looks_like_gssapi_token
+from kwsniff.kafka.tls import TlsHellos, guess_protocol, looks_like_tls
+from kwsniff.net import ACK, FIN, RST, SYN, format_ip
+from kwsniff.rows import ExchangeRows
+from kwsniff.tcp import TcpReassembler
+from kwsniff.tcp.reassembly import SNAPLEN
+
+if TYPE_CHECKING:
+    from kwsniff.session import Session
+
+C2B = 0  # client to broker
+B2C = 1  # broker to client
+
+# Bytes buffered per direction while deciding whether a connection speaks Kafka at all.
+DETECT_BYTES = 64 * 1024
+# Client bytes needed to judge a connection's opening: a size prefix and a request header v1 up to
+# the client id length. The smallest complete request (header v0, empty body) is 12 bytes.
+OPENING_BYTES = 14
+SMALLEST_REQUEST = 12
+# The accounting invariant (README "Accounting"), per direction: every byte the wire carried, by
+# TCP sequence numbers, is in exactly one of these columns once the connection is closed.
+ACCOUNTED = ("frame_bytes", "gap_bytes", "skipped_bytes", "sasl_bytes", "encrypted_bytes", "not_kafka_bytes")
+DIRECTIONS = ("to_broker", "to_client")
+
+
+class Connection:
+    """One TCP connection: two reassemblers, Kafka detection, then a Conversation."""
+
+    __slots__ = (
+        "session",
+        "conn_id",
+        "client",
+        "broker",
+        "rs",
+        "conv",
+        "rows",
+        "kafka",
+        "role_known",
+        "syn_seen",
+        "prebuf",
+        "prebuf_len",
+        "packets",
+        "wire_bytes",
+        "not_kafka_bytes",
+        "lost_bytes",
+        "prebuf_gap",
+        "tls",
+        "encrypted_bytes",
+        "protocol_guess",
+        "on_broker_port",
+        "ts_first",
+        "ts_last",
+        "fin",
+        "rst",
+        "closed",
+        "synced",
+    )
+
+    def __init__(
+        self,
+        session: Session,
+        conn_id: int,
+        client: tuple[bytes, int],
+        broker: tuple[bytes, int],
+        role_known: bool,
+        ts: int,
+    ) -> None:
+        self.session = session
+        self.conn_id = conn_id
+        self.client = client
+        self.broker = broker
+        self.role_known = role_known
+        self.kafka: bool | None = None
+        self.syn_seen = False
+        self.conv: Conversation | None = None
+        self.rows: ExchangeRows | None = None
+        self.prebuf: tuple[list[tuple[int, bytes]], list[tuple[int, bytes]]] = ([], [])
+        self.prebuf_len = [0, 0]
+        self.packets = [0, 0]
+        self.wire_bytes = [0, 0]
+        self.not_kafka_bytes = [0, 0]
+        self.lost_bytes = [0, 0]  # gap bytes the capture never saw (not cut by snaplen)
+        self.prebuf_gap = False
+        self.tls: TlsHellos | None = None
+        self.encrypted_bytes = [0, 0]
+        self.protocol_guess: str | None = None
+        self.on_broker_port = False
+        self.ts_first = ts
+        self.ts_last = ts
+        self.fin = [False, False]
+        self.rst = False
+        self.closed = False
+        self.synced = (False, False)
+        cap = session.options.max_ooo_bytes
+        self.rs = (
+            TcpReassembler(self._c2b_data, self._c2b_gap, max_ooo_bytes=cap),
+            TcpReassembler(self._b2c_data, self._b2c_gap, max_ooo_bytes=cap),
+        )
+
+    # -- per packet ----------------------------------------------------------------------------------
+    def packet(
+        self, d: int, ts: int, seq: int, ack: int, flags: int, payload: memoryview, missing: int
+    ) -> None:
+        self.ts_last = ts
+        self.packets[d] += 1
+        rs = self.rs[d]
+        if flags & SYN:
+            rs.syn(seq)
+            self.syn_seen = True
+            seq = (seq + 1) & 0xFFFFFFFF
+        if flags & ACK:
+            # First what this packet says about the other direction: an ACK past a hole there means
+            # the capture lost those bytes, and the data behind the hole must be delivered before
+            # this packet's payload (it may be the response to a request held behind the hole).
+            self.rs[1 - d].peer_ack(ts, ack)
+        if payload or missing:
+            self.wire_bytes[d] += len(payload) + missing
+            rs.segment(ts, seq, payload, missing)
+        if flags & FIN:
+            rs.fin(ts, (seq + len(payload) + missing) & 0xFFFFFFFF)
+            self.fin[d] = True
+            if self.fin[1 - d]:
+                self.close(ts)
+        if flags & RST:
+            self.rst = True
+            self.close(ts)
+
+    # -- reassembled data ----------------------------------------------------------------------------
+    def _c2b_data(self, ts: int, chunk: memoryview | bytes) -> None:
+        self._data(C2B, ts, chunk)
+
+    def _b2c_data(self, ts: int, chunk: memoryview | bytes) -> None:
+        self._data(B2C, ts, chunk)
+
+    def _c2b_gap(self, ts: int, nbytes: int, reason: str) -> None:
+        if reason != SNAPLEN:
+            self.lost_bytes[C2B] += nbytes
+        self._gap(C2B, ts, nbytes)
+
+    def _b2c_gap(self, ts: int, nbytes: int, reason: str) -> None:
+        if reason != SNAPLEN:
+            self.lost_bytes[B2C] += nbytes
+        self._gap(B2C, ts, nbytes)
+
+    def _data(self, d: int, ts: int, chunk: memoryview | bytes) -> None:
+        conv = self.conv
+        if conv is not None:
+            (conv.client if d == C2B else conv.broker).data(ts, chunk)
+        elif self.tls is not None:
+            self.encrypted_bytes[d] += len(chunk)
+            if self.tls.pending:
+                self.tls.feed(d, chunk)
+        elif self.kafka is False:
+            self.not_kafka_bytes[d] += len(chunk)
+        else:
+            self.prebuf[d].append((ts, bytes(chunk)))
+            self.prebuf_len[d] += len(chunk)
+            self._detect()
+
+    def _gap(self, d: int, ts: int, nbytes: int) -> None:
+        conv = self.conv
+        if conv is not None:
+            (conv.client if d == C2B else conv.broker).gap(ts, nbytes)
+        elif self.kafka is None:
+            # A hole before we know what the stream is: what we buffered can no longer be trusted
+            # to start on a frame boundary, so detection restarts in resync mode.
+            self.synced = (False, False)
+            self.prebuf_gap = True
+            self.prebuf[d].append((ts, b""))
+
+    # -- is this Kafka, and which side is the client? -------------------------------------------------
+    def _detect(self) -> None:
+        session = self.session
+        if self.role_known:
+            trusted = session.is_broker(self.broker)
+            if trusted and (not self.syn_seen or self.prebuf_gap):
+                # The stream's first bytes are not in the capture: its opening cannot be judged,
+                # so the broker port is trusted and the splitter resynchronises.
+                self._start_kafka()
+            else:
+                self._judge_opening(trusted, final=False)
+            return
+        c2b = b"".join(c for _, c in self.prebuf[C2B])
+        # Mid-connection capture on ports nobody named: the client is the side whose bytes parse as
+        # request frames whose correlation ids come back at the start of the other side's frames.
+        # (A response alone can look like a request: correlation id 9 reads as api key 0 version 9.)
+        b2c = b"".join(c for _, c in self.prebuf[B2C])
+        for d, requests, responses in ((C2B, c2b, b2c), (B2C, b2c, c2b)):
+            if answers(request_ids(requests), responses):
+                if d == B2C:
+                    self._swap_roles()
+                self.synced = (False, False)
+                self._start_kafka()
+                return
+        if self.prebuf_len[C2B] >= DETECT_BYTES or self.prebuf_len[B2C] >= DETECT_BYTES:
+            self._not_kafka()
+
+    def _judge_opening(self, trusted: bool, final: bool) -> None:
+        """Kafka, SASL, TLS or something else, from the client's first bytes (a bounded number)."""
+        c2b = b"".join(c for _, c in self.prebuf[C2B])
+        n = len(c2b)
+        if looks_like_tls(c2b):
+            self._start_tls(trusted)
+        elif n >= OPENING_BYTES or (final and n >= SMALLEST_REQUEST):
+            if plausible_request(memoryview(c2b)):
+                self._start_kafka()
+            elif trusted and looks_like_gssapi_token(c2b):
+                # Kafka 0.9 clients opened with a GSSAPI token, no SaslHandshake (protocol guide,
+                # "SASL Authentication Sequence", interoperability with 0.9).
+                self._start_kafka(sasl_mechanism="GSSAPI")
+            else:
+                self._not_kafka()
+        elif final or (n >= 4 and not self._plausible_size(c2b)):
+            self._not_kafka()
+        elif self.prebuf_len[B2C] and n < SMALLEST_REQUEST:
+            # A broker never speaks before it has a whole request: the server spoke first (SSH,
+            # SMTP, a database banner...).
+            self._not_kafka()
+        elif self.prebuf_len[B2C] >= DETECT_BYTES:
+            self._not_kafka()
+
+    def _plausible_size(self, c2b: bytes) -> bool:
+        size = int.from_bytes(c2b[0:4], "big", signed=True)
+        return 1 <= size <= self.session.options.max_frame_size
+
+    def _swap_roles(self) -> None:
+        session = self.session
+        self.client, self.broker = self.broker, self.client
+        self.rs = (self.rs[1], self.rs[0])
+        self.rs[C2B].on_data, self.rs[B2C].on_data = self._c2b_data, self._b2c_data
+        self.rs[C2B].on_gap, self.rs[B2C].on_gap = self._c2b_gap, self._b2c_gap
+        self.prebuf = (self.prebuf[1], self.prebuf[0])
+        self.prebuf_len.reverse()
+        self.packets.reverse()
+        self.wire_bytes.reverse()
+        self.lost_bytes.reverse()
+        self.fin.reverse()
+        session.swap_directions(self)
+
+    def _start_kafka(self, sasl_mechanism: str | None = None) -> None:
+        session = self.session
+        self.kafka = True
+        session.learn_broker(self.broker)
+        synced = (
+            (self.syn_seen, self.syn_seen) if self.synced == (False, False) and self.syn_seen else self.synced
+        )
+        self.rows = session.rows.handler_for(self)
+        conv = Conversation(self.rows, max_frame_size=session.options.max_frame_size, synced=synced)
+        self.conv = conv
+        self.rows.conv = conv
+        if sasl_mechanism is not None:
+            conv.start_sasl_tokens(sasl_mechanism)
+        for d, splitter in ((C2B, conv.client), (B2C, conv.broker)):
+            for ts, chunk in self.prebuf[d]:
+                if chunk:
+                    splitter.data(ts, chunk)
+                else:
+                    splitter.gap(ts, 0)
+        self.prebuf = ([], [])
+
+    def _start_tls(self, on_broker_port: bool) -> None:
+        # Kafka over TLS on a broker port is still a Kafka connection, just not a readable one.
+        self.kafka = on_broker_port
+        self.protocol_guess = "tls"
+        tls = self.tls = TlsHellos()
+        for d in (C2B, B2C):
+            for _, chunk in self.prebuf[d]:
+                tls.feed(d, chunk)
+            self.encrypted_bytes[d] += self.prebuf_len[d]
+        self.prebuf = ([], [])
+
+    def _not_kafka(self) -> None:
+        self.kafka = False
+        self.on_broker_port = self.session.is_broker(self.broker)
+        self.protocol_guess = guess_protocol(
+            b"".join(c for _, c in self.prebuf[C2B])[:16], b"".join(c for _, c in self.prebuf[B2C])[:16]
+        )
+        for d in (C2B, B2C):
+            self.not_kafka_bytes[d] += self.prebuf_len[d]
+        self.prebuf = ([], [])
+
+    # -- end -----------------------------------------------------------------------------------------
+    def row(self) -> dict:
+        """The `connections` row: what this connection carried, and what could not be decoded."""
+        conv, rows = self.conv, self.rows
+        c_ip, c_port = format_endpoint(self.client)
+        b_ip, b_port = format_endpoint(self.broker)
+        rc, rb = self.rs
+        sasl = conv.sasl if conv is not None else None
+        sasl_tokens = sasl.token_count if sasl is not None else [0, 0]
+        sasl_bytes = sasl.token_bytes if sasl is not None else [0, 0]
+        row = {
+            "client_ip": c_ip,
+            "client_port": c_port,
+            "broker_ip": b_ip,
+            "broker_port": b_port,
+            "ts_first": self.ts_first,
+            "ts_last": self.ts_last,
+            "kafka": bool(self.kafka),
+            "syn_seen": self.syn_seen,
+            "fin_seen": self.fin[C2B] or self.fin[B2C],
+            "rst_seen": self.rst,
+            "packets_to_broker": self.packets[C2B],
+            "packets_to_client": self.packets[B2C],
+            "bytes_to_broker": self.wire_bytes[C2B],
+            "bytes_to_client": self.wire_bytes[B2C],
+            "duplicate_bytes": rc.bytes_duplicate + rb.bytes_duplicate,
+            "gaps": rc.gaps + rb.gaps,
+            "gap_bytes": rc.gap_bytes + rb.gap_bytes,
+            "ooo_overflows": rc.ooo_overflows + rb.ooo_overflows,
+            "not_kafka_bytes": self.not_kafka_bytes[C2B] + self.not_kafka_bytes[B2C],
+            "frames_to_broker": conv.client.frames - sasl_tokens[C2B] if conv else 0,
+            "frames_to_client": conv.broker.frames - sasl_tokens[B2C] if conv else 0,
+            "frame_bytes_to_broker": conv.client.frame_bytes - sasl_bytes[C2B] if conv else 0,
+            "frame_bytes_to_client": conv.broker.frame_bytes - sasl_bytes[B2C] if conv else 0,
+            "skipped_bytes": (conv.client.skipped_bytes + conv.broker.skipped_bytes) if conv else 0,
+            "resyncs": (conv.client.resyncs + conv.broker.resyncs) if conv else 0,
+            "requests": conv.requests if conv else 0,
+            "responses": conv.responses if conv else 0,
+            "orphan_responses": conv.orphans if conv else 0,
+            "protocol_guess": self.protocol_guess,
+            "tls": self.tls is not None,
+            "tls_version": self.tls.version if self.tls else None,
+            "tls_sni": self.tls.sni if self.tls else None,
+            "sasl_mechanism": sasl.mechanism if sasl else None,
+            "sasl_outcome": sasl.outcome if sasl else None,
+            "sasl_tokens": sasl.tokens if sasl else 0,
+            "sasl_authenticated": sasl.authenticated if sasl else False,
+        }
+        for d, name in enumerate(DIRECTIONS):
+            # By TCP sequence numbers: bytes seen once, plus those the capture lost.
+            row["stream_bytes_" + name] = self.wire_bytes[d] - self.rs[d].bytes_duplicate + self.lost_bytes[d]
+            row["gap_bytes_" + name] = self.rs[d].gap_bytes
+            row["skipped_bytes_" + name] = (
+                (conv.client if d == C2B else conv.broker).skipped_bytes if conv else 0
+            )
+            row["sasl_bytes_" + name] = sasl_bytes[d]
+            row["encrypted_bytes_" + name] = self.encrypted_bytes[d]
+            row["not_kafka_bytes_" + name] = self.not_kafka_bytes[d]
+        if rows is not None:
+            row.update(rows.connection_fields())
+        return row
+
+    def close(self, ts: int) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for rs in self.rs:
+            rs.flush(ts)
+        if self.kafka is None and (self.prebuf_len[C2B] or self.prebuf_len[B2C]):
+            # Too little data to be sure: a short stream that starts like a request is Kafka.
+            if self.role_known:
+                self._judge_opening(self.session.is_broker(self.broker), final=True)
+            else:
+                self._not_kafka()
+        if self.conv is not None:
+            self.conv.close(ts)
+        self.session.closed(self)
+        # Only the flow-table entry stays (to absorb late retransmissions) until swept. Break the
+        # reference cycles (callbacks bound to this connection) so memory is freed without waiting
+        # for the cycle collector.
+        for rs in self.rs:
+            rs.on_data = _ignore_data
+            rs.on_gap = _ignore_gap
+        if self.rows is not None:
+            self.rows.conv = None
+        self.conv = None
+        self.rows = None
+        self.prebuf = ([], [])
+
+
+def _ignore_data(ts: int, chunk: memoryview | bytes) -> None:
+    pass
+
+
+def _ignore_gap(ts: int, nbytes: int, reason: str) -> None:
+    pass
+
+
+def accounting_difference(row: dict, direction: str) -> int:
+    """Stream bytes minus the bytes accounted for, in one direction of a `connections` row.
+
+    Zero on every closed connection: ``stream_bytes = frame_bytes + gap_bytes + skipped_bytes +
+    sasl_bytes + encrypted_bytes + not_kafka_bytes`` (README "Accounting").
+    """
+    return row["stream_bytes_" + direction] - sum(row[k + "_" + direction] for k in ACCOUNTED)
+
+
+def format_endpoint(endpoint: tuple[bytes, int]) -> tuple[str, int]:
+    return format_ip(endpoint[0]), endpoint[1]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from kwsniff.kafka.framing import GAP, TRUNCATED_AT_END, FrameSplitter
 from kwsniff.kafka.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslProgress
@@ -31,62 +33,30 @@ _MIN_RESPONSE = 4
 MAX_PENDING = 10_000
 
 
-class Request:
-    """A request frame as seen on the wire; ``info`` is free for the layer above (decoded summary)."""
+@dataclass(slots=True)
+class Frame:
+    """Where a frame sat in its stream; ``info`` is free for the layer above (decoded summary)."""
 
-    __slots__ = (
-        "api_key",
-        "api_version",
-        "correlation_id",
-        "client_id",
-        "header_len",
-        "ts_first",
-        "ts_last",
-        "size",
-        "offset",
-        "info",
-        "error",
-    )
-
-    def __init__(
-        self,
-        api_key: int,
-        api_version: int,
-        correlation_id: int,
-        client_id: str | None,
-        header_len: int,
-        ts_first: int,
-        ts_last: int,
-        size: int,
-        offset: int,
-    ) -> None:
-        self.api_key = api_key
-        self.api_version = api_version
-        self.correlation_id = correlation_id
-        self.client_id = client_id
-        self.header_len = header_len
-        self.ts_first = ts_first
-        self.ts_last = ts_last
-        self.size = size
-        self.offset = offset
-        self.info: object = None
-        self.error: str | None = None
+    header_len: int
+    ts_first: int
+    ts_last: int
+    size: int  # with the 4-byte size prefix
+    offset: int  # stream offset of the size prefix
+    info: Any = None
+    error: str | None = None
 
 
-class Response:
-    __slots__ = ("correlation_id", "header_len", "ts_first", "ts_last", "size", "offset", "info", "error")
+@dataclass(slots=True)
+class Response(Frame):
+    correlation_id: int = 0
 
-    def __init__(
-        self, correlation_id: int, header_len: int, ts_first: int, ts_last: int, size: int, offset: int
-    ) -> None:
-        self.correlation_id = correlation_id
-        self.header_len = header_len
-        self.ts_first = ts_first
-        self.ts_last = ts_last
-        self.size = size
-        self.offset = offset
-        self.info: object = None
-        self.error: str | None = None
+
+@dataclass(slots=True)
+class Request(Frame):
+    api_key: int = 0
+    api_version: int = 0
+    correlation_id: int = 0
+    client_id: str | None = None
 
 
 class ConversationHandler:
@@ -199,7 +169,17 @@ class Conversation:
                 0, ts_first, len(frame) + 4, offset, f"request header: {exc.reason}"
             )
             return
-        req = Request(api_key, api_version, corr, client_id, hlen, ts_first, ts_last, len(frame) + 4, offset)
+        req = Request(
+            hlen,
+            ts_first,
+            ts_last,
+            len(frame) + 4,
+            offset,
+            api_key=api_key,
+            api_version=api_version,
+            correlation_id=corr,
+            client_id=client_id,
+        )
         self.requests += 1
         if api_key == SASL_HANDSHAKE:
             self.sasl.handshake_request(api_version, _mechanism(frame, hlen))
@@ -238,11 +218,11 @@ class Conversation:
         try:
             corr, hlen = parse_response_header(frame, req.api_key, req.api_version)
         except DecodeError as exc:
-            resp = Response(corr, 4, ts_first, ts_last, len(frame) + 4, offset)
+            resp = Response(4, ts_first, ts_last, len(frame) + 4, offset, correlation_id=corr)
             resp.error = f"response header: {exc.reason}"
             self.handler.exchange(req, resp, DECODE_ERROR)
             return
-        resp = Response(corr, hlen, ts_first, ts_last, len(frame) + 4, offset)
+        resp = Response(hlen, ts_first, ts_last, len(frame) + 4, offset, correlation_id=corr)
         if req.api_key == SASL_HANDSHAKE or req.api_key == SASL_AUTHENTICATE:
             self._sasl_response(req, frame[hlen : hlen + 2])
         self.handler.response(req, resp, memoryview(frame)[hlen:])
@@ -259,7 +239,17 @@ class Conversation:
             api_key, api_version, corr, client_id, hlen = parse_request_header(head)
         except DecodeError:  # the client id itself was cut: the fixed fields are still there
             (api_key, api_version, corr), client_id, hlen = _KEY_VERSION_CORR.unpack_from(head), None, 8
-        req = Request(api_key, api_version, corr, client_id, hlen, ts_first, ts_first, size, offset)
+        req = Request(
+            hlen,
+            ts_first,
+            ts_first,
+            size,
+            offset,
+            api_key=api_key,
+            api_version=api_version,
+            correlation_id=corr,
+            client_id=client_id,
+        )
         req.error = f"request: cut by {_CUT_BY.get(reason, reason)} after {got} of {size} bytes"
         req.info = {}
         self.requests += 1
@@ -277,7 +267,7 @@ class Conversation:
         if req is None:
             return  # its bytes are counted as skipped; an orphan needs a whole frame to be sure
         self.responses += 1
-        resp = Response(req.correlation_id, 4, ts_first, ts_first, size, offset)
+        resp = Response(4, ts_first, ts_first, size, offset, correlation_id=req.correlation_id)
         resp.error = f"response: cut by {_CUT_BY.get(reason, reason)} after {got} of {size} bytes"
         self.handler.exchange(req, resp, DECODE_ERROR)
 

@@ -22,8 +22,10 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -152,9 +154,13 @@ def print_table(rows: list[dict[str, float | int | str]], runs: int) -> None:
         )
 
 
-def main() -> int:
+def bench_main(
+    description: str | None, bench: Callable[[Path, int, float], Any], table: Callable[[list, int], None]
+) -> int:
+    """The command line both read benchmarks share: captures (default: the bench captures, made if
+    missing), best of --runs, then the table."""
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("captures", nargs="*", type=Path)
     parser.add_argument("--runs", type=int, default=3, help="best of N runs (default 3)")
@@ -168,10 +174,14 @@ def main() -> int:
         captures = sorted(p for p in CAPTURES.glob("*.pcap") if not p.name.endswith(".partial.pcap"))
     rows = []
     for path in captures:
-        rows.append(bench_capture(path, args.runs, args.timeout))
+        rows.append(bench(path, args.runs, args.timeout))
         print(f"measured {path.name}", file=sys.stderr, flush=True)
-    print_table(rows, args.runs)
+    table(rows, args.runs)
     return 0
+
+
+def main() -> int:
+    return bench_main(__doc__, bench_capture, print_table)
 
 
 if __name__ == "__main__":

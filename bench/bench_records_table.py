@@ -13,7 +13,6 @@ A benchmark, not a test: it prints numbers and ratios and never fails on a timin
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import tempfile
@@ -25,14 +24,13 @@ import pyarrow.dataset as ds
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_read import (  # noqa: E402
-    CHILD_TIMEOUT_S,
     Measurement,
+    bench_main,
     best_of,
     broker_port,
     kwsniff_command,
     run_measured,
 )
-from make_bench_captures import CAPTURES, ensure_captures  # noqa: E402
 
 MODES = {"counts": [], "records": ["--records"], "payloads": ["--record-payloads"]}
 
@@ -96,25 +94,7 @@ def print_table(rows: list[Result], runs: int) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("captures", nargs="*", type=Path)
-    parser.add_argument("--runs", type=int, default=3, help="best of N runs (default 3)")
-    parser.add_argument(
-        "--timeout", type=float, default=CHILD_TIMEOUT_S, help="seconds allowed per child run"
-    )
-    args = parser.parse_args()
-    captures = args.captures
-    if not captures:
-        ensure_captures()
-        captures = sorted(p for p in CAPTURES.glob("*.pcap") if not p.name.endswith(".partial.pcap"))
-    rows = []
-    for path in captures:
-        rows.append(bench_capture(path, args.runs, args.timeout))
-        print(f"measured {path.name}", file=sys.stderr, flush=True)
-    print_table(rows, args.runs)
-    return 0
+    return bench_main(__doc__, bench_capture, print_table)
 
 
 if __name__ == "__main__":

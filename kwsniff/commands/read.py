@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from kwsniff.capture import CaptureError
+from kwsniff.commands.options import broker_port_option, broker_ports
 from kwsniff.run import CaptureResult, run_capture
 from kwsniff.session import SessionOptions
 from kwsniff.sinks import ParquetSink
@@ -48,7 +49,7 @@ def _options(
     max_decompressed: int = 64 * 1024 * 1024,
 ) -> SessionOptions:
     return SessionOptions(
-        broker_ports=frozenset(broker_port or (9092,)),
+        broker_ports=broker_ports(broker_port),
         auto_detect=auto_detect,
         max_frame_size=max_frame_size,
         records=records or record_payloads,
@@ -132,13 +133,7 @@ def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> N
     show_default=True,
     help="Directory of the Parquet datasets (one sub-directory per table).",
 )
-@click.option(
-    "--broker-port",
-    "-p",
-    type=int,
-    multiple=True,
-    help="TCP port a broker listens on (repeatable; default 9092). Other ports are detected.",
-)
+@broker_port_option
 @click.option(
     "--no-auto-detect",
     "auto_detect",

@@ -10,6 +10,7 @@ from typing import Any, TextIO
 import click
 
 from kwsniff.capture import CaptureError
+from kwsniff.commands.options import broker_port_option, broker_ports
 from kwsniff.render import ExchangeFilter, json_line, tree_text
 from kwsniff.run import run_capture
 from kwsniff.session import SessionOptions
@@ -62,13 +63,7 @@ def _silence_stdout() -> None:
     help="Only exchanges with a non-zero error code anywhere in the response, or that were "
     "unanswered or undecodable (acks=0 Produce requests without a response are not errors).",
 )
-@click.option(
-    "--broker-port",
-    "-p",
-    type=int,
-    multiple=True,
-    help="TCP port a broker listens on (repeatable; default 9092). Other ports are detected.",
-)
+@broker_port_option
 def show(
     capture: Path,
     as_json: bool,
@@ -86,7 +81,7 @@ def show(
         errors_only=errors_only,
     )
     sink = PrintingSink(sys.stdout, match, as_json)
-    options = SessionOptions(broker_ports=frozenset(broker_port or (9092,)))
+    options = SessionOptions(broker_ports=broker_ports(broker_port))
     try:
         result = run_capture(capture, sink, options, keep_messages=True)
         sys.stdout.flush()

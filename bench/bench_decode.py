@@ -1,10 +1,17 @@
 """Decode throughput of kwsniff.protocol on the Kafka bodies in tests/data/captures/*.pcap.
 
-Usage: python bench/bench_decode.py [--repeat N] [PCAP ...]
+Usage: python bench/bench_decode.py [--repeat N] [PCAP ...]    (N rounds, default 20)
 
 Frames are pulled out with a tiny standalone pcap + TCP loop (one in-order Kafka frame sequence per
 TCP direction, as on loopback), so this measures the body decoders alone. Prints messages/s and MB/s
 per API and direction (first decode of each version, which compiles it, is outside the timed loop).
+
+Peer, measured in the same run: kio (PyPI kio 0.6, native readers) reads the very same bodies with its
+entity_reader wherever it has a schema for the (api key, version, direction); kio 0.6 lacks versions
+before KIP-896, so for some APIs it covers only part of the bodies and the ratio is taken on that part
+(kwsniff is timed on it separately); versions kio lacks are listed under the table, and an API with
+no kio schema at all shows "-". Rounds alternate kwsniff and kio so that noise from a shared machine
+falls on both; within a round a group of fewer than 200 bodies is decoded several times over.
 """
 
 from __future__ import annotations
@@ -14,8 +21,16 @@ import struct
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from importlib.metadata import version as package_version
 from pathlib import Path
+from pkgutil import resolve_name
+from typing import Any
+
+from kio.schema.index import api_key_map, schema_name_map
+from kio.serial import entity_reader
+from kio.serial.readers import Reader
+from kio.static.constants import EntityType
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -27,6 +42,9 @@ from kwsniff.protocol import (  # noqa: E402
     parse_request_header,
     parse_response_header,
 )
+
+KIO_VERSION = package_version("kio")
+MIN_BODIES_PER_ROUND = 200  # a group with fewer bodies is decoded several times per round
 
 Message = tuple[str, int, int, bytes]  # ("request"|"response", api key, version, body)
 
@@ -120,6 +138,39 @@ def frames(stream: bytearray) -> Iterator[bytes]:
         pos += 4 + size
 
 
+def kio_reader(key: int, version: int, direction: str) -> Reader[Any] | None:
+    """kio's reader for the body of one (api key, version, direction), None where kio 0.6 has no schema.
+
+    Same mapping as tests/test_protocol_oracle_kio.py (kio's api_key_map and schema_name_map).
+    """
+    paths = schema_name_map.get(api_key_map.get(key, ""), {}).get(version, {})
+    entity = paths.get(EntityType.request if direction == "request" else EntityType.response)
+    return None if entity is None else entity_reader(resolve_name(entity))
+
+
+def decoder(direction: str) -> Callable[[int, int, bytes], Any]:
+    return decode_request if direction == "request" else decode_response
+
+
+def time_kwsniff(group: list[Message], direction: str) -> float:
+    decode = decoder(direction)
+    start = time.perf_counter()
+    for _dir, key, version, body in group:
+        decode(key, version, body)
+    return time.perf_counter() - start
+
+
+def time_kio(group: list[tuple[Reader[Any], bytes]]) -> float:
+    start = time.perf_counter()
+    for read, body in group:
+        read(body, 0)
+    return time.perf_counter() - start
+
+
+def rate(count: int, seconds: float) -> str:
+    return f"{count / seconds:,.0f}" if seconds > 0 else "-"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("pcaps", nargs="*", type=Path)
@@ -130,29 +181,84 @@ def main() -> None:
     groups: dict[tuple[int, str], list[Message]] = defaultdict(list)
     for message in messages:
         groups[(message[1], message[0])].append(message)
-    print(f"{len(messages)} bodies from {len(paths)} captures, {args.repeat} repeats")
-    print(f"{'api':<22}{'dir':<9}{'msgs':>6}{'msgs/s':>12}{'MB/s':>9}")
-    total_count = total_bytes = 0
-    total_time = 0.0
-    for (key, direction), group in sorted(groups.items()):
-        decode = decode_request if direction == "request" else decode_response
-        for _dir, k, v, body in group:  # compile outside the timed loop
-            decode(k, v, body)
-        start = time.perf_counter()
-        for _ in range(args.repeat):
-            for _dir, k, v, body in group:
-                decode(k, v, body)
-        elapsed = time.perf_counter() - start
-        count = len(group) * args.repeat
-        size = sum(len(m[3]) for m in group) * args.repeat
-        total_count, total_bytes, total_time = total_count + count, total_bytes + size, total_time + elapsed
-        print(
-            f"{api_name(key):<22}{direction:<9}{len(group):>6}{count / elapsed:>12,.0f}{size / elapsed / 1e6:>9.1f}"
-        )
+    readers: dict[tuple[int, int, str], Reader[Any] | None] = {}
+    rejected: dict[tuple[int, int, str], str] = {}
     print(
-        f"{'all':<31}{total_count // args.repeat:>6}{total_count / total_time:>12,.0f}"
-        f"{total_bytes / total_time / 1e6:>9.1f}"
+        f"{len(messages)} bodies from {len(paths)} captures, {args.repeat} repeats; peer: kio {KIO_VERSION}"
     )
+    print(
+        f"{'api':<27}{'dir':<9}{'msgs':>5}{'msgs/s':>11}{'MB/s':>8}"
+        f"{'kio msgs':>9}{'kio msgs/s':>12}{'ratio':>7}"
+    )
+    total_count = total_bytes = covered_count = 0
+    total_time = ours_covered_time = kio_time = 0.0
+    for (key, direction), group in sorted(groups.items()):
+        decode = decoder(direction)
+        covered: list[tuple[Reader[Any], bytes]] = []
+        covered_messages: list[Message] = []
+        for message in group:  # compile outside the timed loop; kio must read each body exactly
+            _dir, k, v, body = message
+            decode(k, v, body)
+            triple = (k, v, direction)
+            if triple not in readers:
+                readers[triple] = kio_reader(k, v, direction)
+            read = readers[triple]
+            if read is None:
+                continue
+            try:
+                _entity, size = read(body, 0)
+            except Exception as error:  # a body kio cannot read is left out of the comparison, and said so
+                rejected[triple] = f"{type(error).__name__}: {error}"
+                continue
+            if size != len(body):
+                rejected[triple] = f"read {size} of {len(body)} bytes"
+                continue
+            covered.append((read, body))
+            covered_messages.append(message)
+        # Small groups are decoded several times per round, so that no timed block is a handful of
+        # microseconds; every figure below is then brought back to one pass over the group's bodies.
+        inner = -(-MIN_BODIES_PER_ROUND // len(group))
+        passes = args.repeat * inner
+        ours_timed, covered_timed = group * inner, covered_messages * inner
+        theirs_timed = covered * inner
+        ours = ours_covered = theirs = 0.0
+        for _ in range(args.repeat):  # alternate the two so that noise on a shared machine hits both
+            ours += time_kwsniff(ours_timed, direction)
+            if covered and len(covered) < len(group):
+                ours_covered += time_kwsniff(covered_timed, direction)
+            theirs += time_kio(theirs_timed)
+        if len(covered) == len(group):
+            ours_covered = ours
+        ours, ours_covered, theirs = ours / passes, ours_covered / passes, theirs / passes
+        size = sum(len(m[3]) for m in group)
+        total_count, total_bytes, total_time = total_count + len(group), total_bytes + size, total_time + ours
+        line = f"{api_name(key):<27}{direction:<9}{len(group):>5}{rate(len(group), ours):>11}{size / ours / 1e6:>8.1f}"
+        if covered:
+            covered_count += len(covered)
+            ours_covered_time += ours_covered
+            kio_time += theirs
+            line += f"{len(covered):>9}{rate(len(covered), theirs):>12}{theirs / ours_covered:>7.2f}"
+        else:
+            line += f"{'-':>9}{'-':>12}{'-':>7}"
+        print(line)
+    covered_line = (
+        f"{covered_count:>9}{rate(covered_count, kio_time):>12}{kio_time / ours_covered_time:>7.2f}"
+        if covered_count
+        else f"{'-':>9}{'-':>12}{'-':>7}"
+    )
+    print(
+        f"{'all':<36}{total_count:>5}{rate(total_count, total_time):>11}"
+        f"{total_bytes / total_time / 1e6:>8.1f}{covered_line}"
+    )
+    print(
+        "ratio = kio time / kwsniff time on the same bodies (those kio covers); above 1: kwsniff is faster. "
+        "'all' weighs each body once, as in the captures."
+    )
+    uncovered = sorted(t for t, r in readers.items() if r is None)
+    if uncovered:
+        print("not in kio: " + ", ".join(f"{api_name(k)} v{v} {d}" for k, v, d in uncovered))
+    for (k, v, d), reason in sorted(rejected.items()):
+        print(f"kio could not read {api_name(k)} v{v} {d}: {reason}")
 
 
 if __name__ == "__main__":

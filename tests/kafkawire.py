@@ -12,6 +12,49 @@ BROKER = (bytes([10, 0, 0, 2]), 9092)
 FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
 
 
+# -- primitive encoders (Kafka's wire types, for bodies the tests assemble) -----------------------
+def i8(v: int) -> bytes:
+    return struct.pack(">b", v)
+
+
+def i16(v: int) -> bytes:
+    return struct.pack(">h", v)
+
+
+def i32(v: int) -> bytes:
+    return struct.pack(">i", v)
+
+
+def i64(v: int) -> bytes:
+    return struct.pack(">q", v)
+
+
+def uvarint(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append(v & 0x7F | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def string(s: str | None) -> bytes:
+    """A classic (int16 length) nullable string."""
+    if s is None:
+        return i16(-1)
+    raw = s.encode()
+    return i16(len(raw)) + raw
+
+
+def cstring(s: str | None) -> bytes:
+    """A compact (unsigned varint length + 1) nullable string of flexible versions."""
+    if s is None:
+        return uvarint(0)
+    raw = s.encode()
+    return uvarint(len(raw) + 1) + raw
+
+
+# -- frames ------------------------------------------------------------------------------------------
 def request(api_key: int, version: int, corr: int, body: bytes = b"", client_id: str | None = "t") -> bytes:
     """A size-prefixed request frame with header v1 (classic nullable client id)."""
     cid = b"\xff\xff" if client_id is None else struct.pack(">h", len(client_id)) + client_id.encode()

@@ -8,18 +8,17 @@ field from the Kafka JSON specs) cover nested paths, error messages and each kin
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from kafkawire import LINKTYPE_RAW_IPV4, Flow, i8, i16, i32, i64, request, response, string
 
 from kwsniff.cli import main
 from kwsniff.rows import ListSink
 from kwsniff.session import Session
-from tests.kafkawire import LINKTYPE_RAW_IPV4, Flow, request, response
 
 CAPTURES = Path(__file__).parent / "data" / "captures"
 PRODUCE_PATH = "responses[].partition_responses[].error_code"
@@ -130,24 +129,6 @@ def test_clients_speaking_api_versions_v0_have_no_software_name(tmp_path: Path) 
 
 
 # -- hand-built exchanges --------------------------------------------------------------------------
-def i8(v: int) -> bytes:
-    return struct.pack(">b", v)
-
-
-def i16(v: int) -> bytes:
-    return struct.pack(">h", v)
-
-
-def i32(v: int) -> bytes:
-    return struct.pack(">i", v)
-
-
-def i64(v: int) -> bytes:
-    return struct.pack(">q", v)
-
-
-def string(s: str | None) -> bytes:
-    return i16(-1) if s is None else i16(len(s.encode())) + s.encode()
 
 
 def array(items: list[bytes]) -> bytes:

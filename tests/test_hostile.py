@@ -34,6 +34,7 @@ from kafkawire import (
     request,
     response,
     tcp,
+    uvarint,
 )
 
 from kwsniff.capture import open_capture
@@ -106,15 +107,6 @@ def string_length_bomb() -> bytes:
     body = struct.pack(">ih", 1, 0x7FFF) + b"abc"
     client = request(METADATA, 1, 1, body) + metadata_request(2)
     return pcap_bytes(exchange_flow(client, metadata_response(1) + metadata_response(2)).packets)
-
-
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def flexible_request(api_key: int, version: int, corr: int, tagged: bytes, body: bytes) -> bytes:

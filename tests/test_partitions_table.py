@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafkawire import LINKTYPE_RAW_IPV4, Flow
+from kafkawire import LINKTYPE_RAW_IPV4, Flow, uvarint
 from test_records_oracle import GZIP, build_v2
 
 from kwsniff.protocol import _schema
@@ -217,21 +217,12 @@ def test_fetch_v13_topic_ids_are_named_from_metadata(
 # elsewhere, so here it only has to produce bytes that decode to the values given.
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 _INTS = {"int8": ">b", "int16": ">h", "int32": ">i", "int64": ">q", "uint16": ">H", "uint32": ">I"}
 
 
 def _length(n: int | None, flexible: bool, fmt: str = ">i") -> bytes:
     if flexible:
-        return _uvarint(0 if n is None else n + 1)
+        return uvarint(0 if n is None else n + 1)
     return struct.pack(fmt, -1 if n is None else n)
 
 

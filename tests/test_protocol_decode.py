@@ -10,48 +10,11 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kafkawire import cstring, i16, i32, i64, string, uvarint
 
 from kwsniff.protocol import DecodeError, decode_request, decode_response, schema_triples
 
-
 # ---------------------------------------------------------------- byte builders (classic and compact)
-def i8(v: int) -> bytes:
-    return struct.pack(">b", v)
-
-
-def i16(v: int) -> bytes:
-    return struct.pack(">h", v)
-
-
-def i32(v: int) -> bytes:
-    return struct.pack(">i", v)
-
-
-def i64(v: int) -> bytes:
-    return struct.pack(">q", v)
-
-
-def uvarint(v: int) -> bytes:
-    out = bytearray()
-    while v >= 0x80:
-        out.append(v & 0x7F | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
-def string(s: str | None) -> bytes:
-    if s is None:
-        return i16(-1)
-    raw = s.encode()
-    return i16(len(raw)) + raw
-
-
-def cstring(s: str | None) -> bytes:
-    if s is None:
-        return uvarint(0)
-    raw = s.encode()
-    return uvarint(len(raw) + 1) + raw
 
 
 def tags(*fields: tuple[int, bytes]) -> bytes:

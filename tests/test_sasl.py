@@ -21,6 +21,7 @@ from kafkawire import (
     Flow,
     request,
     response,
+    string,
 )
 from realparts import CapturedTraffic
 
@@ -42,10 +43,6 @@ def run(packets: list[tuple[int, bytes]], **kw: Any) -> ListSink:
 
 def token(data: bytes) -> bytes:
     return struct.pack(">i", len(data)) + data
-
-
-def string(s: str) -> bytes:
-    return struct.pack(">h", len(s)) + s.encode()
 
 
 def handshake_response(error: int, *mechanisms: str) -> bytes:

@@ -51,12 +51,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from kwsniff.cli import main
-from kwsniff.commands.show import PrintingSink
-from kwsniff.render import ExchangeFilter, endpoint, plain
-from kwsniff.session import Session
-from tests.kafkawire import (
+from kafkawire import (
     API_VERSIONS_V0_RESPONSE,
     LINKTYPE_RAW_IPV4,
     METADATA_V0_REQUEST,
@@ -65,6 +60,11 @@ from tests.kafkawire import (
     request,
     response,
 )
+
+from kwsniff.cli import main
+from kwsniff.commands.show import PrintingSink
+from kwsniff.render import ExchangeFilter, endpoint, plain
+from kwsniff.session import Session
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "data" / "golden"

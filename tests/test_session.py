@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import tracemalloc
 from typing import Any
 
@@ -17,6 +18,7 @@ from kafkawire import (
     PSH,
     RST,
     Flow,
+    cstring,
     produce_v3_request,
     request,
     response,
@@ -231,3 +233,27 @@ def test_peak_memory_does_not_grow_with_capture_length() -> None:
     # Ten times the traffic (closed connections are forgotten as the capture clock moves on).
     small, large = _peak_memory(300), _peak_memory(3000)
     assert large < small * 1.5, (small, large)
+
+
+def test_a_client_newer_than_the_schema_set_is_still_kafka_and_its_api_versions_pair() -> None:
+    # KIP-511: a client sends its newest ApiVersions version; a broker that does not know it answers
+    # in v0 with UNSUPPORTED_VERSION, and the client retries with a version the broker supports.
+    v2_header_tags_and_body = b"\x00" + cstring("librdkafka") + cstring("9.9.9") + b"\x00"
+    f = Flow().handshake()
+    f.send(0, request(18, 9, 1, v2_header_tags_and_body))
+    f.send(1, response(1, struct.pack(">hi", 35, 1) + struct.pack(">hhh", 18, 0, 4)))
+    f.send(0, request(18, 3, 2, v2_header_tags_and_body))
+    f.send(1, response(2, b"\x00\x00" + b"\x01" + b"\x00\x00\x00\x00" + b"\x00"))
+    f.close()
+    sink, _ = run(f.packets)
+    rows = [(r["api_version"], r["status"], r["error_name"], r["reason"]) for r in sink.tables["requests"]]
+    assert rows == [
+        (9, "decode_error", "UNSUPPORTED_VERSION", "request: unsupported version (offset 0)"),
+        (3, "ok", "NONE", None),
+    ]
+    (conn,) = sink.tables["connections"]
+    assert (conn["kafka"], conn["client_software_name"], conn["undecodable_frames"]) == (
+        True,
+        "librdkafka",
+        0,
+    )

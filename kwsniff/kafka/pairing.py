@@ -16,7 +16,7 @@ from typing import Any
 from kwsniff.kafka.framing import GAP, TRUNCATED_AT_END, FrameSplitter
 from kwsniff.kafka.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslProgress
 from kwsniff.protocol import DecodeError, error_name, parse_request_header, parse_response_header
-from kwsniff.protocol.headers import is_valid_request_version
+from kwsniff.protocol.headers import is_plausible_request_version
 
 # Statuses a request row can end with (DESIGN.md "Nothing silently lost").
 OK = "ok"
@@ -84,7 +84,7 @@ def plausible_request(view: memoryview) -> bool:
         return False
     api_key = (view[4] << 8) | view[5]
     api_version = (view[6] << 8) | view[7]
-    if not is_valid_request_version(api_key, api_version):
+    if not is_plausible_request_version(api_key, api_version):
         return False
     if len(view) < 14:
         return True

@@ -15,6 +15,7 @@ from kwsniff.protocol.error_codes import error_name, error_retriable
 from kwsniff.protocol.headers import (
     api_name,
     is_flexible,
+    is_plausible_request_version,
     is_valid_request_version,
     parse_request_header,
     parse_response_header,
@@ -32,6 +33,7 @@ __all__ = [
     "error_name",
     "error_retriable",
     "is_flexible",
+    "is_plausible_request_version",
     "is_valid_request_version",
     "parse_request_header",
     "parse_response_header",

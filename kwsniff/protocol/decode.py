@@ -16,6 +16,7 @@ from kwsniff.protocol.decode_error import DecodeError
 Decoder = Callable[[bytes | memoryview], dict[str, Any]]
 
 _REQUEST, _RESPONSE = 1, 2
+_API_VERSIONS = 18
 # Direction codes of the variants whose `records` fields are memoryviews over the body (no copy).
 _REQUEST_VIEW, _RESPONSE_VIEW = 3, 4
 _DIRECTION_NAMES = {_REQUEST: "request", _RESPONSE: "response"}
@@ -36,6 +37,10 @@ def _segment(api_key: int, api_version: int, direction: int) -> tuple[Any, ...]:
     raise DecodeError(0, "", "unsupported version")
 
 
+def _newest(api_key: int, direction: int) -> int:
+    return int(_APIS[api_key][direction][-1][1])
+
+
 def decoder_for(api_key: int, api_version: int, direction: int) -> Decoder:
     """The compiled decoder of one message version (compiled now if this is its first use)."""
     cache_key = (api_key, api_version, direction)
@@ -43,6 +48,10 @@ def decoder_for(api_key: int, api_version: int, direction: int) -> Decoder:
     if decoder is None:
         records_view = direction > _RESPONSE
         base = direction - 2 if records_view else direction
+        if api_key == _API_VERSIONS and base == _RESPONSE and api_version > _newest(api_key, base):
+            # KIP-511: a broker answers an ApiVersions request of a version it does not know with a
+            # v0 response (UNSUPPORTED_VERSION and its ranges), so that any client can read it.
+            return decoder_for(api_key, 0, direction)
         lowest, _highest, first_flexible, fields = _segment(api_key, api_version, base)
         flexible = first_flexible is not None and api_version >= first_flexible
         label = f"{api_key} v{api_version} {_DIRECTION_NAMES[base]}"

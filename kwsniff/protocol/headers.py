@@ -50,6 +50,18 @@ def is_valid_request_version(api_key: int, api_version: int) -> bool:
     return versions is not None and versions[0] <= api_version <= versions[1]
 
 
+# Versions newer than the schema set that still look like a request when judging a connection's
+# opening or resynchronising: clients ahead of this snapshot (Kafka releases after 4.5) bump versions
+# one at a time, and an ApiVersions request deliberately carries the client's newest (KIP-511).
+FUTURE_VERSIONS = 8
+
+
+def is_plausible_request_version(api_key: int, api_version: int) -> bool:
+    """A known api key at a known version or up to FUTURE_VERSIONS newer."""
+    versions = _REQUEST_VERSIONS.get(api_key)
+    return versions is not None and versions[0] <= api_version <= versions[1] + FUTURE_VERSIONS
+
+
 def is_flexible(api_key: int, api_version: int) -> bool:
     """Whether this request version uses flexible encodings and tagged fields (KIP-482).
 

@@ -28,6 +28,7 @@ class CaptureResult:
     totals: Counter[str]
     decode_errors: Counter[str]
     notes: Counter[str]
+    record_damage: Counter[str]
     undecodable_frames: int
     truncated: bool
     warnings: list[str] = field(default_factory=list)
@@ -74,6 +75,7 @@ def run_capture(
             totals=rows.totals,
             decode_errors=rows.decode_errors,
             notes=rows.notes,
+            record_damage=rows.record_damage,
             undecodable_frames=rows.undecodable_frames,
             truncated=reader.truncated,
             warnings=list(reader.warnings),

@@ -76,3 +76,18 @@ def test_without_strict_the_same_capture_exits_zero(tmp_path: Path) -> None:
         3,
         "kwsniff: strict: probe.pcap: 1 connections to a broker port that did not speak Kafka\n",
     )
+
+
+HOSTILE = Path(__file__).parent / "data" / "hostile"
+
+
+def test_record_batches_that_could_not_be_read_fail_strict(tmp_path: Path) -> None:
+    # Frames decode, but inside them a batch was left compressed past the cap, or nested too deep.
+    assert strict(tmp_path, HOSTILE / "decompression_bomb.pcap") == (
+        3,
+        "kwsniff: strict: decompression_bomb.pcap: 1 record batches not decompressed (over --max-decompressed)\n",
+    )
+    assert strict(tmp_path, HOSTILE / "nested_message_sets.pcap") == (
+        3,
+        "kwsniff: strict: nested_message_sets.pcap: 1 damaged record batches or message sets\n",
+    )

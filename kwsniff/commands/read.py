@@ -84,6 +84,9 @@ def strict_reasons(r: CaptureResult) -> list[str]:
         (st.not_kafka_on_broker_ports, "connections to a broker port that did not speak Kafka"),
         (st.accounting_mismatches, "connections whose bytes do not add up"),
         (int(r.truncated), "capture file cut short"),
+        (r.record_damage["crc_errors"], "record batches whose CRC did not match"),
+        (r.record_damage["capped_batches"], "record batches not decompressed (over --max-decompressed)"),
+        (r.record_damage["record_errors"], "damaged record batches or message sets"),
     ]
     return [f"{n:,} {what}" for n, what in found if n]
 
@@ -109,6 +112,9 @@ def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> N
     )
     if r.decode_errors:
         echo("  decode errors: " + ", ".join(f"{k} {v}" for k, v in r.decode_errors.most_common(5)))
+    damage = ", ".join(f"{k} {v:,}" for k, v in r.record_damage.items() if v)
+    if damage:
+        echo(f"  record damage: {damage}")
     if r.notes:
         echo("  notes: " + ", ".join(f"{k} ({v})" for k, v in r.notes.most_common(5)))
     if t["held_rows_overflow"] or t["unresolved_topic_rows"]:

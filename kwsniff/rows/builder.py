@@ -27,6 +27,9 @@ from kwsniff.rows.extract import error_rows, request_summary, response_summary
 from kwsniff.rows.partitions import COUNTS_ONLY, RecordOptions, TopicNames, merged_rows, records_of
 
 API_VERSIONS = 18
+# Record-level damage columns of `partitions` rows: batches that failed their CRC, were not
+# decompressed past the cap, or were otherwise unreadable (nesting too deep, bad lengths...).
+_RECORD_DAMAGE = ("crc_errors", "capped_batches", "record_errors")
 # Connection counters summed over a capture for the end-of-run summary.
 _TOTALLED = (
     "frames_to_broker",
@@ -108,6 +111,7 @@ class TableBuilder:
         self.undecodable_frames = 0
         self.decode_errors = Counter[str]()
         self.notes = Counter[str]()
+        self.record_damage = Counter[str]()  # over all `partitions` rows, for the summary and --strict
         # Topic ids to names (KIP-516) and the partitions/records rows waiting for a name.
         self.topics = TopicNames(sink)
         self.topic_names: dict[Any, str] = self.topics.names
@@ -256,6 +260,8 @@ class ExchangeRows(ConversationHandler):
         for prow in merged_rows(req.api_key, reqi, respi):
             records = records_of(req.api_key, prow, context)
             topic, topic_id = prow.get("topic"), prow.get("topic_id")
+            for key in _RECORD_DAMAGE:
+                tables.record_damage[key] += prow.get(key) or 0
             topics.add("partitions", [{**context, **prow}], topic, topic_id)
             if records:
                 topics.add("records", records, topic, topic_id)

@@ -291,6 +291,16 @@ class FrameSplitter:
         self._resyncing = True
         self._skip_reason = reason
 
+    @property
+    def min_frame_size(self) -> int:
+        """Smallest size prefix accepted in step. The caller may lower it for a stretch of the stream
+        whose frames are not Kafka messages (SASL tokens after a SaslHandshake v0 may be empty)."""
+        return self._min
+
+    @min_frame_size.setter
+    def min_frame_size(self, value: int) -> None:
+        self._min = value
+
     # -- out of step ---------------------------------------------------------------------------------
     def _scan_extend(self, pieces: _Pieces) -> None:
         for ts, piece in pieces:

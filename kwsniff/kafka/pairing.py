@@ -145,13 +145,13 @@ class Conversation:
         if mechanism is not None:
             self.sasl.mechanism = mechanism
         # A token may be shorter than any Kafka header, or empty (PLAIN's success reply).
-        self.client._min = 0
-        self.broker._min = 0
+        self.client.min_frame_size = 0
+        self.broker.min_frame_size = 0
 
     def _end_sasl_tokens(self) -> None:
         self.sasl_tokens_mode = False
-        self.client._min = _MIN_REQUEST
-        self.broker._min = _MIN_RESPONSE
+        self.client.min_frame_size = _MIN_REQUEST
+        self.broker.min_frame_size = _MIN_RESPONSE
         self.sasl.request_after()
 
     # -- frame callbacks ---------------------------------------------------------------------------

@@ -210,7 +210,12 @@ class ExchangeRows(ConversationHandler):
         self.tables.topics.learn(info.get("topic_ids", {}))
         context = self._context(req)
         group_id = req.info.get("group_id") if isinstance(req.info, dict) else None
-        for row in error_rows(msg, group_id, self.tables.topic_names):
+        errors = error_rows(req.api_key, req.api_version, msg, group_id, self.tables.topic_names)
+        info["error_count"] = len(errors)
+        if errors:
+            info["first_error_code"] = errors[0]["error_code"]
+            info["first_error_name"] = errors[0]["error_name"]
+        for row in errors:
             self.tables.sink.add("errors", {**context, **row})
 
     def exchange(self, req: Request, resp: Response | None, status: str) -> None:
@@ -244,6 +249,9 @@ class ExchangeRows(ConversationHandler):
             "throttle_time_ms": respi.get("throttle_time_ms"),
             "error_code": error_code,
             "error_name": error_name(error_code) if error_code is not None else None,
+            "error_count": respi.get("error_count"),
+            "first_error_code": respi.get("first_error_code"),
+            "first_error_name": respi.get("first_error_name"),
             "acks": reqi.get("acks"),
             "record_count": reqi.get("record_count", respi.get("record_count")),
             "record_bytes": reqi.get("record_bytes", respi.get("record_bytes")),

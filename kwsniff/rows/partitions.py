@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kwsniff.protocol import error_name
+from kwsniff.protocol import error_name, message_fields
 from kwsniff.records import RecordInfo, summarize_records
+from kwsniff.rows.fact_compiler import compile_partition_walker
 from kwsniff.rows.records import record_rows
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
@@ -27,14 +28,10 @@ TOPIC_ID_SOURCES = frozenset({METADATA, CREATE_TOPICS, DESCRIBE_TOPIC_PARTITIONS
 # Group-membership APIs list partitions as assignments of members, not as partitions the exchange
 # acts on (they belong to a groups table).
 _NOT_PARTITION_APIS = frozenset({68, 69, 76, 77, 88, 89})
-# Lists that name partitions the exchange does not act on: a fetch session's removals (KIP-227).
-_SKIPPED_LISTS = frozenset({"forgotten_topics_data", "aborted_transactions", "record_errors"})
-_PARTITION_KEYS = ("partition_index", "partition", "index", "partition_id")
-_PARTITION_LISTS = ("partition_indexes", "partitions")
 _INT64_MIN = -(2**63)
 
 # Per-partition fields the table carries: spec name -> column.
-_FIELDS: dict[str, str] = {
+_FIELDS: dict[str, str | None] = {
     "error_code": "error_code",
     "fetch_offset": "fetch_offset",
     "base_offset": "base_offset",
@@ -76,76 +73,36 @@ PartKey = tuple[Any, Any, int]  # (group or transaction, topic id or name, parti
 
 
 def partition_facts(
-    api_key: int, side: int, msg: dict[str, Any], options: RecordOptions = COUNTS_ONLY
+    api_key: int, api_version: int, side: int, msg: dict[str, Any], options: RecordOptions = COUNTS_ONLY
 ) -> dict[PartKey, dict[str, Any]]:
-    """Every topic-partition one side of an exchange names, with its facts under column names."""
+    """Every topic-partition one side of an exchange names, with its facts under column names, read by
+    the code compiled for that message version (kwsniff.rows.fact_compiler)."""
     if api_key in _NOT_PARTITION_APIS:
         return {}
-    fields = _RENAMES.get((api_key, side), _FIELDS)
     out: dict[PartKey, dict[str, Any]] = {}
-    for ctx, item, pkey in _walk(msg, {}, 0):
-        facts = dict(ctx)
-        if item is None:
-            facts["partition"] = pkey
-        else:
-            facts["partition"] = item[pkey]
-            for src, dst in fields.items():
-                if dst is not None:
-                    v = item.get(src)
-                    if type(v) is int:
-                        facts[dst] = v
-            if "records" in item:
-                _record_facts(facts, item["records"], api_key, options)
-            elif api_key == LIST_OFFSETS and item.get("old_style_offsets"):
-                facts["offset"] = item["old_style_offsets"][0]  # v0: a list, newest first
-        key = (ctx.get("scope"), ctx.get("topic_id") or ctx.get("topic"), facts["partition"])
-        facts.pop("scope", None)
-        out.setdefault(key, {}).update(facts)
+    walk = _walkers.get((api_key, api_version, side), _MISSING)
+    if walk is _MISSING:
+        walk = _compile_walker(api_key, api_version, side)
+    if walk is not None:
+        walk(msg, out, options)
     return out
 
 
-def _walk(node: dict[str, Any], ctx: dict[str, Any], depth: int) -> Iterator[tuple[dict, Any, Any]]:
-    """(context, partition struct, its partition key) or (context, None, partition number)."""
-    if depth > 3:
-        return
-    for name, value in node.items():
-        if type(value) is not list or not value or type(value[0]) is not dict or name in _SKIPPED_LISTS:
-            continue
-        for item in value:
-            sub = _context(item, ctx)
-            if "topic" in sub or "topic_id" in sub:
-                pkey = next((k for k in _PARTITION_KEYS if type(item.get(k)) is int), None)
-                if pkey is not None:
-                    yield sub, item, pkey
-                    continue
-                numbers = next((item[k] for k in _PARTITION_LISTS if type(item.get(k)) is list), None)
-                if numbers and type(numbers[0]) is int:
-                    for p in numbers:
-                        yield sub, None, p
-                    continue
-            if sub is not ctx or depth == 0:
-                yield from _walk(item, sub, depth + 1)
+_MISSING: Any = object()
+_walkers: dict[tuple[int, int, int], Any] = {}
 
 
-def _context(item: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
-    """ctx plus the topic, topic id, group or transaction an item names (ctx itself if none)."""
-    out = None
-    for k in ("topic", "topic_name", "name"):
-        v = item.get(k)
-        if type(v) is str and v:
-            out = {**ctx, "topic": v}
-            break
-    tid = item.get("topic_id")
-    # The all-zero uuid means "no topic id" (KIP-516): names are the key then.
-    if tid is not None and getattr(tid, "int", 1) != 0:
-        out = {**(out or ctx), "topic_id": str(tid)}
-    for k in ("group_id", "transactional_id"):
-        v = item.get(k)
-        if type(v) is str:
-            out = {**(out or ctx), "scope": v}
-            if k == "group_id":
-                out["group_id"] = v
-    return ctx if out is None else out
+def _compile_walker(api_key: int, api_version: int, side: int) -> Any:
+    fields = message_fields(api_key, api_version, side == RESPONSE)
+
+    def record_facts(facts: dict[str, Any], data: Any, options: RecordOptions) -> None:
+        _record_facts(facts, data, api_key, options)
+
+    label = f"{api_key} v{api_version} {'response' if side == RESPONSE else 'request'}"
+    renames = _RENAMES.get((api_key, side), _FIELDS)
+    walk = compile_partition_walker(fields, renames, api_key == LIST_OFFSETS, record_facts, label)
+    _walkers[(api_key, api_version, side)] = walk
+    return walk
 
 
 def _record_facts(facts: dict[str, Any], data: Any, api_key: int, options: RecordOptions) -> None:

@@ -22,6 +22,8 @@ import realparts
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 AIOKAFKA_PARTITIONS = 24
 AIOKAFKA_VALUE = 1000
+AIOKAFKA_CHUNK = 250  # records each producer sends between pauses
+AIOKAFKA_PAUSE_S = 0.03
 TAILING_VALUE = 4000
 TAILING_PARTITIONS = 8
 
@@ -125,16 +127,19 @@ async def _aio_produce(bootstrap: str, codec: str, n: int) -> int:
         client_id=f"bench-aiokafka-{codec}",
         compression_type=None if codec == "none" else codec,
         linger_ms=20,
-        max_batch_size=64 * 1024,
+        max_batch_size=32 * 1024,
         acks=1,
     )
     await producer.start()
     values = _values(CODECS.index(codec), AIOKAFKA_VALUE)
+    pending = []
     try:
-        pending = [
-            await producer.send(f"aio-{codec}", value=values[i % len(values)], key=f"k{i}".encode())
-            for i in range(n)
-        ]
+        for i in range(n):
+            value = values[i % len(values)]
+            pending.append(await producer.send(f"aio-{codec}", value=value, key=f"k{i}".encode()))
+            if i % AIOKAFKA_CHUNK == AIOKAFKA_CHUNK - 1:
+                # Paced like a service producing steadily, so the group tails many small fetches.
+                await asyncio.sleep(AIOKAFKA_PAUSE_S)
         done = await asyncio.gather(*pending, return_exceptions=True)
     finally:
         await producer.stop()

@@ -265,14 +265,16 @@ class ExchangeRows(ConversationHandler):
         tables.sink.add("requests", row)
         context = self._context(req)
         topics = tables.topics
-        for prow in merged_rows(req.api_key, reqi, respi):
-            records = records_of(req.api_key, prow, context)
-            topic, topic_id = prow.get("topic"), prow.get("topic_id")
-            for key in _RECORD_DAMAGE:
-                tables.record_damage[key] += prow.get(key) or 0
-            topics.add("partitions", [{**context, **prow}], topic, topic_id)
+        damage = tables.record_damage
+        for prow in merged_rows(req.api_key, reqi, respi, context):
+            records = records_of(req.api_key, prow, context) if "_records" in prow else None
+            if prow.get("crc_errors") or prow.get("capped_batches") or prow.get("record_errors"):
+                for key in _RECORD_DAMAGE:
+                    damage[key] += prow.get(key) or 0
             if records:
-                topics.add("records", records, topic, topic_id)
+                # Named (or held for a name) like their partitions row, before that row is named.
+                topics.add("records", records, prow.get("topic"), prow.get("topic_id"))
+            topics.add_row("partitions", prow)
 
     def orphan_response(self, correlation_id: int, ts: int, size: int, offset: int) -> None:
         self.tables.orphan_responses += 1

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kwsniff.protocol import error_name, message_fields
-from kwsniff.records import RecordInfo, summarize_records
+from kwsniff.records import RecordInfo, counts_v2, summarize_records
 from kwsniff.rows.fact_compiler import compile_partition_walker
 from kwsniff.rows.records import record_rows
 
@@ -106,6 +106,29 @@ def _compile_walker(api_key: int, api_version: int, side: int) -> Any:
 
 
 def _record_facts(facts: dict[str, Any], data: Any, api_key: int, options: RecordOptions) -> None:
+    if not data:
+        facts.update(_NO_RECORDS if api_key == PRODUCE else _NO_RECORDS_OFFSETS)
+        if options.records:
+            facts["_records"] = []
+        return
+    counts = None if options.records else counts_v2(data)
+    if counts is not None:
+        # The usual field, magic 2 batch headers only: the same facts without the general reader.
+        count, size, batches, codec, crc_errors, partial, control, first, last = counts
+        facts["record_count"] = count
+        facts["record_bytes"] = size
+        facts["batch_count"] = batches
+        facts["compression"] = codec or None
+        facts["crc_errors"] = crc_errors
+        facts["partial_bytes"] = partial
+        facts["control_batches"] = control
+        facts["capped_batches"] = 0
+        facts["record_errors"] = 0
+        facts["record_error"] = None
+        if api_key != PRODUCE:
+            facts["first_offset"] = first
+            facts["last_offset"] = last
+        return
     s = summarize_records(
         data,
         want_records=options.records,
@@ -132,6 +155,22 @@ def _record_facts(facts: dict[str, Any], data: Any, api_key: int, options: Recor
         facts["_records"] = s.records
 
 
+# The facts of an empty or null records field (a Fetch of a partition with nothing new).
+_NO_RECORDS: dict[str, Any] = {
+    "record_count": 0,
+    "record_bytes": 0,
+    "batch_count": 0,
+    "compression": None,
+    "crc_errors": 0,
+    "partial_bytes": 0,
+    "control_batches": 0,
+    "capped_batches": 0,
+    "record_errors": 0,
+    "record_error": None,
+}
+_NO_RECORDS_OFFSETS = {**_NO_RECORDS, "first_offset": None, "last_offset": None}
+
+
 def record_totals(info: dict[str, Any], parts: dict[PartKey, dict[str, Any]]) -> None:
     """`requests.record_count` / `record_bytes`: sums over the partitions that carry records."""
     counts = [p["record_count"] for p in parts.values() if "record_count" in p]
@@ -149,8 +188,11 @@ def topic_ids(msg: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def merged_rows(api_key: int, reqi: dict[str, Any], respi: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Request and response facts of each topic-partition merged into one `partitions` row.
+def merged_rows(
+    api_key: int, reqi: dict[str, Any], respi: dict[str, Any], context: dict[str, Any]
+) -> Iterator[dict[str, Any]]:
+    """`partitions` rows: ``context`` (the exchange's ids) and the request and response facts of each
+    topic-partition, merged.
 
     Produce counts come from the request (what the producer sent), Fetch counts from the response
     (what the consumer received): only the side with a records field has them. A row keeps its
@@ -158,11 +200,13 @@ def merged_rows(api_key: int, reqi: dict[str, Any], respi: dict[str, Any]) -> It
     req_parts: dict[PartKey, dict[str, Any]] = reqi.get("partitions") or {}
     resp_parts: dict[PartKey, dict[str, Any]] = respi.get("partitions") or {}
     group = reqi.get("group_id")
-    for key in dict.fromkeys([*req_parts, *resp_parts]):
-        row = {**req_parts.get(key, {}), **resp_parts.get(key, {})}
+    produce = api_key == PRODUCE
+    none: dict[str, Any] = {}
+    for key in dict.fromkeys([*req_parts, *resp_parts]) if resp_parts else req_parts:
+        row = {**context, **req_parts.get(key, none), **resp_parts.get(key, none)}
         if group is not None and "group_id" not in row:
             row["group_id"] = group  # OffsetCommit/OffsetFetch v0-7 responses do not repeat it
-        if api_key == PRODUCE and "record_count" in row:
+        if produce and "record_count" in row:
             base = row.get("base_offset")
             if row.get("error_code") == 0 and base is not None and base >= 0:
                 row["first_offset"] = base
@@ -170,8 +214,11 @@ def merged_rows(api_key: int, reqi: dict[str, Any], respi: dict[str, Any]) -> It
         if "high_watermark" in row and "fetch_offset" in row:
             row["lag"] = row["high_watermark"] - row["fetch_offset"]
         code = row.get("error_code")
-        row["error_name"] = error_name(code) if code is not None else None
+        row["error_name"] = None if code is None else _ERROR_NAMES.get(code) or error_name(code)
         yield row
+
+
+_ERROR_NAMES = {0: "NONE"}
 
 
 def records_of(api_key: int, row: dict[str, Any], context: dict[str, Any]) -> list[dict[str, Any]]:
@@ -223,6 +270,13 @@ class TopicNames:
                     row["topic"] = name
                     self.sink.add(table, row)
             self.held = waiting
+
+    def add_row(self, table: str, row: dict[str, Any]) -> None:
+        """Write one row, naming its topic first when only its id is known."""
+        if row.get("topic") is None and row.get("topic_id") is not None:
+            self.add(table, [row], None, row["topic_id"])
+        else:
+            self.sink.add(table, row)
 
     def add(self, table: str, rows: list[dict[str, Any]], topic: str | None, topic_id: str | None) -> None:
         """Write rows of one topic, naming it first when only its id is known."""

@@ -19,6 +19,7 @@ from kafkawire import LINKTYPE_RAW_IPV4, Flow, i8, i16, i32, i64, request, respo
 from kwsniff.cli import main
 from kwsniff.rows import ListSink
 from kwsniff.session import Session
+from kwsniff.sinks import output_name
 
 CAPTURES = Path(__file__).parent / "data" / "captures"
 PRODUCE_PATH = "responses[].partition_responses[].error_code"
@@ -29,7 +30,7 @@ def read_tables(tmp_path: Path, capture: str) -> dict[str, list[dict[str, Any]]]
     result = CliRunner().invoke(main, ["read", str(CAPTURES / capture), "--out", str(out), "--quiet"])
     assert result.exit_code == 0, result.output
     return {
-        table: pq.read_table(out / table / f"{capture}.parquet").to_pylist()
+        table: pq.read_table(out / table / f"{output_name(CAPTURES / capture)}.parquet").to_pylist()
         for table in ("requests", "errors", "connections")
     }
 

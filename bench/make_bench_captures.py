@@ -1,11 +1,14 @@
 """Make the benchmark captures in bench/captures/ if they are missing (they are not committed).
 
-    python bench/make_bench_captures.py            # large.pcap (~300 MB) and mtu1500.pcap (~100 MB)
+    python bench/make_bench_captures.py            # large.pcap, tailing.pcap, aiokafka.pcap
     python bench/make_bench_captures.py --force    # make them again
 
-large.pcap: big uncompressed Produce requests and Fetch responses on loopback (MTU 65536), so the
-cost is in bytes. mtu1500.pcap: the same traffic in a private namespace with MTU 1500 and no
-offloads, so the cost is per packet. Needs root, tcpdump, tshark, iproute2 and ethtool.
+large.pcap (~300 MB): big uncompressed Produce requests and Fetch responses on loopback (MTU 65536),
+so the cost is in bytes. tailing.pcap (~340 MB, ~234k packets): librdkafka and kafka-python
+producers and tailing consumers in a private namespace with MTU 1500 and no offloads, so the cost is
+per packet. aiokafka.pcap (~325 MB, ~9.5k packets, ~43k partition rows): five aiokafka producers,
+one per codec, and a two-member group tailing 120 partitions, so the cost is per partition. Needs
+root, tcpdump, tshark, iproute2 and ethtool (see tools/make_capture.py, tools/bench_workloads.py).
 """
 
 from __future__ import annotations
@@ -19,7 +22,12 @@ BENCH = Path(__file__).resolve().parent
 CAPTURES = BENCH / "captures"
 MAKE_CAPTURE = BENCH.parent / "tools" / "make_capture.py"
 # name -> (workload, approximate size in MB)
-BENCH_CAPTURES = {"large.pcap": ("bench-large", 300), "mtu1500.pcap": ("bench-mtu1500", 100)}
+BENCH_CAPTURES = {
+    "large.pcap": ("bench-large", 300),
+    # The two shapes of issue 11, each ~320 MB: many small packets, and many partitions per Fetch.
+    "tailing.pcap": ("bench-tailing", 320),
+    "aiokafka.pcap": ("bench-aiokafka", 520),
+}
 
 
 def make_capture(path: Path, workload: str, megabytes: int) -> None:

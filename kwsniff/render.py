@@ -49,7 +49,7 @@ def has_error(row: dict[str, Any]) -> bool:
     if row["status"] not in _FINE_STATUSES:
         return True
     response = row.get("response")
-    return isinstance(response, dict) and next(error_rows(response), None) is not None
+    return isinstance(response, dict) and bool(error_rows(row["api_key"], row["api_version"], response))
 
 
 # -- JSON ------------------------------------------------------------------------------------------
@@ -169,7 +169,10 @@ def _error_summary(row: dict[str, Any]) -> str:
     response = row.get("response")
     if not response:
         return ""
-    names = dict.fromkeys(f"{e['error_name']}({e['error_code']})" for e in error_rows(response))
+    names = dict.fromkeys(
+        f"{e['error_name']}({e['error_code']})"
+        for e in error_rows(row["api_key"], row["api_version"], response)
+    )
     return f"  error {', '.join(names)}" if names else ""
 
 

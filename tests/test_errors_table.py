@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from kafkawire import LINKTYPE_RAW_IPV4, Flow, i8, i16, i32, i64, request, response, string
+from kafkawire import LINKTYPE_RAW_IPV4, Flow, i8, i16, i32, i64, request, response, string, write_pcap
 
 from kwsniff.cli import main
 from kwsniff.rows import ListSink
@@ -212,3 +212,44 @@ def test_error_rows_carry_their_exchange_ids(order: tuple[int, int, int]) -> Non
     tables = exchanges(*(built[i] for i in order))
     ids = {(e["correlation_id"], e["api_name"], e["api_version"], e["conn_id"]) for e in tables["errors"]}
     assert ids == {(11, "Produce", 8, 1), (12, "DescribeConfigs", 1, 1), (13, "Heartbeat", 1, 1)}
+
+
+def produce_v8_refused(codes: list[int]) -> tuple[bytes, bytes]:
+    """A Produce v8 of partitions 0..n-1 of `orders`, answered with ``codes`` per partition."""
+    body = string(None) + i16(-1) + i32(1000)
+    body += array([string("orders") + array([i32(p) + i32(-1) for p in range(len(codes))])])
+    answers = [i32(p) + i16(code) + i64(-1) + i64(-1) + i64(-1) + array([]) + string(None)
+               for p, code in enumerate(codes)]  # fmt: skip
+    return request(0, 8, 21, body), response(21, array([string("orders") + array(answers)]) + i32(0))
+
+
+@pytest.mark.parametrize(
+    ("codes", "summary"),
+    [
+        # UNKNOWN_PRODUCER_ID (59) on one partition: the request row says so, not only `errors`.
+        ([0, 59, 0], (None, None, 1, 59, "UNKNOWN_PRODUCER_ID")),
+        # Two partitions refused: counted both, the first in the response's order named.
+        ([6, 0, 59], (None, None, 2, 6, "NOT_LEADER_OR_FOLLOWER")),
+        ([0, 0], (None, None, 0, None, None)),
+    ],
+)
+def test_requests_count_and_name_errors_below_the_top_level(
+    tmp_path: Path, codes: list[int], summary: tuple[Any, ...]
+) -> None:
+    flow = Flow().handshake()
+    for req, resp in (produce_v8_refused(codes), heartbeat_v1()):
+        flow.send(0, req)
+        flow.send(1, resp)
+    flow.close()
+    pcap = write_pcap(tmp_path / "refused.pcap", flow.packets)
+    out = tmp_path / "tables"
+    result = CliRunner().invoke(main, ["read", str(pcap), "--out", str(out), "--broker-port", "9092", "-q"])
+    assert result.exit_code == 0, result.output
+    rows = pq.read_table(out / "requests" / "refused.pcap.parquet").to_pylist()
+    columns = ("error_code", "error_name", "error_count", "first_error_code", "first_error_name")
+    produce, heartbeat = (tuple(r[c] for c in columns) for r in sorted(rows, key=lambda r: r["api_key"]))
+    assert produce == summary
+    # A top-level error counts too, and stays in error_code/error_name as before.
+    assert heartbeat == (27, "REBALANCE_IN_PROGRESS", 1, 27, "REBALANCE_IN_PROGRESS")
+    errors = pq.read_table(out / "errors" / "refused.pcap.parquet").to_pylist()
+    assert len(errors) == summary[2] + 1

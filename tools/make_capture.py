@@ -23,8 +23,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import realparts  # noqa: E402
 
-WORKLOADS = ("quickstart", "bench-large", "bench-mtu1500")
-DEFAULT_MB = {"quickstart": 0, "bench-large": 300, "bench-mtu1500": 100}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_workloads  # noqa: E402
+
+WORKLOADS = ("quickstart", "bench-large", "bench-mtu1500", "bench-tailing", "bench-aiokafka")
+DEFAULT_MB = {
+    "quickstart": 0,
+    "bench-large": 300,
+    "bench-mtu1500": 100,
+    "bench-tailing": 320,
+    "bench-aiokafka": 320,
+}
+# Workloads run inside a private namespace whose loopback has MTU 1500 (packets of network size).
+MTU_WORKLOADS = ("bench-mtu1500", "bench-tailing")
 BENCH_VALUE_SIZE = 100_000
 # A Produce request carries about one batch per partition; 1 MB batches keep frames large.
 BENCH_BATCH_BYTES = 1_000_000
@@ -104,6 +116,10 @@ def bench(bootstrap: str, megabytes: int) -> dict[str, object]:
 def run_workload(name: str, bootstrap: str, megabytes: int) -> dict[str, object]:
     if name == "quickstart":
         return quickstart(bootstrap)
+    if name == "bench-tailing":
+        return bench_workloads.tailing(bootstrap, megabytes)
+    if name == "bench-aiokafka":
+        return bench_workloads.aiokafka_tailing(bootstrap, megabytes)
     return bench(bootstrap, megabytes)
 
 
@@ -199,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
     netns = None
-    if args.workload == "bench-mtu1500":
+    if args.workload in MTU_WORKLOADS:
         netns = f"kwsniff-bench-{os.getpid()}"
         create_mtu_namespace(netns)
     try:

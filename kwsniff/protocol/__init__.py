@@ -8,6 +8,7 @@ from kwsniff.protocol.decode import (
     decode_request_view,
     decode_response,
     decode_response_view,
+    message_fields,
     schema_triples,
 )
 from kwsniff.protocol.decode_error import DecodeError
@@ -35,6 +36,7 @@ __all__ = [
     "is_flexible",
     "is_plausible_request_version",
     "is_valid_request_version",
+    "message_fields",
     "parse_request_header",
     "parse_response_header",
     "request_header_version",

@@ -41,6 +41,22 @@ def _newest(api_key: int, direction: int) -> int:
     return int(_APIS[api_key][direction][-1][1])
 
 
+def message_fields(api_key: int, api_version: int, response: bool) -> tuple[Any, ...]:
+    """The fields one message version has, nested, in order: the shape of its decoded dict."""
+    direction = _RESPONSE if response else _REQUEST
+    if api_key == _API_VERSIONS and response and api_version > _newest(api_key, direction):
+        api_version = 0  # KIP-511: decoded as v0, see decoder_for
+    return _present(_segment(api_key, api_version, direction)[3], api_version)
+
+
+def _present(fields: tuple[Any, ...], version: int) -> tuple[Any, ...]:
+    return tuple(
+        (*f[:6], None if f[6] is None else _present(f[6], version))
+        for f in fields
+        if f[2][0] <= version <= f[2][1]
+    )
+
+
 def decoder_for(api_key: int, api_version: int, direction: int) -> Decoder:
     """The compiled decoder of one message version (compiled now if this is its first use)."""
     cache_key = (api_key, api_version, direction)

@@ -6,8 +6,9 @@ import struct
 import zlib
 
 import cramjam
+from crc32c import crc32c
 
-from kwsniff.records._batch_v2 import BATCH_HEADER_SIZE, read_batch_v2
+from kwsniff.records._batch_v2 import BATCH_HEADER, BATCH_HEADER_SIZE, read_batch_v2
 from kwsniff.records._message_set import MIN_MESSAGE_SIZE, read_message
 from kwsniff.records._model import RecordSetSummary
 from kwsniff.records._reading import Reading
@@ -20,6 +21,54 @@ _LOG_OVERHEAD = 12  # offset int64 + length int32, the same in every magic
 _MAGIC_AT = 16
 _MIN_LENGTH = (*MIN_MESSAGE_SIZE, BATCH_HEADER_SIZE - _LOG_OVERHEAD)
 _READERS = (read_message, read_message, read_batch_v2)
+_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+_CRC_START = 21  # the magic 2 CRC covers the batch from its attributes on (KIP-98, KIP-101)
+_CONTROL = 0x20
+# What counts_v2 answers: record_count, record_bytes, batch_count, compression, crc_errors,
+# partial_bytes, control_batches, base_offset, last_offset.
+BatchCounts = tuple[int, int, int, str, int, int, int, "int | None", "int | None"]
+
+
+def counts_v2(data: bytes | memoryview) -> BatchCounts | None:
+    """summarize_records' counts for the common records field, read straight from batch headers:
+    only magic 2 batches with known codecs, complete or cut at the end (KIP-74). None for anything
+    else (legacy messages, damage, records wanted), which summarize_records then reads in full."""
+    size = len(data)
+    pos = count = batches = crc_errors = control = partial = 0
+    codecs = 0  # bit per codec id seen
+    base = last = None
+    unpack = BATCH_HEADER.unpack_from
+    while pos < size:
+        left = size - pos
+        if left <= _MAGIC_AT:
+            partial = left
+            break
+        (length,) = _LENGTH_AT_8.unpack_from(data, pos)
+        if data[pos + _MAGIC_AT] != 2 or length < BATCH_HEADER_SIZE - _LOG_OVERHEAD:
+            return None
+        if length > left - _LOG_OVERHEAD:
+            partial = left
+            break
+        (first, _, _, _, crc, attributes, delta, _, _, _, _, _, records) = unpack(data, pos)
+        if records < 0 or attributes & 0x07 > 4:
+            return None
+        end = pos + _LOG_OVERHEAD + length
+        batches += 1
+        if crc32c(data[pos + _CRC_START : end]) != crc:
+            crc_errors += 1
+        codecs |= 1 << (attributes & 0x07)
+        count += records
+        if base is None:
+            base = first
+        last = first + delta
+        if attributes & _CONTROL:
+            control += 1
+        pos = end
+    # One bit set: that codec; more: "mixed"; none (no complete batch): "".
+    compression = _CODECS[codecs.bit_length() - 1] if codecs else ""
+    if codecs & (codecs - 1):
+        compression = "mixed"
+    return count, size, batches, compression, crc_errors, partial, control, base, last
 
 
 def summarize_records(

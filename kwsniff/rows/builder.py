@@ -210,7 +210,12 @@ class ExchangeRows(ConversationHandler):
         self.tables.topics.learn(info.get("topic_ids", {}))
         context = self._context(req)
         group_id = req.info.get("group_id") if isinstance(req.info, dict) else None
-        for row in error_rows(msg, group_id, self.tables.topic_names):
+        errors = error_rows(req.api_key, req.api_version, msg, group_id, self.tables.topic_names)
+        info["error_count"] = len(errors)
+        if errors:
+            info["first_error_code"] = errors[0]["error_code"]
+            info["first_error_name"] = errors[0]["error_name"]
+        for row in errors:
             self.tables.sink.add("errors", {**context, **row})
 
     def exchange(self, req: Request, resp: Response | None, status: str) -> None:
@@ -244,6 +249,9 @@ class ExchangeRows(ConversationHandler):
             "throttle_time_ms": respi.get("throttle_time_ms"),
             "error_code": error_code,
             "error_name": error_name(error_code) if error_code is not None else None,
+            "error_count": respi.get("error_count"),
+            "first_error_code": respi.get("first_error_code"),
+            "first_error_name": respi.get("first_error_name"),
             "acks": reqi.get("acks"),
             "record_count": reqi.get("record_count", respi.get("record_count")),
             "record_bytes": reqi.get("record_bytes", respi.get("record_bytes")),
@@ -257,14 +265,16 @@ class ExchangeRows(ConversationHandler):
         tables.sink.add("requests", row)
         context = self._context(req)
         topics = tables.topics
-        for prow in merged_rows(req.api_key, reqi, respi):
-            records = records_of(req.api_key, prow, context)
-            topic, topic_id = prow.get("topic"), prow.get("topic_id")
-            for key in _RECORD_DAMAGE:
-                tables.record_damage[key] += prow.get(key) or 0
-            topics.add("partitions", [{**context, **prow}], topic, topic_id)
+        damage = tables.record_damage
+        for prow in merged_rows(req.api_key, reqi, respi, context):
+            records = records_of(req.api_key, prow, context) if "_records" in prow else None
+            if prow.get("crc_errors") or prow.get("capped_batches") or prow.get("record_errors"):
+                for key in _RECORD_DAMAGE:
+                    damage[key] += prow.get(key) or 0
             if records:
-                topics.add("records", records, topic, topic_id)
+                # Named (or held for a name) like their partitions row, before that row is named.
+                topics.add("records", records, prow.get("topic"), prow.get("topic_id"))
+            topics.add_row("partitions", prow)
 
     def orphan_response(self, correlation_id: int, ts: int, size: int, offset: int) -> None:
         self.tables.orphan_responses += 1

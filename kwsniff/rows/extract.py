@@ -8,10 +8,10 @@ without a hand-written rule per API key. Per-partition facts live in :mod:`kwsni
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-from kwsniff.protocol import error_name, error_retriable
+from kwsniff.protocol import error_name, error_retriable, message_fields
+from kwsniff.rows.fact_compiler import PARTITION_KEYS, TOPIC_NAME_KEYS, compile_error_finder
 from kwsniff.rows.partitions import (
     COUNTS_ONLY,
     PRODUCE,
@@ -24,8 +24,6 @@ from kwsniff.rows.partitions import (
     topic_ids,
 )
 
-_TOPIC_NAME_KEYS = ("topic", "topic_name", "name")
-_PARTITION_KEYS = ("partition_index", "partition", "index", "partition_id")
 _CONTEXT_KEYS = {
     "group_id": "group_id",
     "resource_name": "resource_name",
@@ -41,7 +39,7 @@ def request_summary(
         info["acks"] = msg.get("acks")
     if type(msg.get("group_id")) is str:
         info["group_id"] = msg["group_id"]
-    parts = partition_facts(api_key, REQUEST, msg, options)
+    parts = partition_facts(api_key, api_version, REQUEST, msg, options)
     if parts:
         info["partitions"] = parts
         record_totals(info, parts)
@@ -56,7 +54,7 @@ def response_summary(
         info["throttle_time_ms"] = msg["throttle_time_ms"]
     if "error_code" in msg:
         info["error_code"] = msg["error_code"]
-    parts = partition_facts(api_key, RESPONSE, msg, options)
+    parts = partition_facts(api_key, api_version, RESPONSE, msg, options)
     if parts:
         info["partitions"] = parts
         record_totals(info, parts)
@@ -65,9 +63,83 @@ def response_summary(
     return info
 
 
+def error_rows(
+    api_key: int,
+    api_version: int,
+    msg: dict[str, Any],
+    group_id: str | None = None,
+    topic_names: dict[Any, str] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per non-zero error code anywhere in a response, with its path and context, in the
+    order of the message's fields.
+
+    ``group_id`` is the request's: JoinGroup, SyncGroup, Heartbeat, OffsetCommit... responses do not
+    repeat it. ``topic_names`` resolves topic ids (Fetch v13+ responses carry no names, KIP-516)."""
+    find = _finders.get((api_key, api_version), _MISSING)
+    if find is _MISSING:
+        fields = message_fields(api_key, api_version, True)
+        find = compile_error_finder(fields, f"{api_key} v{api_version} response")
+        _finders[(api_key, api_version)] = find
+    if find is None:
+        return []
+    found: list[tuple[tuple[dict[str, Any], ...], str, str, int]] = []
+    find(msg, found)
+    if not found:
+        return []
+    start = {"group_id": group_id} if group_id else {}
+    return [_error_row(chain, path, key, code, start, topic_names or {}) for chain, path, key, code in found]
+
+
+_MISSING: Any = object()
+_finders: dict[tuple[int, int], Any] = {}
+
+
+def _error_row(
+    chain: tuple[dict[str, Any], ...],
+    path: str,
+    key: str,
+    code: int,
+    ctx: dict[str, Any],
+    topic_names: dict[Any, str],
+) -> dict[str, Any]:
+    """The row of one error code: the context its enclosing structs name, outermost first (errors
+    are rare, so the context is worked out only for them)."""
+    for node in chain:
+        ctx = _node_context(node, ctx, topic_names)
+    node = chain[-1]
+    return {
+        "path": path,
+        "error_code": code,
+        "error_name": error_name(code),
+        "retriable": error_retriable(code),
+        "error_message": node.get(key[: -len("code")] + "message"),
+        "topic": ctx.get("topic"),
+        "partition": ctx.get("partition"),
+        "group_id": ctx.get("group_id"),
+        "resource_name": ctx.get("resource_name"),
+    }
+
+
+def _node_context(node: dict[str, Any], ctx: dict[str, Any], topic_names: dict[Any, str]) -> dict[str, Any]:
+    """ctx plus the topic, partition, group and resource one struct names."""
+    ctx = dict(ctx)
+    topic = _topic_of(node)
+    if "topic" not in topic and "topic_id" in topic and topic["topic_id"] in topic_names:
+        topic["topic"] = topic_names[topic["topic_id"]]
+    ctx.update(topic)
+    for k in PARTITION_KEYS:
+        if isinstance(node.get(k), int) and "topic" in ctx:
+            ctx["partition"] = node[k]
+            break
+    for src, dst in _CONTEXT_KEYS.items():
+        if isinstance(node.get(src), str):
+            ctx[dst] = node[src]
+    return ctx
+
+
 def _topic_of(item: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for k in _TOPIC_NAME_KEYS:
+    for k in TOPIC_NAME_KEYS:
         v = item.get(k)
         if isinstance(v, str):
             out["topic"] = v
@@ -77,50 +149,3 @@ def _topic_of(item: dict[str, Any]) -> dict[str, Any]:
         # The all-zero uuid means "no topic id" (KIP-516); names are the key then.
         out["topic_id"] = str(tid)
     return out
-
-
-def error_rows(
-    msg: dict[str, Any], group_id: str | None = None, topic_names: dict[Any, str] | None = None
-) -> Iterator[dict[str, Any]]:
-    """One row per non-zero error code anywhere in a response, with its path and context.
-
-    ``group_id`` is the request's: JoinGroup, SyncGroup, Heartbeat, OffsetCommit... responses do not
-    repeat it. ``topic_names`` resolves topic ids (Fetch v13+ responses carry no names, KIP-516)."""
-    yield from _walk_errors(msg, "", {"group_id": group_id} if group_id else {}, topic_names or {})
-
-
-def _walk_errors(
-    node: dict[str, Any], path: str, ctx: dict[str, Any], topic_names: dict[Any, str]
-) -> Iterator[dict[str, Any]]:
-    ctx = dict(ctx)
-    topic = _topic_of(node)
-    if "topic" not in topic and "topic_id" in topic and topic["topic_id"] in topic_names:
-        topic["topic"] = topic_names[topic["topic_id"]]
-    ctx.update(topic)
-    for k in _PARTITION_KEYS:
-        if isinstance(node.get(k), int) and "topic" in ctx:
-            ctx["partition"] = node[k]
-            break
-    for src, dst in _CONTEXT_KEYS.items():
-        if isinstance(node.get(src), str):
-            ctx[dst] = node[src]
-    for key, value in node.items():
-        if key == "_unknown_tags":
-            continue  # raw bytes by tag number (int keys), not fields: nothing to walk
-        if key.endswith("error_code") and isinstance(value, int) and value != 0:
-            yield {
-                "path": path + key,
-                "error_code": value,
-                "error_name": error_name(value),
-                "retriable": error_retriable(value),
-                "error_message": node.get(key[: -len("code")] + "message"),
-                "topic": ctx.get("topic"),
-                "partition": ctx.get("partition"),
-                "group_id": ctx.get("group_id"),
-                "resource_name": ctx.get("resource_name"),
-            }
-        elif isinstance(value, dict):
-            yield from _walk_errors(value, f"{path}{key}.", ctx, topic_names)
-        elif isinstance(value, list) and value and isinstance(value[0], dict):
-            for item in value:
-                yield from _walk_errors(item, f"{path}{key}[].", ctx, topic_names)

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kwsniff.protocol import error_name
-from kwsniff.records import RecordInfo, summarize_records
+from kwsniff.protocol import error_name, message_fields
+from kwsniff.records import RecordInfo, counts_v2, summarize_records
+from kwsniff.rows.fact_compiler import compile_partition_walker
 from kwsniff.rows.records import record_rows
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
@@ -27,14 +28,10 @@ TOPIC_ID_SOURCES = frozenset({METADATA, CREATE_TOPICS, DESCRIBE_TOPIC_PARTITIONS
 # Group-membership APIs list partitions as assignments of members, not as partitions the exchange
 # acts on (they belong to a groups table).
 _NOT_PARTITION_APIS = frozenset({68, 69, 76, 77, 88, 89})
-# Lists that name partitions the exchange does not act on: a fetch session's removals (KIP-227).
-_SKIPPED_LISTS = frozenset({"forgotten_topics_data", "aborted_transactions", "record_errors"})
-_PARTITION_KEYS = ("partition_index", "partition", "index", "partition_id")
-_PARTITION_LISTS = ("partition_indexes", "partitions")
 _INT64_MIN = -(2**63)
 
 # Per-partition fields the table carries: spec name -> column.
-_FIELDS: dict[str, str] = {
+_FIELDS: dict[str, str | None] = {
     "error_code": "error_code",
     "fetch_offset": "fetch_offset",
     "base_offset": "base_offset",
@@ -76,79 +73,62 @@ PartKey = tuple[Any, Any, int]  # (group or transaction, topic id or name, parti
 
 
 def partition_facts(
-    api_key: int, side: int, msg: dict[str, Any], options: RecordOptions = COUNTS_ONLY
+    api_key: int, api_version: int, side: int, msg: dict[str, Any], options: RecordOptions = COUNTS_ONLY
 ) -> dict[PartKey, dict[str, Any]]:
-    """Every topic-partition one side of an exchange names, with its facts under column names."""
+    """Every topic-partition one side of an exchange names, with its facts under column names, read by
+    the code compiled for that message version (kwsniff.rows.fact_compiler)."""
     if api_key in _NOT_PARTITION_APIS:
         return {}
-    fields = _RENAMES.get((api_key, side), _FIELDS)
     out: dict[PartKey, dict[str, Any]] = {}
-    for ctx, item, pkey in _walk(msg, {}, 0):
-        facts = dict(ctx)
-        if item is None:
-            facts["partition"] = pkey
-        else:
-            facts["partition"] = item[pkey]
-            for src, dst in fields.items():
-                if dst is not None:
-                    v = item.get(src)
-                    if type(v) is int:
-                        facts[dst] = v
-            if "records" in item:
-                _record_facts(facts, item["records"], api_key, options)
-            elif api_key == LIST_OFFSETS and item.get("old_style_offsets"):
-                facts["offset"] = item["old_style_offsets"][0]  # v0: a list, newest first
-        key = (ctx.get("scope"), ctx.get("topic_id") or ctx.get("topic"), facts["partition"])
-        facts.pop("scope", None)
-        out.setdefault(key, {}).update(facts)
+    walk = _walkers.get((api_key, api_version, side), _MISSING)
+    if walk is _MISSING:
+        walk = _compile_walker(api_key, api_version, side)
+    if walk is not None:
+        walk(msg, out, options)
     return out
 
 
-def _walk(node: dict[str, Any], ctx: dict[str, Any], depth: int) -> Iterator[tuple[dict, Any, Any]]:
-    """(context, partition struct, its partition key) or (context, None, partition number)."""
-    if depth > 3:
-        return
-    for name, value in node.items():
-        if type(value) is not list or not value or type(value[0]) is not dict or name in _SKIPPED_LISTS:
-            continue
-        for item in value:
-            sub = _context(item, ctx)
-            if "topic" in sub or "topic_id" in sub:
-                pkey = next((k for k in _PARTITION_KEYS if type(item.get(k)) is int), None)
-                if pkey is not None:
-                    yield sub, item, pkey
-                    continue
-                numbers = next((item[k] for k in _PARTITION_LISTS if type(item.get(k)) is list), None)
-                if numbers and type(numbers[0]) is int:
-                    for p in numbers:
-                        yield sub, None, p
-                    continue
-            if sub is not ctx or depth == 0:
-                yield from _walk(item, sub, depth + 1)
+_MISSING: Any = object()
+_walkers: dict[tuple[int, int, int], Any] = {}
 
 
-def _context(item: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
-    """ctx plus the topic, topic id, group or transaction an item names (ctx itself if none)."""
-    out = None
-    for k in ("topic", "topic_name", "name"):
-        v = item.get(k)
-        if type(v) is str and v:
-            out = {**ctx, "topic": v}
-            break
-    tid = item.get("topic_id")
-    # The all-zero uuid means "no topic id" (KIP-516): names are the key then.
-    if tid is not None and getattr(tid, "int", 1) != 0:
-        out = {**(out or ctx), "topic_id": str(tid)}
-    for k in ("group_id", "transactional_id"):
-        v = item.get(k)
-        if type(v) is str:
-            out = {**(out or ctx), "scope": v}
-            if k == "group_id":
-                out["group_id"] = v
-    return ctx if out is None else out
+def _compile_walker(api_key: int, api_version: int, side: int) -> Any:
+    fields = message_fields(api_key, api_version, side == RESPONSE)
+
+    def record_facts(facts: dict[str, Any], data: Any, options: RecordOptions) -> None:
+        _record_facts(facts, data, api_key, options)
+
+    label = f"{api_key} v{api_version} {'response' if side == RESPONSE else 'request'}"
+    renames = _RENAMES.get((api_key, side), _FIELDS)
+    walk = compile_partition_walker(fields, renames, api_key == LIST_OFFSETS, record_facts, label)
+    _walkers[(api_key, api_version, side)] = walk
+    return walk
 
 
 def _record_facts(facts: dict[str, Any], data: Any, api_key: int, options: RecordOptions) -> None:
+    if not data:
+        facts.update(_NO_RECORDS if api_key == PRODUCE else _NO_RECORDS_OFFSETS)
+        if options.records:
+            facts["_records"] = []
+        return
+    counts = None if options.records else counts_v2(data)
+    if counts is not None:
+        # The usual field, magic 2 batch headers only: the same facts without the general reader.
+        count, size, batches, codec, crc_errors, partial, control, first, last = counts
+        facts["record_count"] = count
+        facts["record_bytes"] = size
+        facts["batch_count"] = batches
+        facts["compression"] = codec or None
+        facts["crc_errors"] = crc_errors
+        facts["partial_bytes"] = partial
+        facts["control_batches"] = control
+        facts["capped_batches"] = 0
+        facts["record_errors"] = 0
+        facts["record_error"] = None
+        if api_key != PRODUCE:
+            facts["first_offset"] = first
+            facts["last_offset"] = last
+        return
     s = summarize_records(
         data,
         want_records=options.records,
@@ -175,6 +155,22 @@ def _record_facts(facts: dict[str, Any], data: Any, api_key: int, options: Recor
         facts["_records"] = s.records
 
 
+# The facts of an empty or null records field (a Fetch of a partition with nothing new).
+_NO_RECORDS: dict[str, Any] = {
+    "record_count": 0,
+    "record_bytes": 0,
+    "batch_count": 0,
+    "compression": None,
+    "crc_errors": 0,
+    "partial_bytes": 0,
+    "control_batches": 0,
+    "capped_batches": 0,
+    "record_errors": 0,
+    "record_error": None,
+}
+_NO_RECORDS_OFFSETS = {**_NO_RECORDS, "first_offset": None, "last_offset": None}
+
+
 def record_totals(info: dict[str, Any], parts: dict[PartKey, dict[str, Any]]) -> None:
     """`requests.record_count` / `record_bytes`: sums over the partitions that carry records."""
     counts = [p["record_count"] for p in parts.values() if "record_count" in p]
@@ -192,8 +188,11 @@ def topic_ids(msg: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def merged_rows(api_key: int, reqi: dict[str, Any], respi: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Request and response facts of each topic-partition merged into one `partitions` row.
+def merged_rows(
+    api_key: int, reqi: dict[str, Any], respi: dict[str, Any], context: dict[str, Any]
+) -> Iterator[dict[str, Any]]:
+    """`partitions` rows: ``context`` (the exchange's ids) and the request and response facts of each
+    topic-partition, merged.
 
     Produce counts come from the request (what the producer sent), Fetch counts from the response
     (what the consumer received): only the side with a records field has them. A row keeps its
@@ -201,11 +200,13 @@ def merged_rows(api_key: int, reqi: dict[str, Any], respi: dict[str, Any]) -> It
     req_parts: dict[PartKey, dict[str, Any]] = reqi.get("partitions") or {}
     resp_parts: dict[PartKey, dict[str, Any]] = respi.get("partitions") or {}
     group = reqi.get("group_id")
-    for key in dict.fromkeys([*req_parts, *resp_parts]):
-        row = {**req_parts.get(key, {}), **resp_parts.get(key, {})}
+    produce = api_key == PRODUCE
+    none: dict[str, Any] = {}
+    for key in dict.fromkeys([*req_parts, *resp_parts]) if resp_parts else req_parts:
+        row = {**context, **req_parts.get(key, none), **resp_parts.get(key, none)}
         if group is not None and "group_id" not in row:
             row["group_id"] = group  # OffsetCommit/OffsetFetch v0-7 responses do not repeat it
-        if api_key == PRODUCE and "record_count" in row:
+        if produce and "record_count" in row:
             base = row.get("base_offset")
             if row.get("error_code") == 0 and base is not None and base >= 0:
                 row["first_offset"] = base
@@ -213,8 +214,11 @@ def merged_rows(api_key: int, reqi: dict[str, Any], respi: dict[str, Any]) -> It
         if "high_watermark" in row and "fetch_offset" in row:
             row["lag"] = row["high_watermark"] - row["fetch_offset"]
         code = row.get("error_code")
-        row["error_name"] = error_name(code) if code is not None else None
+        row["error_name"] = None if code is None else _ERROR_NAMES.get(code) or error_name(code)
         yield row
+
+
+_ERROR_NAMES = {0: "NONE"}
 
 
 def records_of(api_key: int, row: dict[str, Any], context: dict[str, Any]) -> list[dict[str, Any]]:
@@ -266,6 +270,13 @@ class TopicNames:
                     row["topic"] = name
                     self.sink.add(table, row)
             self.held = waiting
+
+    def add_row(self, table: str, row: dict[str, Any]) -> None:
+        """Write one row, naming its topic first when only its id is known."""
+        if row.get("topic") is None and row.get("topic_id") is not None:
+            self.add(table, [row], None, row["topic_id"])
+        else:
+            self.sink.add(table, row)
 
     def add(self, table: str, rows: list[dict[str, Any]], topic: str | None, topic_id: str | None) -> None:
         """Write rows of one topic, naming it first when only its id is known."""

@@ -28,6 +28,11 @@ REQUESTS = pa.schema(
         ("throttle_time_ms", pa.int32()),
         ("error_code", pa.int16()),
         ("error_name", pa.string()),
+        # Non-zero error codes anywhere in the response (top level, topics, partitions...): how
+        # many, and the first in the response's field order (the `errors` table has them all).
+        ("error_count", pa.int32()),
+        ("first_error_code", pa.int16()),
+        ("first_error_name", pa.string()),
         ("acks", pa.int16()),
         ("record_count", pa.int64()),
         ("record_bytes", pa.int64()),

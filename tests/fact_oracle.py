@@ -1,0 +1,168 @@
+"""The generic tree walks the tables used before issue 11, kept as the oracle of the compiled ones.
+
+They find partitions and error codes by walking every dict of a decoded message by field names;
+kwsniff.rows.fact_compiler writes per-version code meant to give exactly the same answers, and
+tests/test_fact_compiler.py holds the two against each other. Copied unchanged from
+kwsniff/rows/partitions.py and kwsniff/rows/extract.py as of commit 977a98e.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from kwsniff.protocol import error_name, error_retriable
+from kwsniff.rows.partitions import (
+    _FIELDS,
+    _NOT_PARTITION_APIS,
+    _RENAMES,
+    COUNTS_ONLY,
+    LIST_OFFSETS,
+    PartKey,
+    RecordOptions,
+    _record_facts,
+)
+
+_SKIPPED_LISTS = frozenset({"forgotten_topics_data", "aborted_transactions", "record_errors"})
+_PARTITION_KEYS = ("partition_index", "partition", "index", "partition_id")
+_PARTITION_LISTS = ("partition_indexes", "partitions")
+_TOPIC_NAME_KEYS = ("topic", "topic_name", "name")
+_CONTEXT_KEYS = {
+    "group_id": "group_id",
+    "resource_name": "resource_name",
+    "transactional_id": "transactional_id",
+}
+
+
+def partition_facts(
+    api_key: int, side: int, msg: dict[str, Any], options: RecordOptions = COUNTS_ONLY
+) -> dict[PartKey, dict[str, Any]]:
+    """Every topic-partition one side of an exchange names, with its facts under column names."""
+    if api_key in _NOT_PARTITION_APIS:
+        return {}
+    fields = _RENAMES.get((api_key, side), _FIELDS)
+    out: dict[PartKey, dict[str, Any]] = {}
+    for ctx, item, pkey in _walk(msg, {}, 0):
+        facts = dict(ctx)
+        if item is None:
+            facts["partition"] = pkey
+        else:
+            facts["partition"] = item[pkey]
+            for src, dst in fields.items():
+                if dst is not None:
+                    v = item.get(src)
+                    if type(v) is int:
+                        facts[dst] = v
+            if "records" in item:
+                _record_facts(facts, item["records"], api_key, options)
+            elif api_key == LIST_OFFSETS and item.get("old_style_offsets"):
+                facts["offset"] = item["old_style_offsets"][0]  # v0: a list, newest first
+        key = (ctx.get("scope"), ctx.get("topic_id") or ctx.get("topic"), facts["partition"])
+        facts.pop("scope", None)
+        out.setdefault(key, {}).update(facts)
+    return out
+
+
+def _walk(node: dict[str, Any], ctx: dict[str, Any], depth: int) -> Iterator[tuple[dict, Any, Any]]:
+    """(context, partition struct, its partition key) or (context, None, partition number)."""
+    if depth > 3:
+        return
+    for name, value in node.items():
+        if type(value) is not list or not value or type(value[0]) is not dict or name in _SKIPPED_LISTS:
+            continue
+        for item in value:
+            sub = _context(item, ctx)
+            if "topic" in sub or "topic_id" in sub:
+                pkey = next((k for k in _PARTITION_KEYS if type(item.get(k)) is int), None)
+                if pkey is not None:
+                    yield sub, item, pkey
+                    continue
+                numbers = next((item[k] for k in _PARTITION_LISTS if type(item.get(k)) is list), None)
+                if numbers and type(numbers[0]) is int:
+                    for p in numbers:
+                        yield sub, None, p
+                    continue
+            if sub is not ctx or depth == 0:
+                yield from _walk(item, sub, depth + 1)
+
+
+def _context(item: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
+    """ctx plus the topic, topic id, group or transaction an item names (ctx itself if none)."""
+    out = None
+    for k in ("topic", "topic_name", "name"):
+        v = item.get(k)
+        if type(v) is str and v:
+            out = {**ctx, "topic": v}
+            break
+    tid = item.get("topic_id")
+    # The all-zero uuid means "no topic id" (KIP-516): names are the key then.
+    if tid is not None and getattr(tid, "int", 1) != 0:
+        out = {**(out or ctx), "topic_id": str(tid)}
+    for k in ("group_id", "transactional_id"):
+        v = item.get(k)
+        if type(v) is str:
+            out = {**(out or ctx), "scope": v}
+            if k == "group_id":
+                out["group_id"] = v
+    return ctx if out is None else out
+
+
+def error_rows(
+    msg: dict[str, Any], group_id: str | None = None, topic_names: dict[Any, str] | None = None
+) -> Iterator[dict[str, Any]]:
+    """One row per non-zero error code anywhere in a response, with its path and context.
+
+    ``group_id`` is the request's: JoinGroup, SyncGroup, Heartbeat, OffsetCommit... responses do not
+    repeat it. ``topic_names`` resolves topic ids (Fetch v13+ responses carry no names, KIP-516)."""
+    yield from _walk_errors(msg, "", {"group_id": group_id} if group_id else {}, topic_names or {})
+
+
+def _walk_errors(
+    node: dict[str, Any], path: str, ctx: dict[str, Any], topic_names: dict[Any, str]
+) -> Iterator[dict[str, Any]]:
+    ctx = dict(ctx)
+    topic = _topic_of(node)
+    if "topic" not in topic and "topic_id" in topic and topic["topic_id"] in topic_names:
+        topic["topic"] = topic_names[topic["topic_id"]]
+    ctx.update(topic)
+    for k in _PARTITION_KEYS:
+        if isinstance(node.get(k), int) and "topic" in ctx:
+            ctx["partition"] = node[k]
+            break
+    for src, dst in _CONTEXT_KEYS.items():
+        if isinstance(node.get(src), str):
+            ctx[dst] = node[src]
+    for key, value in node.items():
+        if key == "_unknown_tags":
+            continue  # raw bytes by tag number (int keys), not fields: nothing to walk
+        if key.endswith("error_code") and isinstance(value, int) and value != 0:
+            yield {
+                "path": path + key,
+                "error_code": value,
+                "error_name": error_name(value),
+                "retriable": error_retriable(value),
+                "error_message": node.get(key[: -len("code")] + "message"),
+                "topic": ctx.get("topic"),
+                "partition": ctx.get("partition"),
+                "group_id": ctx.get("group_id"),
+                "resource_name": ctx.get("resource_name"),
+            }
+        elif isinstance(value, dict):
+            yield from _walk_errors(value, f"{path}{key}.", ctx, topic_names)
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            for item in value:
+                yield from _walk_errors(item, f"{path}{key}[].", ctx, topic_names)
+
+
+def _topic_of(item: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k in _TOPIC_NAME_KEYS:
+        v = item.get(k)
+        if isinstance(v, str):
+            out["topic"] = v
+            break
+    tid = item.get("topic_id")
+    if tid is not None and getattr(tid, "int", 1) != 0:
+        # The all-zero uuid means "no topic id" (KIP-516); names are the key then.
+        out["topic_id"] = str(tid)
+    return out

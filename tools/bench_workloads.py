@@ -1,0 +1,188 @@
+"""The two capture shapes of issue 11's benchmark, as client workloads for tools/make_capture.py.
+
+bench-tailing (run inside the MTU 1500 namespace): a librdkafka and a kafka-python producer, each
+with its own topic, while a librdkafka and a kafka-python consumer tail the other's topic. Many
+packets of network size: the cost is per packet.
+
+bench-aiokafka (loopback MTU): five aiokafka producers, one per codec (none, gzip, snappy, lz4,
+zstd), each to its own 24-partition topic, while a two-member aiokafka consumer group tails all
+120 partitions. Every Fetch names some 60 partitions, most of them empty: the cost is per partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from typing import Any
+
+import realparts
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+AIOKAFKA_PARTITIONS = 24
+AIOKAFKA_VALUE = 1000
+AIOKAFKA_CHUNK = 250  # records each producer sends between pauses
+AIOKAFKA_PAUSE_S = 0.03
+TAILING_VALUE = 4000
+TAILING_PARTITIONS = 8
+
+
+def _values(seed: int, size: int, count: int = 64) -> list[bytes]:
+    """Values that compress to about half: random bytes then a repeated text, like real payloads."""
+    rnd = random.Random(seed)
+    text = b'{"kind":"order","note":"kwsniff bench record"}' * (size // 40 + 1)
+    return [rnd.randbytes(size // 2) + text[: size - size // 2] for _ in range(count)]
+
+
+# -- bench-tailing ---------------------------------------------------------------------------------
+
+
+def _produce_kafka_python(bootstrap: str, topic: str, n: int, size: int) -> int:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, client_id="bench-kafka-python-producer", acks=1, linger_ms=5
+    )
+    values = _values(2, size)
+    futures = [producer.send(topic, key=f"k{i}".encode(), value=values[i % len(values)]) for i in range(n)]
+    producer.flush(timeout=600)
+    delivered = sum(1 for f in futures if f.succeeded())
+    producer.close()
+    return delivered
+
+
+def tailing(bootstrap: str, megabytes: int) -> dict[str, Any]:
+    """Producers and tailing consumers at once; each record crosses the wire twice."""
+    per_producer = max(1, megabytes * 1_000_000 // 4 // TAILING_VALUE)
+    realparts.create_topics(bootstrap, {"rd-orders": TAILING_PARTITIONS, "kp-orders": TAILING_PARTITIONS})
+    result: dict[str, Any] = {}
+
+    def run(name: str, work: Any) -> None:
+        result[name] = work()
+
+    threads = [
+        threading.Thread(
+            target=run,
+            args=(
+                "consumed_rd_by_kafka_python",
+                lambda: realparts.consume_with_kafka_python(
+                    bootstrap, ["rd-orders"], "bench-tail-kp", per_producer, timeout_s=900
+                ),
+            ),
+        ),
+        threading.Thread(
+            target=run,
+            args=(
+                "consumed_kp_by_librdkafka",
+                lambda: realparts.consume_with_confluent(
+                    bootstrap, ["kp-orders"], "bench-tail-rd", per_producer, timeout_s=900
+                )[0],
+            ),
+        ),
+    ]
+    for t in threads:
+        t.start()
+    time.sleep(5)  # both consumers in their groups before the first record: they tail
+    producers = [
+        threading.Thread(
+            target=run,
+            args=(
+                "produced_librdkafka",
+                lambda: realparts.produce_with_confluent(
+                    bootstrap,
+                    "rd-orders",
+                    per_producer,
+                    TAILING_VALUE,
+                    flush_each=False,
+                    linger_ms=5,
+                    client_id="bench-librdkafka-producer",
+                    timeout_s=900,
+                ),
+            ),
+        ),
+        threading.Thread(
+            target=run,
+            args=(
+                "produced_kafka_python",
+                lambda: _produce_kafka_python(bootstrap, "kp-orders", per_producer, TAILING_VALUE),
+            ),
+        ),
+    ]
+    for t in producers:
+        t.start()
+    for t in producers + threads:
+        t.join(timeout=1000)
+    return result
+
+
+# -- bench-aiokafka --------------------------------------------------------------------------------
+
+
+async def _aio_produce(bootstrap: str, codec: str, n: int) -> int:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        client_id=f"bench-aiokafka-{codec}",
+        compression_type=None if codec == "none" else codec,
+        linger_ms=20,
+        max_batch_size=32 * 1024,
+        acks=1,
+    )
+    await producer.start()
+    values = _values(CODECS.index(codec), AIOKAFKA_VALUE)
+    pending = []
+    try:
+        for i in range(n):
+            value = values[i % len(values)]
+            pending.append(await producer.send(f"aio-{codec}", value=value, key=f"k{i}".encode()))
+            if i % AIOKAFKA_CHUNK == AIOKAFKA_CHUNK - 1:
+                # Paced like a service producing steadily, so the group tails many small fetches.
+                await asyncio.sleep(AIOKAFKA_PAUSE_S)
+        done = await asyncio.gather(*pending, return_exceptions=True)
+    finally:
+        await producer.stop()
+    return sum(1 for d in done if not isinstance(d, BaseException))
+
+
+async def _aio_tail(bootstrap: str, member: int, stop: asyncio.Event, counts: list[int]) -> None:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(
+        *(f"aio-{c}" for c in CODECS),
+        bootstrap_servers=bootstrap,
+        group_id="bench-aio-tail",
+        client_id=f"bench-aiokafka-consumer-{member}",
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=100,
+        heartbeat_interval_ms=1000,
+        session_timeout_ms=10_000,
+    )
+    await consumer.start()
+    try:
+        while not stop.is_set():
+            batches = await consumer.getmany(timeout_ms=200, max_records=5000)
+            counts[member] += sum(len(b) for b in batches.values())
+    finally:
+        await consumer.stop()
+
+
+async def _aiokafka(bootstrap: str, megabytes: int) -> dict[str, Any]:
+    per_codec = max(1, megabytes * 1_000_000 // 2 // len(CODECS) // AIOKAFKA_VALUE)
+    stop = asyncio.Event()
+    counts = [0, 0]
+    tails = [asyncio.create_task(_aio_tail(bootstrap, m, stop, counts)) for m in (0, 1)]
+    await asyncio.sleep(8)  # both members joined: the producers' records are tailed, not backlog
+    produced = await asyncio.gather(*(_aio_produce(bootstrap, c, per_codec) for c in CODECS))
+    deadline = time.monotonic() + 600
+    while sum(counts) < sum(produced) and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+    stop.set()
+    await asyncio.gather(*tails)
+    return {"produced": dict(zip(CODECS, produced, strict=True)), "consumed": counts}
+
+
+def aiokafka_tailing(bootstrap: str, megabytes: int) -> dict[str, Any]:
+    realparts.create_topics(bootstrap, {f"aio-{c}": AIOKAFKA_PARTITIONS for c in CODECS})
+    return asyncio.run(_aiokafka(bootstrap, megabytes))

@@ -245,11 +245,11 @@ def test_requests_count_and_name_errors_below_the_top_level(
     out = tmp_path / "tables"
     result = CliRunner().invoke(main, ["read", str(pcap), "--out", str(out), "--broker-port", "9092", "-q"])
     assert result.exit_code == 0, result.output
-    rows = pq.read_table(out / "requests" / "refused.pcap.parquet").to_pylist()
+    rows = pq.read_table(out / "requests" / f"{output_name(pcap)}.parquet").to_pylist()
     columns = ("error_code", "error_name", "error_count", "first_error_code", "first_error_name")
     produce, heartbeat = (tuple(r[c] for c in columns) for r in sorted(rows, key=lambda r: r["api_key"]))
     assert produce == summary
     # A top-level error counts too, and stays in error_code/error_name as before.
     assert heartbeat == (27, "REBALANCE_IN_PROGRESS", 1, 27, "REBALANCE_IN_PROGRESS")
-    errors = pq.read_table(out / "errors" / "refused.pcap.parquet").to_pylist()
+    errors = pq.read_table(out / "errors" / f"{output_name(pcap)}.parquet").to_pylist()
     assert len(errors) == summary[2] + 1

@@ -15,6 +15,7 @@ Usage (one sink per output file set; a rotating writer makes one sink per rotati
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterable
@@ -115,10 +116,9 @@ class ParquetSink:
     def abort(self) -> None:
         """Drop everything written so far: no file of this sink stays in the dataset."""
         for writer in self.writers.values():
-            try:
+            # A full disk may refuse the footer; the file is removed anyway.
+            with contextlib.suppress(OSError):
                 writer.close()
-            except OSError:
-                pass  # a full disk may refuse the footer; the file is removed anyway
         self.writers.clear()
         for table in self.tables:
             self.temp_path(table).unlink(missing_ok=True)

@@ -19,6 +19,7 @@ from kafkawire import LINKTYPE_RAW_IPV4, Flow, i8, i16, i32, i64, request, respo
 from kwsniff.cli import main
 from kwsniff.rows import ListSink
 from kwsniff.session import Session
+from kwsniff.sinks import output_name
 
 CAPTURES = Path(__file__).parent / "data" / "captures"
 PRODUCE_PATH = "responses[].partition_responses[].error_code"
@@ -29,7 +30,7 @@ def read_tables(tmp_path: Path, capture: str) -> dict[str, list[dict[str, Any]]]
     result = CliRunner().invoke(main, ["read", str(CAPTURES / capture), "--out", str(out), "--quiet"])
     assert result.exit_code == 0, result.output
     return {
-        table: pq.read_table(out / table / f"{capture}.parquet").to_pylist()
+        table: pq.read_table(out / table / f"{output_name(CAPTURES / capture)}.parquet").to_pylist()
         for table in ("requests", "errors", "connections")
     }
 
@@ -244,11 +245,11 @@ def test_requests_count_and_name_errors_below_the_top_level(
     out = tmp_path / "tables"
     result = CliRunner().invoke(main, ["read", str(pcap), "--out", str(out), "--broker-port", "9092", "-q"])
     assert result.exit_code == 0, result.output
-    rows = pq.read_table(out / "requests" / "refused.pcap.parquet").to_pylist()
+    rows = pq.read_table(out / "requests" / f"{output_name(pcap)}.parquet").to_pylist()
     columns = ("error_code", "error_name", "error_count", "first_error_code", "first_error_name")
     produce, heartbeat = (tuple(r[c] for c in columns) for r in sorted(rows, key=lambda r: r["api_key"]))
     assert produce == summary
     # A top-level error counts too, and stays in error_code/error_name as before.
     assert heartbeat == (27, "REBALANCE_IN_PROGRESS", 1, 27, "REBALANCE_IN_PROGRESS")
-    errors = pq.read_table(out / "errors" / "refused.pcap.parquet").to_pylist()
+    errors = pq.read_table(out / "errors" / f"{output_name(pcap)}.parquet").to_pylist()
     assert len(errors) == summary[2] + 1

@@ -4,6 +4,7 @@ edges (orphans, unanswered requests) and understood SASL tokens are not failures
 from __future__ import annotations
 
 import struct
+import tempfile
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -23,9 +24,8 @@ CAPTURES = Path(__file__).parent / "data" / "captures"
 
 
 def strict(tmp_path: Path, *pcaps: Path) -> tuple[int, str]:
-    result = CliRunner().invoke(
-        main, ["read", *map(str, pcaps), "--out", str(tmp_path / "t"), "--strict", "-q"]
-    )
+    out = tempfile.mkdtemp(dir=tmp_path)  # a fresh dataset per call: an existing one is refused
+    result = CliRunner().invoke(main, ["read", *map(str, pcaps), "--out", out, "--strict", "-q"])
     return result.exit_code, result.stderr
 
 

@@ -11,7 +11,14 @@ from kwsniff.capture import CaptureError
 from kwsniff.commands.options import broker_port_option, broker_ports
 from kwsniff.run import CaptureResult, run_capture
 from kwsniff.session import SessionOptions
-from kwsniff.sinks import ParquetSink
+from kwsniff.sinks import (
+    ExistingOutput,
+    OutputError,
+    ParquetSink,
+    output_name,
+    prepare_output,
+    remove_empty_dirs,
+)
 from kwsniff.tables import DEFAULT_TABLES
 
 STATUSES = ("ok", "no_response_expected", "unanswered", "decode_error")
@@ -139,6 +146,16 @@ def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> N
     show_default=True,
     help="Directory of the Parquet datasets (one sub-directory per table).",
 )
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace the dataset already in --out (its Parquet files are removed first).",
+)
+@click.option(
+    "--append",
+    is_flag=True,
+    help="Add to the dataset already in --out (an input read before replaces its own files).",
+)
 @broker_port_option
 @click.option(
     "--no-auto-detect",
@@ -180,6 +197,8 @@ def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> N
 def read(
     captures: tuple[Path, ...],
     out: Path,
+    overwrite: bool,
+    append: bool,
     broker_port: tuple[int, ...],
     auto_detect: bool,
     max_frame_size: int,
@@ -192,18 +211,32 @@ def read(
     """Decode CAPTURES (pcap, pcapng, optionally gzipped) into Parquet tables under --out."""
     options = _options(broker_port, auto_detect, max_frame_size, records, record_payloads, max_decompressed)
     tables = (*DEFAULT_TABLES, "records") if options.records else DEFAULT_TABLES
+    if overwrite and append:
+        raise click.UsageError("--overwrite and --append exclude each other")
+    existing = (
+        ExistingOutput.OVERWRITE if overwrite else ExistingOutput.APPEND if append else ExistingOutput.REFUSE
+    )
+    try:
+        created = prepare_output(out, tables, existing)
+    except OutputError as exc:
+        _fail(str(exc))
+        sys.exit(1)
     failed = 0
     undecoded = 0
     for path in captures:
-        sink = ParquetSink(out, path.name, tables)
+        # Files are written under temporary names and renamed when complete; a failure or Ctrl-C
+        # leaves nothing of this input in the dataset.
+        sink = ParquetSink(out, output_name(path), tables)
         try:
-            result = run_capture(path, sink, options, progress=not quiet and sys.stderr.isatty())
+            with sink:
+                result = run_capture(path, sink, options, progress=not quiet and sys.stderr.isatty())
         except CaptureError as exc:
-            # Raised before any row exists: nothing was written for this file.
             _fail(str(exc))
             failed += 1
             continue
-        sink.close()
+        except OSError as exc:
+            _fail(f"{path}: writing {out}: {exc.strerror or exc}")
+            sys.exit(1)
         if not quiet:
             print_summary(result, out, sink.counts)
         reasons = strict_reasons(result) if strict else []
@@ -211,6 +244,8 @@ def read(
             undecoded += 1
             click.echo(f"kwsniff: strict: {result.name}: " + "; ".join(reasons), err=True)
     if failed:
+        if failed == len(captures):
+            remove_empty_dirs(created)
         sys.exit(1)
     if undecoded:
         sys.exit(EXIT_STRICT)

@@ -1,10 +1,26 @@
-"""Rows to Parquet datasets `OUT/<table>/<capture>.parquet`, written in bounded record batches."""
+"""Rows to Parquet files `OUT/<table>/<name>.parquet`, written in bounded record batches.
+
+A file is written under a hidden temporary name (`OUT/<table>/.<name>.parquet.tmp`) and renamed to
+its final name only by :meth:`ParquetSink.close`, so an interrupted run (Ctrl-C, a crash, a full
+disk) never leaves a valid-looking partial Parquet file in a dataset: pyarrow.dataset, DuckDB and
+Spark skip files whose names start with `.` or `_`, and the `.tmp` suffix keeps them out of
+`*.parquet` globs.
+
+Usage (one sink per output file set; a rotating writer makes one sink per rotation)::
+
+    with ParquetSink(out, "cap.pcap-1a2b3c4d", tables) as sink:
+        sink.add("requests", row)
+    # closed: every table's file renamed into place; on an exception: temporary files removed
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import pyarrow as pa
@@ -18,22 +34,45 @@ BATCH_ROWS = 50_000
 # and a batch is also written once the payloads it holds reach BATCH_PAYLOAD_BYTES.
 BATCH_ROWS_BY_TABLE = {"records": 10_000, "partitions": 10_000}
 BATCH_PAYLOAD_BYTES = 64 * 1024 * 1024
+TEMP_SUFFIX = ".tmp"
+
+
+def safe_file_stem(name: str) -> str:
+    """``name`` with everything but letters, digits, `.`, `_` and `-` replaced, never hidden."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name).lstrip("._")
+    return stem or "capture"
 
 
 class ParquetSink:
-    """One Parquet file per table for one capture; every table gets a file, empty or not, so a
-    dataset directory always exists and reads with the full schema. Opt-in tables (``records``) are
-    written only when named in ``tables``."""
+    """One Parquet file per table under ``out_dir/<table>/<name>.parquet``.
 
-    def __init__(self, out_dir: str | Path, capture: str, tables: Iterable[str] = DEFAULT_TABLES) -> None:
+    Every table gets a file, empty or not, so a dataset directory always exists and reads with the
+    full schema. Opt-in tables (``records``) are written only when named in ``tables``.
+
+    - :meth:`add` buffers a row and writes a record batch when enough rows are held.
+    - :meth:`close` writes what is left and renames each temporary file to its final name
+      (replacing a file of that name). ``counts`` then has the rows written per table and
+      ``paths`` the final files.
+    - :meth:`abort` removes the temporary files; nothing of this sink is left in the dataset.
+    - As a context manager: close on success, abort on an exception (KeyboardInterrupt included).
+    """
+
+    def __init__(self, out_dir: str | Path, name: str, tables: Iterable[str] = DEFAULT_TABLES) -> None:
         self.out_dir = Path(out_dir)
-        self.stem = re.sub(r"[^A-Za-z0-9._-]+", "_", capture) or "capture"
+        self.stem = safe_file_stem(name)
         self.tables = tuple(tables)
         self.rows: dict[str, list[dict[str, Any]]] = {t: [] for t in self.tables}
         self.limits = {t: BATCH_ROWS_BY_TABLE.get(t, BATCH_ROWS) for t in self.tables}
         self.payload_bytes = 0
         self.writers: dict[str, pq.ParquetWriter] = {}
         self.counts: dict[str, int] = dict.fromkeys(self.tables, 0)
+        self.paths: dict[str, Path] = {}
+
+    def final_path(self, table: str) -> Path:
+        return self.out_dir / table / f"{self.stem}.parquet"
+
+    def temp_path(self, table: str) -> Path:
+        return self.out_dir / table / f".{self.stem}.parquet{TEMP_SUFFIX}"
 
     def add(self, table: str, row: dict[str, Any]) -> None:
         rows = self.rows[table]
@@ -48,7 +87,7 @@ class ParquetSink:
     def _writer(self, table: str) -> pq.ParquetWriter:
         writer = self.writers.get(table)
         if writer is None:
-            path = self.out_dir / table / f"{self.stem}.parquet"
+            path = self.temp_path(table)
             path.parent.mkdir(parents=True, exist_ok=True)
             writer = pq.ParquetWriter(path, SCHEMAS[table], compression="zstd")
             self.writers[table] = writer
@@ -63,8 +102,36 @@ class ParquetSink:
             if table == "records":
                 self.payload_bytes = 0
 
-    def close(self) -> None:
+    def close(self) -> dict[str, Path]:
+        """Write every table's remaining rows, then move each file into place. Returns the paths."""
         for table in self.tables:
             self._flush(table)
             self._writer(table).close()
         self.writers.clear()
+        for table in self.tables:
+            os.replace(self.temp_path(table), self.final_path(table))
+            self.paths[table] = self.final_path(table)
+        return self.paths
+
+    def abort(self) -> None:
+        """Drop everything written so far: no file of this sink stays in the dataset."""
+        for writer in self.writers.values():
+            # A full disk may refuse the footer; the file is removed anyway.
+            with contextlib.suppress(OSError):
+                writer.close()
+        self.writers.clear()
+        for table in self.tables:
+            self.temp_path(table).unlink(missing_ok=True)
+        for rows in self.rows.values():
+            rows.clear()
+
+    def __enter__(self) -> ParquetSink:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()

@@ -2,9 +2,10 @@
 
     python bench/bench_memory.py                    # bench-large captures of 50, 100, 200, 400 MB
     python bench/bench_memory.py --mb 100 --mb 800
+    python bench/bench_memory.py --workload bench-aiokafka --mb 130 --mb 260 --mb 520 --mb 1040
 
-The captures are made with tools/make_capture.py (bench-large workload: same kind of traffic, only
-longer) into bench/captures/memory/ if missing; each is read once and the child's peak RSS printed.
+The captures are made with tools/make_capture.py (bench-large by default, or --workload: same kind
+of traffic, only longer; --mb is the workload's size target) into bench/captures/memory/ if missing; each is read once and the child's peak RSS printed.
 Real captures of different lengths are used rather than a capture concatenated with itself, because a
 concatenation repeats the same TCP connections with the same sequence numbers and would be read as
 retransmissions.
@@ -27,11 +28,12 @@ MEMORY_CAPTURES = CAPTURES / "memory"
 DEFAULT_SIZES_MB = (50, 100, 200, 400)
 
 
-def capture_of_size(megabytes: int) -> Path:
+def capture_of_size(megabytes: int, workload: str = "bench-large") -> Path:
     MEMORY_CAPTURES.mkdir(parents=True, exist_ok=True)
-    path = MEMORY_CAPTURES / f"large-{megabytes}mb.pcap"
+    name = "large" if workload == "bench-large" else workload.removeprefix("bench-")
+    path = MEMORY_CAPTURES / f"{name}-{megabytes}mb.pcap"
     if not path.exists():
-        make_capture(path, "bench-large", megabytes)
+        make_capture(path, workload, megabytes)
     return path
 
 
@@ -40,11 +42,17 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--mb", type=int, action="append", help="capture size in MB (repeatable)")
+    parser.add_argument(
+        "--workload",
+        default="bench-large",
+        choices=("bench-large", "bench-tailing", "bench-aiokafka"),
+        help="traffic of the captures (tools/make_capture.py workloads)",
+    )
     args = parser.parse_args()
     sizes = sorted(args.mb or DEFAULT_SIZES_MB)
     print(f"{'capture':<22} {'MB':>7} {'packets':>9} {'kwsniff s':>9} {'peak RSS MB':>12}")
     for megabytes in sizes:
-        path = capture_of_size(megabytes)
+        path = capture_of_size(megabytes, args.workload)
         port = broker_port(path)
         with tempfile.TemporaryDirectory(prefix="kwsniff-mem-") as tmp:
             out = Path(tmp) / "tables"

@@ -58,61 +58,49 @@ def tailing(bootstrap: str, megabytes: int) -> dict[str, Any]:
     realparts.create_topics(bootstrap, {"rd-orders": TAILING_PARTITIONS, "kp-orders": TAILING_PARTITIONS})
     result: dict[str, Any] = {}
 
-    def run(name: str, work: Any) -> None:
-        result[name] = work()
+    def started(name: str, work: Any) -> threading.Thread:
+        thread = threading.Thread(target=lambda: result.__setitem__(name, work()))
+        thread.start()
+        return thread
 
     threads = [
-        threading.Thread(
-            target=run,
-            args=(
-                "consumed_rd_by_kafka_python",
-                lambda: realparts.consume_with_kafka_python(
-                    bootstrap, ["rd-orders"], "bench-tail-kp", per_producer, timeout_s=900
-                ),
+        started(
+            "consumed_rd_by_kafka_python",
+            lambda: realparts.consume_with_kafka_python(
+                bootstrap, ["rd-orders"], "bench-tail-kp", per_producer, timeout_s=900
             ),
         ),
-        threading.Thread(
-            target=run,
-            args=(
-                "consumed_kp_by_librdkafka",
-                lambda: realparts.consume_with_confluent(
-                    bootstrap, ["kp-orders"], "bench-tail-rd", per_producer, timeout_s=900
-                )[0],
-            ),
+        started(
+            "consumed_kp_by_librdkafka",
+            lambda: realparts.consume_with_confluent(
+                bootstrap, ["kp-orders"], "bench-tail-rd", per_producer, timeout_s=900
+            )[0],
         ),
     ]
-    for t in threads:
-        t.start()
     time.sleep(5)  # both consumers in their groups before the first record: they tail
-    producers = [
-        threading.Thread(
-            target=run,
-            args=(
-                "produced_librdkafka",
-                lambda: realparts.produce_with_confluent(
-                    bootstrap,
-                    "rd-orders",
-                    per_producer,
-                    TAILING_VALUE,
-                    flush_each=False,
-                    linger_ms=5,
-                    client_id="bench-librdkafka-producer",
-                    timeout_s=900,
-                ),
+    threads.append(
+        started(
+            "produced_librdkafka",
+            lambda: realparts.produce_with_confluent(
+                bootstrap,
+                "rd-orders",
+                per_producer,
+                TAILING_VALUE,
+                flush_each=False,
+                linger_ms=5,
+                client_id="bench-librdkafka-producer",
+                timeout_s=900,
             ),
-        ),
-        threading.Thread(
-            target=run,
-            args=(
-                "produced_kafka_python",
-                lambda: _produce_kafka_python(bootstrap, "kp-orders", per_producer, TAILING_VALUE),
-            ),
-        ),
-    ]
-    for t in producers:
-        t.start()
-    for t in producers + threads:
-        t.join(timeout=1000)
+        )
+    )
+    threads.append(
+        started(
+            "produced_kafka_python",
+            lambda: _produce_kafka_python(bootstrap, "kp-orders", per_producer, TAILING_VALUE),
+        )
+    )
+    for thread in threads:
+        thread.join(timeout=1000)
     return result
 
 

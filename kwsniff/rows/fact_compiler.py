@@ -139,7 +139,7 @@ class _PartitionWriter(_Source):
             if dst is not None and src in by_name and by_name[src][1] in _INT_KINDS:
                 lines.append(f"facts[{dst!r}] = item[{src!r}]")
         if "records" in by_name:
-            lines.append("_record_facts(facts, item['records'], options)")
+            lines.append("_record_facts(facts, item['records'], _API_KEY, options)")
         elif self.list_offsets and "old_style_offsets" in by_name:
             lines.append("if item['old_style_offsets']:")
             lines.append("    facts['offset'] = item['old_style_offsets'][0]  # v0: a list, newest first")
@@ -162,19 +162,20 @@ def compile_partition_walker(
     fields_map: dict[str, str | None],
     list_offsets: bool,
     record_facts: Callable[..., None],
+    api_key: int,
     label: str,
 ) -> Callable[[dict[str, Any], dict[Any, Any], Any], None] | None:
     """`walk(msg, out, options)` for one message version, or None if it names no partitions.
 
     ``fields_map`` maps spec field names to columns (None drops one); ``record_facts(facts, data,
-    options)`` adds the facts of a records field."""
+    api_key, options)`` adds the facts of a records field."""
     writer = _PartitionWriter(fields_map, list_offsets)
     root = writer.walker(fields, 0)
     if root is None:
         return None
     source = "\n".join(writer.functions)
     source += f"\ndef walk(msg, out, options):\n    {root}(msg, {{}}, out, options)\n"
-    namespace: dict[str, Any] = {"_record_facts": record_facts}
+    namespace: dict[str, Any] = {"_record_facts": record_facts, "_API_KEY": api_key}
     exec(compile(source, f"<kwsniff partitions {label}>", "exec"), namespace)
     walk: Callable[[dict[str, Any], dict[Any, Any], Any], None] = namespace["walk"]
     return walk

@@ -95,12 +95,9 @@ _walkers: dict[tuple[int, int, int], Any] = {}
 def _compile_walker(api_key: int, api_version: int, side: int) -> Any:
     fields = message_fields(api_key, api_version, side == RESPONSE)
 
-    def record_facts(facts: dict[str, Any], data: Any, options: RecordOptions) -> None:
-        _record_facts(facts, data, api_key, options)
-
     label = f"{api_key} v{api_version} {'response' if side == RESPONSE else 'request'}"
     renames = _RENAMES.get((api_key, side), _FIELDS)
-    walk = compile_partition_walker(fields, renames, api_key == LIST_OFFSETS, record_facts, label)
+    walk = compile_partition_walker(fields, renames, api_key == LIST_OFFSETS, _record_facts, api_key, label)
     _walkers[(api_key, api_version, side)] = walk
     return walk
 

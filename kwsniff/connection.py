@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kwsniff.kafka import Conversation, plausible_request
-from kwsniff.kafka.opening import answers, request_ids
+from kwsniff.kafka.opening import kafka_evidence
 from kwsniff.kafka.sasl import looks_like_gssapi_token
 from kwsniff.kafka.tls import TlsHellos, guess_protocol, looks_like_tls
 from kwsniff.net import ACK, FIN, RST, SYN, format_ip
@@ -178,42 +178,88 @@ class Connection:
             self.prebuf[d].append((ts, b""))
 
     # -- is this Kafka, and which side is the client? -------------------------------------------------
-    def _detect(self) -> None:
+    def _detect(self, final: bool = False) -> None:
         session = self.session
-        if self.role_known:
-            trusted = session.is_broker(self.broker)
-            if trusted and (not self.syn_seen or self.prebuf_gap):
+        if session.is_broker(self.broker):
+            if not self.syn_seen or self.prebuf_gap:
                 # The stream's first bytes are not in the capture: its opening cannot be judged,
                 # so the broker port is trusted and the splitter resynchronises.
                 self._start_kafka()
             else:
-                self._judge_opening(trusted, final=False)
+                self._judge_opening(final)
+        elif not session.options.auto_detect:
+            self._not_kafka()
+        elif self.role_known:
+            self._prove_opening(final)
+        else:
+            self._prove_mid_stream(final)
+
+    def _prebuf_bytes(self, d: int) -> tuple[bytes, bool]:
+        """What one direction buffered up to the first gap (bytes after it start anywhere), and
+        whether there was a gap."""
+        chunks = self.prebuf[d]
+        for i, (_, chunk) in enumerate(chunks):
+            if not chunk:
+                return b"".join(c for _, c in chunks[:i]), True
+        return b"".join(c for _, c in chunks), False
+
+    def _evidence(self, requests: int, final: bool, opening: bool) -> bool | None:
+        """kafka_evidence with direction ``requests`` as the client's."""
+        req, req_cut = self._prebuf_bytes(requests)
+        resp, resp_cut = self._prebuf_bytes(1 - requests)
+        return kafka_evidence(
+            req,
+            resp,
+            max_frame_size=self.session.options.max_frame_size,
+            window=DETECT_BYTES,
+            final=final,
+            opening=opening,
+            requests_cut=req_cut,
+            responses_cut=resp_cut,
+        )
+
+    def _window_full(self) -> bool:
+        return self.prebuf_len[C2B] >= DETECT_BYTES or self.prebuf_len[B2C] >= DETECT_BYTES
+
+    def _prove_opening(self, final: bool) -> None:
+        """A port nobody named, the connection's start in the capture: Kafka only on proof."""
+        if looks_like_tls(self._prebuf_bytes(C2B)[0]):
+            self._start_tls(False)
             return
-        c2b = b"".join(c for _, c in self.prebuf[C2B])
-        # Mid-connection capture on ports nobody named: the client is the side whose bytes parse as
-        # request frames whose correlation ids come back at the start of the other side's frames.
-        # (A response alone can look like a request: correlation id 9 reads as api key 0 version 9.)
-        b2c = b"".join(c for _, c in self.prebuf[B2C])
-        for d, requests, responses in ((C2B, c2b, b2c), (B2C, b2c, c2b)):
-            if answers(request_ids(requests), responses):
+        verdict = self._evidence(C2B, final, opening=True)
+        if verdict:
+            self._start_kafka(proven=True)
+        elif verdict is False or final or self._window_full():
+            self._not_kafka()
+
+    def _prove_mid_stream(self, final: bool) -> None:
+        """A port nobody named, caught mid-connection: the client is the side whose bytes are
+        request frames answered (correlation id, decodable response) at the start of the other
+        side's frames. (A response alone can look like a request: correlation id 9 reads as api key
+        0 version 9.)"""
+        verdicts = []
+        for d in (C2B, B2C):
+            verdict = self._evidence(d, final, opening=False)
+            if verdict:
                 if d == B2C:
                     self._swap_roles()
                 self.synced = (False, False)
-                self._start_kafka()
+                self._start_kafka(proven=True)
                 return
-        if self.prebuf_len[C2B] >= DETECT_BYTES or self.prebuf_len[B2C] >= DETECT_BYTES:
+            verdicts.append(verdict)
+        if verdicts == [False, False] or final or self._window_full():
             self._not_kafka()
 
-    def _judge_opening(self, trusted: bool, final: bool) -> None:
-        """Kafka, SASL, TLS or something else, from the client's first bytes (a bounded number)."""
+    def _judge_opening(self, final: bool) -> None:
+        """On a broker port: Kafka, SASL, TLS or something else, from the client's first bytes."""
         c2b = b"".join(c for _, c in self.prebuf[C2B])
         n = len(c2b)
         if looks_like_tls(c2b):
-            self._start_tls(trusted)
+            self._start_tls(True)
         elif n >= OPENING_BYTES or (final and n >= SMALLEST_REQUEST):
             if plausible_request(memoryview(c2b)):
                 self._start_kafka()
-            elif trusted and looks_like_gssapi_token(c2b):
+            elif looks_like_gssapi_token(c2b):
                 # Kafka 0.9 clients opened with a GSSAPI token, no SaslHandshake (protocol guide,
                 # "SASL Authentication Sequence", interoperability with 0.9).
                 self._start_kafka(sasl_mechanism="GSSAPI")
@@ -246,10 +292,11 @@ class Connection:
         self.fin.reverse()
         session.swap_directions(self)
 
-    def _start_kafka(self, sasl_mechanism: str | None = None) -> None:
+    def _start_kafka(self, sasl_mechanism: str | None = None, proven: bool = False) -> None:
         session = self.session
         self.kafka = True
-        session.learn_broker(self.broker)
+        if proven:
+            session.learn_broker(self.broker)
         synced = (
             (self.syn_seen, self.syn_seen) if self.synced == (False, False) and self.syn_seen else self.synced
         )
@@ -280,7 +327,9 @@ class Connection:
 
     def _not_kafka(self) -> None:
         self.kafka = False
-        self.on_broker_port = self.session.is_broker(self.broker)
+        self.on_broker_port = self.broker[1] in self.session.options.broker_ports
+        if self.syn_seen and not self.on_broker_port:
+            self.session.forget_broker(self.broker)
         self.protocol_guess = guess_protocol(
             b"".join(c for _, c in self.prebuf[C2B])[:16], b"".join(c for _, c in self.prebuf[B2C])[:16]
         )
@@ -357,11 +406,7 @@ class Connection:
         for rs in self.rs:
             rs.flush(ts)
         if self.kafka is None and (self.prebuf_len[C2B] or self.prebuf_len[B2C]):
-            # Too little data to be sure: a short stream that starts like a request is Kafka.
-            if self.role_known:
-                self._judge_opening(self.session.is_broker(self.broker), final=True)
-            else:
-                self._not_kafka()
+            self._detect(final=True)
         if self.conv is not None:
             self.conv.close(ts)
         self.session.closed(self)

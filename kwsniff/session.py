@@ -78,8 +78,14 @@ class Session:
         return endpoint[1] in self.options.broker_ports or endpoint in self.brokers
 
     def learn_broker(self, endpoint: tuple[bytes, int]) -> None:
+        """A connection proved Kafka (a decoded exchange): later connections there are trusted,
+        mid-stream ones included."""
         if self.options.auto_detect:
             self.brokers.add(endpoint)
+
+    def forget_broker(self, endpoint: tuple[bytes, int]) -> None:
+        """A connection opened there did not speak Kafka: the endpoint is no longer trusted."""
+        self.brokers.discard(endpoint)
 
     def packet(self, ts: int, linktype: int, data: bytes) -> None:
         stats = self.stats

@@ -26,7 +26,7 @@ from kwsniff.protocol import (
     parse_response_header,
     schema_triples,
 )
-from kwsniff.records import summarize_records
+from kwsniff.records import counts_v2, summarize_records
 from kwsniff.rows import ListSink
 from kwsniff.session import Session
 from kwsniff.tcp import SNAPLEN, TcpReassembler
@@ -177,6 +177,22 @@ def records(data: bytes) -> None:
     )
     assert summary.records is not None
     assert summary.partial_bytes <= max(len(data) - 1, 0)
+    # The tables' fast path (batch headers only) answers what the full reader answers, or declines.
+    counts = counts_v2(data[1:])
+    if counts is not None:
+        full = summarize_records(data[1:], max_decompressed=RECORDS_CAP)
+        assert not full.errors and not full.capped_batches, full.errors
+        assert counts == (
+            full.record_count,
+            full.record_bytes,
+            full.batch_count,
+            full.compression,
+            full.crc_errors,
+            full.partial_bytes,
+            full.control_batches,
+            full.base_offset,
+            full.last_offset,
+        )
 
 
 def session(data: bytes) -> None:

@@ -144,6 +144,13 @@ class FrameSplitter:
     # -- input ---------------------------------------------------------------------------------------
     def data(self, ts: int, chunk: memoryview | bytes) -> None:
         view = chunk if isinstance(chunk, memoryview) else memoryview(chunk)
+        n = len(view)
+        if 0 < n < self._need:
+            # The middle of a frame that began in an earlier chunk (most packets of a large frame on
+            # an MTU-sized link): keep the piece and wait for the rest. _need > 0 means in step.
+            self._body.append(view)
+            self._need -= n
+            return
         if self._resyncing:
             self._scan_and_replay([(ts, view)])
             return

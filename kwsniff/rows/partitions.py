@@ -94,7 +94,6 @@ _walkers: dict[tuple[int, int, int], Any] = {}
 
 def _compile_walker(api_key: int, api_version: int, side: int) -> Any:
     fields = message_fields(api_key, api_version, side == RESPONSE)
-
     label = f"{api_key} v{api_version} {'response' if side == RESPONSE else 'request'}"
     renames = _RENAMES.get((api_key, side), _FIELDS)
     walk = compile_partition_walker(fields, renames, api_key == LIST_OFFSETS, _record_facts, api_key, label)

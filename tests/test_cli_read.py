@@ -40,7 +40,10 @@ def test_read_writes_every_table_as_a_parquet_dataset(tmp_path: Path) -> None:
         "Metadata",
         "Produce",
     ]
-    assert "requests 103: ok 103, no_response_expected 0, unanswered 0, decode_error 0" in result.output
+    assert (
+        "requests 103: ok 103, no_response_expected 0, unanswered 0, response_cut 0, decode_error 0"
+        in result.output
+    )
     assert "connections 10 (Kafka 10)   frames 103 to broker, 103 to client" in result.output
 
 

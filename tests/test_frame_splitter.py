@@ -43,8 +43,13 @@ class Splitter:
     def __init__(self, **options: object) -> None:
         self.frames: list[tuple[bytes | memoryview, int, int, int]] = []
         self.skips: list[tuple[int, int, str]] = []
+        self.cuts: list[tuple[int, int, str]] = []  # frames cut short: (bytes seen, offset, reason)
         self.fed = 0
+        options.setdefault("on_cut", self._cut)
         self.s = FrameSplitter(self._frame, self._skip, **options)  # type: ignore[arg-type]
+
+    def _cut(self, head: bytes, got: int, size: int, ts_first: int, offset: int, reason: str) -> None:
+        self.cuts.append((got, offset, reason))
 
     def _frame(self, data: bytes | memoryview, ts_first: int, ts_last: int, offset: int) -> None:
         self.frames.append((data, ts_first, ts_last, offset))
@@ -63,7 +68,7 @@ class Splitter:
     def assert_every_byte_accounted_for(self) -> None:
         s = self.s
         assert s.frame_bytes + s.skipped_bytes + s.buffered == self.fed
-        assert s.frame_bytes == sum(4 + len(f[0]) for f in self.frames)
+        assert s.frame_bytes == sum(4 + len(f[0]) for f in self.frames) + s.cut_frame_bytes
         assert s.skipped_bytes == sum(n for n, _, _ in self.skips)
         assert s.offset == s.frame_bytes + s.skipped_bytes
 
@@ -178,12 +183,13 @@ def test_gap_at_a_frame_boundary_skips_nothing() -> None:
     assert [f[3] for f in sp.frames[3:]] == [OFFSETS[3] + o - OFFSETS[5] for o in OFFSETS[5:]]
 
 
-def test_partial_frame_at_end_of_stream_is_truncated_at_end() -> None:
+def test_partial_frame_at_end_of_stream_is_a_cut_frame_not_skipped_bytes() -> None:
     sp = Splitter()
     sp.data(1, STREAM[: OFFSETS[4] + 50])
     sp.s.finish(2)
     assert sp.bodies == BODIES[:4]
-    assert sp.skips == [(50, OFFSETS[4], TRUNCATED_AT_END)]
+    assert sp.skips == []
+    assert (sp.s.cut_frames, sp.s.cut_frame_bytes, sp.s.skipped_bytes) == (1, 50, 0)
     assert sp.s.buffered == 0
     sp.assert_every_byte_accounted_for()
 
@@ -282,16 +288,17 @@ def test_frame_start_short_of_the_lookahead_at_end_of_stream_is_judged_on_what_i
     sp.data(1, b"\xee" * 10 + frame(BODIES[2])[:30])  # 30 bytes of a 300-byte frame, fewer than 68
     sp.s.finish(2)
     # No more bytes will come, so the 30 are judged as they are: a frame start, cut by the end.
-    assert sp.skips == [(10, 0, RESYNC), (30, 10, TRUNCATED_AT_END)]
-    assert (sp.s.buffered, sp.s.cut_frames) == (0, 1)
+    assert sp.skips == [(10, 0, RESYNC)]
+    assert (sp.s.buffered, sp.s.cut_frames, sp.s.cut_frame_bytes) == (0, 1, 30)
     sp.assert_every_byte_accounted_for()
 
 
-def test_frame_found_by_resync_and_cut_by_the_end_of_stream_is_truncated_at_end() -> None:
+def test_frame_found_by_resync_and_cut_by_the_end_of_stream_is_a_cut_frame() -> None:
     sp = Splitter(synced=False, boundary_ok=looks_like_test_frame)
     sp.data(1, b"\xee" * 10 + frame(BODIES[2])[:80])
     sp.s.finish(2)
-    assert sp.skips == [(10, 0, RESYNC), (80, 10, TRUNCATED_AT_END)]
+    assert sp.skips == [(10, 0, RESYNC)]
+    assert sp.s.cut_frame_bytes == 80
     sp.assert_every_byte_accounted_for()
 
 
@@ -615,6 +622,8 @@ def test_every_fed_byte_is_in_exactly_one_frame_or_skip_report(
     sp.assert_every_byte_accounted_for()
     pieces = [(offset, 4 + len(f), "frame") for f, _, _, offset in sp.frames]
     pieces += [(offset, n, reason) for n, offset, reason in sp.skips]
+    # A frame the stream ended in stays frame bytes (a capture edge), reported through on_cut.
+    pieces += [(offset, n, reason) for n, offset, reason in sp.cuts if reason == TRUNCATED_AT_END and n]
     covered = 0
     for offset, n, _ in sorted(pieces):
         assert offset == covered and n > 0

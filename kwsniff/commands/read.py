@@ -21,7 +21,7 @@ from kwsniff.sinks import (
 )
 from kwsniff.tables import DEFAULT_TABLES
 
-STATUSES = ("ok", "no_response_expected", "unanswered", "decode_error")
+STATUSES = ("ok", "no_response_expected", "unanswered", "response_cut", "decode_error")
 # `--strict` exit status: everything was read, but not everything was decoded.
 EXIT_STRICT = 3
 _DIRS = ("to_broker", "to_client")

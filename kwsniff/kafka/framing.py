@@ -53,6 +53,7 @@ class FrameSplitter:
         "_on_skip",
         "_on_cut",
         "cut_frames",
+        "cut_frame_bytes",
         "_boundary_ok",
         "_max",
         "_min",
@@ -94,6 +95,7 @@ class FrameSplitter:
         # keeps request headers, so requests stay countable; see tcpdump -s).
         self._on_cut = on_cut
         self.cut_frames = 0
+        self.cut_frame_bytes = 0  # bytes of frames the stream ended in: frame bytes, a capture edge
         self._boundary_ok = boundary_ok
         self._max = max_frame_size
         self._min = min_frame_size
@@ -267,14 +269,20 @@ class FrameSplitter:
 
     def _drop_partial(self, reason: str) -> None:
         nbytes = self._partial_bytes()
-        if self._need >= 0:
+        in_frame = self._need >= 0
+        if in_frame:
             self.cut_frames += 1
             if self._on_cut is not None:
                 self._on_cut(self._cut_head(), nbytes, 4 + self._size, self._ts_first, self.offset, reason)
         self._prefix = b""
         self._body = []
         self._need = -1
-        if nbytes:
+        if in_frame and reason == TRUNCATED_AT_END:
+            # The stream ended inside a frame: its bytes were a frame, cut by the capture's edge, not
+            # bytes passed over.
+            self.offset += nbytes
+            self.cut_frame_bytes += nbytes
+        elif nbytes:
             self._skip_pending = nbytes
             self._skip_reason = reason
             self._flush_skip()

@@ -22,6 +22,8 @@ from kwsniff.protocol.headers import is_plausible_request_version
 OK = "ok"
 NO_RESPONSE_EXPECTED = "no_response_expected"
 UNANSWERED = "unanswered"
+# The connection or the capture ended in the middle of the response: a capture edge, not an error.
+RESPONSE_CUT = "response_cut"
 DECODE_ERROR = "decode_error"
 
 PRODUCE = 0
@@ -44,6 +46,8 @@ class Frame:
     offset: int  # stream offset of the size prefix
     info: Any = None
     error: str | None = None
+    # Why the frame is incomplete when that is a capture edge (the stream ended inside it).
+    cut: str | None = None
 
 
 @dataclass(slots=True)
@@ -95,7 +99,7 @@ def plausible_request(view: memoryview) -> bool:
 
 
 _KEY_VERSION_CORR = struct.Struct(">hhi")
-_CUT_BY = {GAP: "a gap", TRUNCATED_AT_END: "the end of the stream"}
+_CUT_BY = {GAP: "a gap", TRUNCATED_AT_END: "the end of the connection or capture"}
 
 
 class Conversation:
@@ -250,7 +254,11 @@ class Conversation:
             correlation_id=corr,
             client_id=client_id,
         )
-        req.error = f"request: cut by {_CUT_BY.get(reason, reason)} after {got} of {size} bytes"
+        if reason == TRUNCATED_AT_END:
+            # The stream ended while the client was still sending: never answered in the capture.
+            req.cut = f"request cut by {_CUT_BY[reason]} after {got:,} of {size:,} bytes"
+        else:
+            req.error = f"request: cut by {_CUT_BY.get(reason, reason)} after {got} of {size} bytes"
         req.info = {}
         self.requests += 1
         old = self.pending.pop(corr, None)
@@ -268,6 +276,10 @@ class Conversation:
             return  # its bytes are counted as skipped; an orphan needs a whole frame to be sure
         self.responses += 1
         resp = Response(4, ts_first, ts_first, size, offset, correlation_id=req.correlation_id)
+        if reason == TRUNCATED_AT_END:
+            resp.cut = f"response cut by {_CUT_BY[reason]} after {got:,} of {size:,} bytes"
+            self.handler.exchange(req, resp, DECODE_ERROR if req.error else RESPONSE_CUT)
+            return
         resp.error = f"response: cut by {_CUT_BY.get(reason, reason)} after {got} of {size} bytes"
         self.handler.exchange(req, resp, DECODE_ERROR)
 

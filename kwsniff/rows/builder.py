@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from kwsniff.kafka import DECODE_ERROR, ConversationHandler, Request, Response
+from kwsniff.kafka import DECODE_ERROR, RESPONSE_CUT, ConversationHandler, Request, Response
 from kwsniff.kafka.sasl import redact
 from kwsniff.net import format_ip
 from kwsniff.protocol import (
@@ -221,7 +221,7 @@ class ExchangeRows(ConversationHandler):
     def exchange(self, req: Request, resp: Response | None, status: str) -> None:
         tables = self.tables
         tables.status[status] += 1
-        if status == "unanswered":
+        if status == "unanswered" or status == RESPONSE_CUT:
             self.unanswered += 1
         elif status == "no_response_expected":
             self.no_response_expected += 1
@@ -231,10 +231,17 @@ class ExchangeRows(ConversationHandler):
         respi: dict[str, Any] = resp.info if resp is not None and isinstance(resp.info, dict) else {}
         error_code = respi.get("error_code")
         reason = (
-            req.error or (resp.error if resp is not None else None) or reqi.get("note") or respi.get("note")
+            req.error
+            or (resp.error if resp is not None else None)
+            or req.cut
+            or (resp.cut if resp is not None else None)
+            or reqi.get("note")
+            or respi.get("note")
         )
         if reason and status == DECODE_ERROR:
             tables.decode_errors[reason.split(":")[0]] += 1
+        elif reason and (req.cut or (resp is not None and resp.cut)):
+            pass  # a capture edge, counted by its status
         elif reason:
             # Decoded, with something worth a look (e.g. trailing bytes): a note, not an error.
             tables.notes[reason.split(" at offset")[0]] += 1

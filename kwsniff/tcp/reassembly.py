@@ -57,6 +57,7 @@ class TcpReassembler:
         "_ooo_heap",
         "_ooo_bytes",
         "_fin_offset",
+        "_last_ack",
     )
 
     def __init__(
@@ -83,6 +84,7 @@ class TcpReassembler:
         self._ooo_heap: list[int] = []
         self._ooo_bytes = 0
         self._fin_offset: int | None = None
+        self._last_ack: int | None = None  # the peer's latest acknowledgement of this direction
 
     @property
     def buffered_bytes(self) -> int:
@@ -122,6 +124,7 @@ class TcpReassembler:
             self._drain()
 
     def peer_ack(self, ts: int, ack: int) -> None:
+        self._last_ack = ack
         if not self._ooo:
             return
         # The peer acknowledged bytes we never saw while later bytes wait in the buffer: the capture
@@ -148,6 +151,14 @@ class TcpReassembler:
         if self._fin_offset is not None:
             missing = self._fin_offset - self._next_offset()
             if missing > 0:
+                self._declare_gap(ts, missing, LOST_SEGMENT)
+        elif self._last_ack is not None and self.next_seq is not None:
+            # The peer acknowledged bytes the capture never saw, with nothing after them to show
+            # the hole (the end of a response, then silence): they were sent and received, so they
+            # are a gap. Checked only at the end, as a capture may show an ACK before its data. One
+            # sequence number past the data is a FIN the capture did not show, not a byte.
+            missing = seq_distance(self._last_ack, self.next_seq)
+            if 1 < missing < _HALF:
                 self._declare_gap(ts, missing, LOST_SEGMENT)
 
     # -- internals ---------------------------------------------------------------------------------

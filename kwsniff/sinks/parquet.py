@@ -28,11 +28,12 @@ import pyarrow.parquet as pq
 
 from kwsniff.tables import DEFAULT_TABLES, SCHEMAS
 
-# Rows held per table before they are written out as one record batch (bounded memory).
-BATCH_ROWS = 50_000
+# Rows held per table before they are written out as one record batch (bounded memory: 10,000
+# `partitions` rows are about 20 MB as dicts).
+BATCH_ROWS = 10_000
 # The records table has many rows and, with --record-payloads, their keys and values: smaller batches,
 # and a batch is also written once the payloads it holds reach BATCH_PAYLOAD_BYTES.
-BATCH_ROWS_BY_TABLE = {"records": 10_000, "partitions": 10_000}
+BATCH_ROWS_BY_TABLE = {"records": 10_000}
 BATCH_PAYLOAD_BYTES = 64 * 1024 * 1024
 TEMP_SUFFIX = ".tmp"
 

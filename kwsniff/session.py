@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from kwsniff.connection import B2C, C2B, Connection, accounting_difference
+from kwsniff.defaults import DEFAULT_BROKER_PORT, MAX_DECOMPRESSED, MAX_FRAME_SIZE
 from kwsniff.net import ACK, SYN, TcpPacket, parse_tcp
 from kwsniff.rows import RecordOptions, RowSink, TableBuilder
 
@@ -21,13 +22,13 @@ FORGET_CLOSED_US = 120_000_000
 
 @dataclass
 class SessionOptions:
-    broker_ports: frozenset[int] = frozenset({9092})
+    broker_ports: frozenset[int] = frozenset({DEFAULT_BROKER_PORT})
     auto_detect: bool = True
-    max_frame_size: int = 100 * 1024 * 1024
+    max_frame_size: int = MAX_FRAME_SIZE
     max_ooo_bytes: int = 8 * 1024 * 1024
     records: bool = False  # rows of the `records` table (decompresses every batch)
     record_payloads: bool = False  # key and value bytes in those rows
-    max_decompressed: int = 64 * 1024 * 1024  # per batch; a batch past it is counted as capped
+    max_decompressed: int = MAX_DECOMPRESSED  # per batch; a batch past it is counted as capped
 
 
 @dataclass

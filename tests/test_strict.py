@@ -53,7 +53,9 @@ def test_undecodable_traffic_fails_strict_with_every_reason(tmp_path: Path) -> N
     f.send(0, request(18, 0, 2))
     f.send(1, response(2, API_VERSIONS_V0_RESPONSE))
     f.close()
-    probe = Flow(client=(bytes([10, 0, 0, 3]), 40100)).handshake()
+    probe = Flow(client=(bytes([10, 0, 0, 3]), 40100))
+    probe.ts = f.ts  # after the first connection: timestamps in order, no warning
+    probe.handshake()
     probe.send(0, b"GET / HTTP/1.0\r\n\r\n")
     probe.close()
     pcap = write_pcap(tmp_path / "bad.pcap", f.packets + probe.packets)

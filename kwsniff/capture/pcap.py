@@ -54,6 +54,11 @@ class PcapReader(CaptureReader):
                 f"{name}: pcap file header cut short ({len(header)} of {FILE_HEADER_SIZE} bytes)"
             )
         major, minor, _zone, _sigfigs, snaplen, network = Struct(order + "HHiIII").unpack_from(header, 4)
+        if major == 0x0200:
+            # Some writers put the version fields in the other byte order than the magic (2.4 reads
+            # as 512.1024). libpcap refuses such files; Wireshark reads them, and so do we.
+            major, minor = 2, int.from_bytes(minor.to_bytes(2, "little"), "big")
+            self._warn(f"pcap header version fields are byte-swapped (read as version 2.{minor})")
         if major != 2:
             raise CaptureError(f"{name}: unsupported pcap version {major}.{minor}")
         self.snaplen = snaplen

@@ -1,15 +1,83 @@
-"""Options more than one sub-command takes, defined once."""
+"""Options more than one sub-command takes, and the value types every command validates with."""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import click
 
-DEFAULT_BROKER_PORT = 9092
+from kwsniff.defaults import DEFAULT_BROKER_PORT
+from kwsniff.protocol import api_names
+
+_SIZE = re.compile(r"\s*(\d+)\s*([kmgt]i?b?|b)?\s*", re.IGNORECASE)
+_UNITS = {
+    "": 1,
+    "b": 1,
+    **{p + "b": 1000**n for n, p in enumerate("kmgt", 1)},
+    **{p: 1000**n for n, p in enumerate("kmgt", 1)},
+    **{p + "ib": 1024**n for n, p in enumerate("kmgt", 1)},
+    **{p + "i": 1024**n for n, p in enumerate("kmgt", 1)},
+}
+
+
+class ByteSize(click.ParamType):
+    """A positive number of bytes: `104857600`, `100MiB`, `64MB`, `512KiB` (KB/MB/GB are powers of
+    1000, KiB/MiB/GiB of 1024, as in IEC 80000-13)."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            n = value
+        else:
+            match = _SIZE.fullmatch(str(value))
+            if match is None:
+                self.fail(f"{value!r} is not a size (a number of bytes, or e.g. 100MiB, 64MB)", param, ctx)
+            n = int(match[1]) * _UNITS[(match[2] or "").lower()]
+        if n <= 0:
+            self.fail(f"{value!r} must be more than 0 bytes", param, ctx)
+        return n
+
+
+class Port(click.ParamType):
+    """A TCP port, 1 to 65535."""
+
+    name = "port"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a port number", param, ctx)
+        if not 1 <= n <= 65535:
+            self.fail(f"{value!r} is not a TCP port (1 to 65535)", param, ctx)
+        return n
+
+
+class ApiName(click.ParamType):
+    """A Kafka API by name (any case) or key number; converted to its lower-case name."""
+
+    name = "api"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        names = api_names()
+        text = str(value).strip()
+        if text.isdigit() and int(text) in names:
+            return names[int(text)].lower()
+        if text.lower() in {n.lower() for n in names.values()}:
+            return text.lower()
+        self.fail(f"{value!r} is not a Kafka API name or key (e.g. Produce, fetch, 3)", param, ctx)
+
+
+BYTE_SIZE = ByteSize()
+PORT = Port()
+API = ApiName()
 
 broker_port_option = click.option(
     "--broker-port",
     "-p",
-    type=int,
+    type=PORT,
     multiple=True,
     help=f"TCP port a broker listens on (repeatable; default {DEFAULT_BROKER_PORT}). Other ports are detected.",
 )

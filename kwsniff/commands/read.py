@@ -8,7 +8,9 @@ from pathlib import Path
 import click
 
 from kwsniff.capture import CaptureError
-from kwsniff.commands.options import broker_port_option, broker_ports
+from kwsniff.commands import messages
+from kwsniff.commands.options import BYTE_SIZE, broker_port_option, broker_ports
+from kwsniff.defaults import MAX_DECOMPRESSED, MAX_FRAME_SIZE
 from kwsniff.run import CaptureResult, run_capture
 from kwsniff.session import SessionOptions
 from kwsniff.sinks import (
@@ -43,17 +45,13 @@ def _size(n: float) -> str:
     return f"{n:.1f} GB"
 
 
-def _fail(message: str) -> None:
-    click.echo(f"kwsniff: error: {message}", err=True)
-
-
 def _options(
     broker_port: tuple[int, ...],
     auto_detect: bool,
     max_frame_size: int,
     records: bool = False,
     record_payloads: bool = False,
-    max_decompressed: int = 64 * 1024 * 1024,
+    max_decompressed: int = MAX_DECOMPRESSED,
 ) -> SessionOptions:
     return SessionOptions(
         broker_ports=broker_ports(broker_port),
@@ -130,8 +128,6 @@ def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> N
             f" (+{t['held_rows_overflow']:,} written before a name could be learned)"
         )
     echo("  " + accounting_line(r))
-    for w in r.warnings:
-        echo(f"  warning: {w}")
     if out is not None:
         echo("  tables: " + ", ".join(f"{out / k}/ ({v:,} rows)" for k, v in rows.items()))
 
@@ -166,10 +162,10 @@ def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> N
 )
 @click.option(
     "--max-frame-size",
-    type=int,
-    default=100 * 1024 * 1024,
-    show_default=True,
-    help="Largest plausible Kafka frame (a broker's socket.request.max.bytes).",
+    type=BYTE_SIZE,
+    default=MAX_FRAME_SIZE,
+    show_default="100MiB",
+    help="Largest plausible Kafka frame (a broker's socket.request.max.bytes); bytes, or e.g. 100MiB.",
 )
 @click.option(
     "--records",
@@ -183,10 +179,11 @@ def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> N
 )
 @click.option(
     "--max-decompressed",
-    type=click.IntRange(min=1),
-    default=64 * 1024 * 1024,
-    show_default=True,
-    help="Most bytes one compressed batch may expand to; a batch past it is counted as capped.",
+    type=BYTE_SIZE,
+    default=MAX_DECOMPRESSED,
+    show_default="64MiB",
+    help="Most bytes one compressed batch may expand to (bytes, or e.g. 64MiB); a batch past it is "
+    "counted as capped.",
 )
 @click.option(
     "--strict",
@@ -219,7 +216,7 @@ def read(
     try:
         created = prepare_output(out, tables, existing)
     except OutputError as exc:
-        _fail(str(exc))
+        messages.error(str(exc))
         sys.exit(1)
     failed = 0
     undecoded = 0
@@ -231,14 +228,15 @@ def read(
             with sink:
                 result = run_capture(path, sink, options, progress=not quiet and sys.stderr.isatty())
         except CaptureError as exc:
-            _fail(str(exc))
+            messages.error(str(exc))
             failed += 1
             continue
         except OSError as exc:
-            _fail(f"{path}: writing {out}: {exc.strerror or exc}")
+            messages.error(f"{path}: writing {out}: {exc.strerror or exc}")
             sys.exit(1)
         if not quiet:
             print_summary(result, out, sink.counts)
+        messages.warnings(result.name, result.warnings)
         reasons = strict_reasons(result) if strict else []
         if reasons:
             undecoded += 1

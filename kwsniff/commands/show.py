@@ -10,7 +10,8 @@ from typing import Any, TextIO
 import click
 
 from kwsniff.capture import CaptureError
-from kwsniff.commands.options import broker_port_option, broker_ports
+from kwsniff.commands import messages
+from kwsniff.commands.options import API, broker_port_option, broker_ports
 from kwsniff.render import ExchangeFilter, json_line, tree_text
 from kwsniff.run import run_capture
 from kwsniff.session import SessionOptions
@@ -51,6 +52,7 @@ def _silence_stdout() -> None:
 @click.option(
     "--api",
     "apis",
+    type=API,
     multiple=True,
     metavar="NAME",
     help="Only this API (name, any case, or key number; repeatable).",
@@ -75,7 +77,7 @@ def show(
 ) -> None:
     """Print every request and response of CAPTURE with every decoded field."""
     match = ExchangeFilter(
-        apis=frozenset(a.lower() for a in apis),
+        apis=frozenset(apis),
         client_id=client_id,
         conn_id=conn_id,
         errors_only=errors_only,
@@ -86,10 +88,9 @@ def show(
         result = run_capture(capture, sink, options, keep_messages=True)
         sys.stdout.flush()
     except CaptureError as exc:
-        click.echo(f"kwsniff: error: {exc}", err=True)
+        messages.error(str(exc))
         sys.exit(1)
     except BrokenPipeError:
         _silence_stdout()
         return
-    for warning in result.warnings:
-        click.echo(f"kwsniff: warning: {warning}", err=True)
+    messages.warnings(result.name, result.warnings)

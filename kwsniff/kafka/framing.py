@@ -17,6 +17,8 @@ import re
 import struct
 from collections.abc import Callable
 
+from kwsniff.defaults import MAX_FRAME_SIZE
+
 GAP = "gap"  # a partial frame dropped because the stream lost bytes inside it
 RESYNC = "resync"  # bytes scanned over while looking for a frame boundary
 OVERSIZE = "oversize"  # an impossible size prefix, and the bytes scanned over after it
@@ -82,7 +84,7 @@ class FrameSplitter:
         on_frame: FrameCallback,
         on_skip: SkipCallback,
         boundary_ok: BoundaryCheck | None = None,
-        max_frame_size: int = 100 * 1024 * 1024,
+        max_frame_size: int = MAX_FRAME_SIZE,
         synced: bool = True,
         min_frame_size: int = 4,
         max_resync_scan: int = 1024 * 1024,

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kwsniff.defaults import MAX_FRAME_SIZE
 from kwsniff.kafka.framing import GAP, TRUNCATED_AT_END, FrameSplitter
 from kwsniff.kafka.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslProgress
 from kwsniff.protocol import DecodeError, error_name, parse_request_header, parse_response_header
@@ -109,7 +110,7 @@ class Conversation:
         self,
         handler: ConversationHandler,
         *,
-        max_frame_size: int = 100 * 1024 * 1024,
+        max_frame_size: int = MAX_FRAME_SIZE,
         synced: tuple[bool, bool] = (True, True),
     ) -> None:
         self.handler = handler

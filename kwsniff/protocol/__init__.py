@@ -15,6 +15,7 @@ from kwsniff.protocol.decode_error import DecodeError
 from kwsniff.protocol.error_codes import error_name, error_retriable
 from kwsniff.protocol.headers import (
     api_name,
+    api_names,
     is_flexible,
     is_plausible_request_version,
     is_valid_request_version,
@@ -27,6 +28,7 @@ from kwsniff.protocol.headers import (
 __all__ = [
     "DecodeError",
     "api_name",
+    "api_names",
     "decode_request",
     "decode_request_view",
     "decode_response_view",

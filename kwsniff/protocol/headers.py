@@ -44,6 +44,11 @@ def api_name(api_key: int) -> str:
     return name if name is not None else f"Unknown({api_key})"
 
 
+def api_names() -> dict[int, str]:
+    """Every api key some Kafka release defines, with its name."""
+    return dict(_API_NAMES)
+
+
 def is_valid_request_version(api_key: int, api_version: int) -> bool:
     """Whether any Kafka release speaks this (api key, version); cheap enough for stream resync."""
     versions = _REQUEST_VERSIONS.get(api_key)

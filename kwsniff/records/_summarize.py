@@ -8,6 +8,7 @@ import zlib
 import cramjam
 from crc32c import crc32c
 
+from kwsniff.defaults import MAX_DECOMPRESSED
 from kwsniff.records._batch_v2 import BATCH_HEADER, BATCH_HEADER_SIZE, read_batch_v2
 from kwsniff.records._message_set import MIN_MESSAGE_SIZE, read_message
 from kwsniff.records._model import RecordSetSummary
@@ -76,7 +77,7 @@ def summarize_records(
     *,
     want_records: bool = False,
     want_payloads: bool = False,
-    max_decompressed: int = 64 * 1024 * 1024,
+    max_decompressed: int = MAX_DECOMPRESSED,
     max_depth: int = 4,
     check_crc: bool = True,
 ) -> RecordSetSummary:

@@ -1,3 +1,3 @@
-from kwsniff.cli import run
+from kwsniff.entry import run
 
 run()

@@ -1,31 +1,17 @@
-"""The `kwsniff` command line: the group, and the console-script entry point."""
+"""The `kwsniff` command line: the click group and its sub-commands (the process entry: kwsniff.entry)."""
 
 from __future__ import annotations
-
-import sys
 
 import click
 
 from kwsniff import __version__
 
 
-class _NoPandas:
-    """Import hook that makes `import pandas` fail in this process.
-
-    pyarrow imports pandas on its first Python-to-Arrow conversion (0.2 s, a third of reading a
-    300 MB capture). The command line never uses pandas, so `kwsniff` refuses it; library users and
-    the tests (which call `main` directly) keep pandas."""
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if name == "pandas" or name.startswith("pandas."):
-            raise ImportError("pandas is not used by the kwsniff command line")
-        return None
-
-
 def run() -> None:
-    """The console script: `kwsniff ...`."""
-    if "pandas" not in sys.modules:
-        sys.meta_path.insert(0, _NoPandas())
+    """The console script of installs made before kwsniff.entry (which refuses numpy too)."""
+    from kwsniff.entry import refuse_unused_imports
+
+    refuse_unused_imports()
     main()
 
 

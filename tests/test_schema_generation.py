@@ -15,7 +15,6 @@ from kwsniff.protocol import _schema
 APIS = cast(dict[int, Any], _schema.APIS)
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
 
 
 def _generator() -> ModuleType:
@@ -30,10 +29,12 @@ def _generator() -> ModuleType:
 gen_schema = _generator()
 
 
-def test_regenerating_from_shared_specs_reproduces_the_checked_in_module() -> None:
-    # CI clones the repository with shared/ beside it; the specs are never read at runtime.
-    assert (SHARED / "kafka-message-specs").is_dir() and (SHARED / "kafka-message-specs-latest").is_dir()
-    rendered = gen_schema.render(SHARED / "kafka-message-specs", SHARED / "kafka-message-specs-latest")
+def test_regenerating_from_the_repositorys_specs_reproduces_the_checked_in_module() -> None:
+    # The specs live in tools/ (a clean clone needs nothing beside it); never read at runtime.
+    assert gen_schema.SPECS_OLD == REPO / "tools" / "kafka-message-specs"
+    assert len(list(gen_schema.SPECS_OLD.glob("*.json"))) == 186
+    assert len(list(gen_schema.SPECS_NEW.glob("*.json"))) == 203
+    rendered = gen_schema.render(gen_schema.SPECS_OLD, gen_schema.SPECS_NEW)
     assert rendered == (REPO / "kwsniff" / "protocol" / "_schema.py").read_text(encoding="utf-8")
 
 

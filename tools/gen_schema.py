@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_OLD = REPO.parent / "shared" / "kafka-message-specs"
-DEFAULT_NEW = REPO.parent / "shared" / "kafka-message-specs-latest"
+# Apache Kafka's message specs (Apache-2.0 data; each folder's SOURCE.txt says which commit), kept in
+# the repository so that a clean clone regenerates the schema module on its own.
+SPECS_OLD = REPO / "tools" / "kafka-message-specs"
+SPECS_NEW = REPO / "tools" / "kafka-message-specs-latest"
 OUTPUT = REPO / "kwsniff" / "protocol" / "_schema.py"
 
 # Upper bound for open ranges ("3+"): api versions are int16 on the wire.
@@ -319,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if the checked-in file differs")
     parser.add_argument("--output", type=Path, default=OUTPUT)
     args = parser.parse_args(argv)
-    old, new = args.specs if args.specs else (DEFAULT_OLD, DEFAULT_NEW)
+    old, new = args.specs if args.specs else (SPECS_OLD, SPECS_NEW)
     text = render(old, new)
     if args.check:
         current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""

@@ -29,6 +29,9 @@ def _register() -> None:
     from kwsniff.commands import show
 
     main.add_command(show.show)
+    from kwsniff.commands import spark
+
+    main.add_command(spark.spark)
 
 
 _register()

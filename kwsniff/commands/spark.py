@@ -16,7 +16,9 @@ from kwsniff.tables import DEFAULT_TABLES
 
 @click.command()
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("--out", "-o", type=click.Path(path_type=Path), required=True, help="Directory of the datasets.")
+@click.option(
+    "--out", "-o", type=click.Path(path_type=Path), required=True, help="Directory of the datasets."
+)
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
 @click.option(
     "--flow-buckets",

@@ -24,6 +24,7 @@ from kwsniff.protocol import (
     error_name,
 )
 from kwsniff.rows.extract import error_rows, request_summary, response_summary
+from kwsniff.rows.groups import GROUP_APIS, group_request, group_response, group_row
 from kwsniff.rows.partitions import COUNTS_ONLY, RecordOptions, TopicNames, merged_rows, records_of
 
 API_VERSIONS = 18
@@ -188,6 +189,8 @@ class ExchangeRows(ConversationHandler):
             # KIP-511: ApiVersions v3+ requests name the client software.
             self.client_software_name = msg.get("client_software_name")
             self.client_software_version = msg.get("client_software_version")
+        if req.api_key in GROUP_APIS:
+            info["group"] = group_request(req.api_key, msg)
         if self.tables.keep_messages:
             # Credentials (SASL tokens, SCRAM salted passwords...) never leave the decoder.
             info["message"] = redact(req.api_key, msg)
@@ -203,6 +206,8 @@ class ExchangeRows(ConversationHandler):
         info = response_summary(req.api_key, req.api_version, msg, self.tables.record_options)
         if note:
             info["note"] = f"response: {note}"
+        if req.api_key in GROUP_APIS:
+            info["group"] = group_response(req.api_key, msg)
         if self.tables.keep_messages:
             # Credentials (SASL tokens, SCRAM salted passwords...) never leave the decoder.
             info["message"] = redact(req.api_key, msg)
@@ -271,6 +276,19 @@ class ExchangeRows(ConversationHandler):
             row["response"] = respi.get("message")
         tables.sink.add("requests", row)
         context = self._context(req)
+        if "group" in reqi:
+            tables.sink.add(
+                "groups",
+                group_row(
+                    context,
+                    reqi.get("group_id"),
+                    reqi["group"],
+                    respi.get("group"),
+                    error_code,
+                    req.ts_last,
+                    resp.ts_first if resp is not None else None,
+                ),
+            )
         topics = tables.topics
         damage = tables.record_damage
         for prow in merged_rows(req.api_key, reqi, respi, context):

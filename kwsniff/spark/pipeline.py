@@ -123,13 +123,17 @@ def _unpack(chunks: DataFrame, table: str) -> DataFrame:
 
     def unpack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            for date, data in zip(batch.column("date").to_pylist(), batch.column("data").to_pylist(), strict=True):
+            for date, data in zip(
+                batch.column("date").to_pylist(), batch.column("data").to_pylist(), strict=True
+            ):
                 rows = from_ipc(data)
                 yield pa.RecordBatch.from_arrays(
                     [*rows.columns, pa.array([date] * rows.num_rows, pa.string())], schema=schema
                 )
 
-    return chunks.where(F.col("table") == table).select("date", "data").mapInArrow(unpack, spark_schema(schema))
+    return (
+        chunks.where(F.col("table") == table).select("date", "data").mapInArrow(unpack, spark_schema(schema))
+    )
 
 
 def _join_buckets(frames: dict[str, DataFrame]) -> dict[str, DataFrame]:
@@ -176,7 +180,9 @@ def write(frames: dict[str, DataFrame], out: Path, *, overwrite: bool = False) -
         df.write.mode("overwrite" if overwrite else "errorifexists").partitionBy("date").parquet(
             str(out / table)
         )
-        counts[table] = df.sparkSession.read.parquet(str(out / table)).count() if _has_rows(out / table) else 0
+        counts[table] = (
+            df.sparkSession.read.parquet(str(out / table)).count() if _has_rows(out / table) else 0
+        )
     return counts
 
 

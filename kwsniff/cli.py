@@ -32,6 +32,9 @@ def _register() -> None:
     from kwsniff.commands import spark
 
     main.add_command(spark.spark)
+    from kwsniff.commands import report
+
+    main.add_command(report.report)
 
 
 _register()

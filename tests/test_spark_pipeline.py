@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow.dataset as ds
 import pytest
 from click.testing import CliRunner
@@ -40,14 +41,28 @@ def read_rows() -> dict[str, list[dict[str, Any]]]:
     return {t: sorted(rows, key=_key) for t, rows in found.items()}
 
 
+def first_packet_days() -> dict[str, str]:
+    from datetime import UTC, datetime
+
+    from kwsniff.capture import open_capture
+
+    days = {}
+    for path in CAPTURES:
+        with open_capture(path) as reader:
+            ts = next(iter(reader.packets()))[0]
+        days[path.name] = datetime.fromtimestamp(ts // 1_000_000, UTC).strftime("%Y-%m-%d")
+    return days
+
+
 def spark_rows(out: Path) -> dict[str, list[dict[str, Any]]]:
+    days = first_packet_days()
     found = {}
     for t in TABLES:
         table = ds.dataset(out / t, partitioning="hive").to_table() if (out / t).exists() else None
         rows = [] if table is None else table.to_pylist()
         for row in rows:
             # The partition column is the UTC day of the capture's first packet.
-            assert row.pop("date") in {"2026-11-18", "2026-11-19", "2026-11-20", "2026-11-21", "2026-11-22"}
+            assert row.pop("date") == days[row["capture"]]
         found[t] = sorted(rows, key=_key)
     return found
 
@@ -61,11 +76,17 @@ def expected() -> dict[str, list[dict[str, Any]]]:
 def test_spark_tables_equal_read_tables(spark: Any, tmp_path: Path, expected: dict, buckets: int) -> None:
     frames = decode(spark, [str(p) for p in CAPTURES], buckets=buckets, options=OPTIONS, tables=TABLES)
     counts = write(frames, tmp_path)
+    days = first_packet_days()
     got = spark_rows(tmp_path)
     assert counts == {t: len(expected[t]) for t in TABLES}
     assert counts["requests"] > 300 and counts["records"] > 0
     for t in TABLES:
         assert got[t] == expected[t], t
+        # DuckDB reads the same datasets, partition column included.
+        n = duckdb.sql(
+            f"select count(*), count(distinct date) from read_parquet('{tmp_path / t}/*/*.parquet', hive_partitioning=true)"
+        ).fetchall()[0]
+        assert n == (len(expected[t]), len({days[r["capture"]] for r in expected[t]}))
 
 
 def test_flow_bucket_keeps_both_directions_together() -> None:

@@ -32,7 +32,11 @@ def latency_distribution(requests: Any, path: Path, *, max_points: int = 200_000
     apis = sorted(by_api, key=lambda a: -len(by_api[a]))
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(apis) + 1.5))
-    ax.boxplot([by_api[a] for a in apis], vert=False, tick_labels=[f"{a} ({len(by_api[a])})" for a in apis])
+    ax.boxplot(
+        [by_api[a] for a in apis],
+        orientation="horizontal",
+        tick_labels=[f"{a} ({len(by_api[a])})" for a in apis],
+    )
     ax.set_xscale("log")
     ax.set_xlabel("latency (ms, log scale): request's last packet to response's first")
     ax.set_title("Request latency per API (number of answered requests)")

@@ -18,11 +18,11 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
-from kwsniff.net import parse_tcp
+from kwsniff.net import TcpPacket, parse_tcp
 from kwsniff.session import Session, SessionOptions
 from kwsniff.tables import SCHEMAS
 
@@ -38,9 +38,9 @@ def flow_bucket(linktype: int, data: bytes, buckets: int) -> int:
     p = parse_tcp(linktype, data)
     if type(p) is str:
         return 0
-    src, sport, dst, dport = p[:4]  # type: ignore[index]
-    a, b = sorted(((src, sport), (dst, dport)))
-    key = a[0] + a[1].to_bytes(2, "big") + b[0] + b[1].to_bytes(2, "big")
+    src, sport, dst, dport = cast(TcpPacket, p)[:4]
+    (ip_a, port_a), (ip_b, port_b) = sorted(((src, sport), (dst, dport)))
+    key = ip_a + port_a.to_bytes(2, "big") + ip_b + port_b.to_bytes(2, "big")
     return zlib.crc32(key) % buckets
 
 

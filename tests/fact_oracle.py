@@ -2,8 +2,9 @@
 
 They find partitions and error codes by walking every dict of a decoded message by field names;
 kwsniff.rows.fact_compiler writes per-version code meant to give exactly the same answers, and
-tests/test_fact_compiler.py holds the two against each other. Copied unchanged from
-kwsniff/rows/partitions.py and kwsniff/rows/extract.py as of commit 977a98e.
+tests/test_fact_compiler.py holds the two against each other. Copied from kwsniff/rows/partitions.py
+and kwsniff/rows/extract.py as of commit 977a98e, but for the context one struct adds to an error,
+which both share (kwsniff.rows.extract._node_context).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kwsniff.protocol import error_name, error_retriable
+from kwsniff.rows.extract import _node_context
 from kwsniff.rows.partitions import (
     _FIELDS,
     _NOT_PARTITION_APIS,
@@ -26,12 +28,6 @@ from kwsniff.rows.partitions import (
 _SKIPPED_LISTS = frozenset({"forgotten_topics_data", "aborted_transactions", "record_errors"})
 _PARTITION_KEYS = ("partition_index", "partition", "index", "partition_id")
 _PARTITION_LISTS = ("partition_indexes", "partitions")
-_TOPIC_NAME_KEYS = ("topic", "topic_name", "name")
-_CONTEXT_KEYS = {
-    "group_id": "group_id",
-    "resource_name": "resource_name",
-    "transactional_id": "transactional_id",
-}
 
 
 def partition_facts(
@@ -120,18 +116,9 @@ def error_rows(
 def _walk_errors(
     node: dict[str, Any], path: str, ctx: dict[str, Any], topic_names: dict[Any, str]
 ) -> Iterator[dict[str, Any]]:
-    ctx = dict(ctx)
-    topic = _topic_of(node)
-    if "topic" not in topic and "topic_id" in topic and topic["topic_id"] in topic_names:
-        topic["topic"] = topic_names[topic["topic_id"]]
-    ctx.update(topic)
-    for k in _PARTITION_KEYS:
-        if isinstance(node.get(k), int) and "topic" in ctx:
-            ctx["partition"] = node[k]
-            break
-    for src, dst in _CONTEXT_KEYS.items():
-        if isinstance(node.get(src), str):
-            ctx[dst] = node[src]
+    # What one struct adds to the context is shared with the compiled path (kwsniff.rows.extract
+    # works it out only for the structs an error sits in); which structs are visited is what differs.
+    ctx = _node_context(node, ctx, topic_names)
     for key, value in node.items():
         if key == "_unknown_tags":
             continue  # raw bytes by tag number (int keys), not fields: nothing to walk
@@ -152,17 +139,3 @@ def _walk_errors(
         elif isinstance(value, list) and value and isinstance(value[0], dict):
             for item in value:
                 yield from _walk_errors(item, f"{path}{key}[].", ctx, topic_names)
-
-
-def _topic_of(item: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k in _TOPIC_NAME_KEYS:
-        v = item.get(k)
-        if isinstance(v, str):
-            out["topic"] = v
-            break
-    tid = item.get("topic_id")
-    if tid is not None and getattr(tid, "int", 1) != 0:
-        # The all-zero uuid means "no topic id" (KIP-516); names are the key then.
-        out["topic_id"] = str(tid)
-    return out

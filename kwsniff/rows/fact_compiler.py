@@ -97,7 +97,10 @@ class _PartitionWriter(_Source):
                 lines.append("            facts['partition'] = p")
                 lines += ["            " + line for line in _KEEP]
                 lines.append("        continue")
-        child = self.walker(fields, depth + 1)
+        # Below a top-level list the walk always goes on (groups, transactions, topics); deeper only
+        # through an item that names a topic, group or transaction, so that lists inside a partition
+        # (replicas, epochs...) are never taken for partitions.
+        child = self.walker(fields, depth + 1) if depth == 0 or changes_context else None
         if child is not None:
             if depth == 0:
                 lines.append(f"{child}(item, sub, out, options)")

@@ -360,6 +360,17 @@ class Connection:
             self.not_kafka_bytes[d] += self.prebuf_len[d]
         self.prebuf = ([], [])
 
+    def _review_evidence(self) -> None:
+        """A server proved Kafka by one exchange, but most of what its connections then carried did
+        not decode: the proof was a coincidence. Its endpoint is no longer trusted (rows already
+        written stay, with their decode errors)."""
+        conv, rows = self.conv, self.rows
+        if conv is None or rows is None or self.broker[1] in self.owner.options.broker_ports:
+            return
+        failed = rows.decode_errors + rows.undecodable_frames
+        if failed and 2 * failed > conv.requests:
+            self.owner.forget_broker(self.broker)
+
     # -- end -----------------------------------------------------------------------------------------
     def row(self) -> dict:
         """The `connections` row: what this connection carried, and what could not be decoded."""
@@ -432,6 +443,7 @@ class Connection:
             self._detect(final=True)
         if self.conv is not None:
             self.conv.close(ts)
+            self._review_evidence()
         self.owner.closed(self)
         # Only the flow-table entry stays (to absorb late retransmissions) until swept. Break the
         # reference cycles (callbacks bound to this connection) so memory is freed without waiting

@@ -199,3 +199,25 @@ def test_no_auto_detect_ignores_mid_stream_kafka_on_other_ports() -> None:
     sink, session = run(f.packets, SessionOptions(auto_detect=False))
     assert [c["kafka"] for c in sink.tables["connections"]] == [False]
     assert (sink.tables["requests"], session.brokers) == ([], set())
+
+
+@pytest.mark.parametrize(("undecodable", "later_is_kafka"), [(0, True), (5, False)])
+def test_a_proof_that_the_rest_of_the_connection_contradicts_is_withdrawn(
+    undecodable: int, later_is_kafka: bool
+) -> None:
+    # One good exchange proves the server; then most requests do not decode (Metadata v0 with
+    # 2^31-1 topics). The endpoint stops being trusted, so a later connection caught mid-stream
+    # there needs its own proof (its requests are never answered in the capture: none).
+    first = kafka_flow(19900)
+    for corr in range(3, 3 + undecodable):
+        first.send(0, request(3, 0, corr, b"\x7f\xff\xff\xff"))
+        first.send(1, response(corr, METADATA_V0_RESPONSE))
+    first.close()
+    later = Flow(client=(bytes([10, 0, 0, 1]), 40001), broker=(SERVER_IP, 19900))
+    later.ts = first.ts + 1000
+    later.send(0, request(18, 0, 50) + request(3, 0, 51, METADATA_V0_REQUEST))
+    sink, session = run(first.packets + later.packets)
+    statuses = [r["status"] for r in sink.tables["requests"] if r["conn_id"] == 1]
+    assert statuses == ["ok", "ok"] + ["decode_error"] * undecodable
+    assert [c["kafka"] for c in sink.tables["connections"]] == [True, later_is_kafka]
+    assert session.brokers == ({(SERVER_IP, 19900)} if later_is_kafka else set())

@@ -221,3 +221,18 @@ def test_a_proof_that_the_rest_of_the_connection_contradicts_is_withdrawn(
     assert statuses == ["ok", "ok"] + ["decode_error"] * undecodable
     assert [c["kafka"] for c in sink.tables["connections"]] == [True, later_is_kafka]
     assert session.brokers == ({(SERVER_IP, 19900)} if later_is_kafka else set())
+
+
+def test_a_client_and_broker_newer_than_the_schema_set_are_proven_by_their_next_exchange() -> None:
+    # ApiVersions v9 (newer than any spec here) answered in v9 by an equally new broker: that answer
+    # does not decode as the v0 of KIP-511, so it proves nothing; the Metadata exchange after it does.
+    f = Flow(broker=(SERVER_IP, 19950)).handshake()
+    f.send(0, request(18, 9, 1, b"\x00" + b"\x08librdkafka\x069.9.9\x00"))
+    f.send(1, response(1, b"\x00\x00\x02\x00\x12\x00\x00\x00\x09\x00\x00\x00\x00\x00\x00"))
+    f.send(0, request(3, 0, 2, METADATA_V0_REQUEST))
+    f.send(1, response(2, METADATA_V0_RESPONSE))
+    f.close()
+    sink, session = run(f.packets)
+    assert [c["kafka"] for c in sink.tables["connections"]] == [True]
+    assert [(r["api_key"], r["api_version"], r["status"]) for r in sink.tables["requests"]][1] == (3, 0, "ok")
+    assert session.brokers == {(SERVER_IP, 19950)}

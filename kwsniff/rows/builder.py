@@ -108,7 +108,6 @@ class TableBuilder:
         self.decode_request = decode_request if keep_messages else decode_request_view
         self.decode_response = decode_response if keep_messages else decode_response_view
         self.status = Counter[str]()
-        self.orphan_responses = 0
         self.undecodable_frames = 0
         self.decode_errors = Counter[str]()
         self.notes = Counter[str]()
@@ -158,7 +157,6 @@ class ExchangeRows(ConversationHandler):
     def __init__(self, tables: TableBuilder, conn_id: int) -> None:
         self.tables = tables
         self.conn_id = conn_id
-        self.conv: Any = None
         self.client_id: str | None = None
         self.client_software_name: str | None = None
         self.client_software_version: str | None = None
@@ -300,9 +298,6 @@ class ExchangeRows(ConversationHandler):
                 # Named (or held for a name) like their partitions row, before that row is named.
                 topics.add("records", records, prow.get("topic"), prow.get("topic_id"))
             topics.add_row("partitions", prow)
-
-    def orphan_response(self, correlation_id: int, ts: int, size: int, offset: int) -> None:
-        self.tables.orphan_responses += 1
 
     def undecodable_frame(self, direction: int, ts: int, size: int, offset: int, reason: str) -> None:
         self.undecodable_frames += 1

@@ -162,21 +162,18 @@ def main() -> None:
         ts_big = tshark(big)
         read_big = timed(kwsniff("read", "-q", str(big), "--out", str(work / "read-big")))
         print(f"  tshark: {ts_big:.1f} s;  kwsniff read: {read_big:.1f} s ({big_mb / read_big:.0f} MB/s)")
-        big_times = {}
         expected = row_counts(work / "read-big")
-        for b in buckets:
-            out = work / f"big-{b}"
-            big_times[b] = timed(
-                kwsniff(
-                    "spark", str(big), "--out", str(out), "--master", "local[2]", "--flow-buckets", str(b)
-                )
-            )
+        big_runs = {}
+        for master, b in [("local[1]", 1), *(("local[2]", b) for b in buckets)]:
+            out = work / f"big-{master}-{b}"
+            run = big_runs[(master, b)] = spark_run(master, b, out, [big])
             same = row_counts(out) == expected
-            speedup = big_times[buckets[0]] / big_times[b]
+            first = big_runs[("local[1]", 1)]
             print(
-                f"  kwsniff spark local[2] --flow-buckets {b}: {big_times[b]:.1f} s  speed-up {speedup:.2f}x over "
-                f"{buckets[0]} bucket(s); vs read {read_big / big_times[b]:.2f}x, vs tshark "
-                f"{ts_big / big_times[b]:.1f}x; row counts equal read's: {same}"
+                f"  kwsniff spark {master} --flow-buckets {b}: {describe(run)}\n"
+                f"    over local[1] unsplit: wall speed-up {first['wall'] / run['wall']:.2f}x, decode-stage "
+                f"speed-up {first['decode'] / run['decode']:.2f}x; wall vs read {read_big / run['wall']:.2f}x, "
+                f"vs tshark {ts_big / run['wall']:.1f}x; row counts equal read's: {same}"
             )
             shutil.rmtree(out)
 

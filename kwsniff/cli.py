@@ -29,6 +29,9 @@ def _register() -> None:
     from kwsniff.commands import show
 
     main.add_command(show.show)
+    from kwsniff.commands import capture
+
+    main.add_command(capture.capture)
 
 
 _register()

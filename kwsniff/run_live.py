@@ -105,11 +105,11 @@ class LiveDecoder:
             try:
                 item = get(timeout=0.2)
             except queue.Empty:
-                item = ()
+                item = (0, [])
             if item is None:
                 return
-            if item:
-                linktype, packets = item
+            linktype, packets = item
+            if packets:
                 if self.pcap is not None:
                     self.pcap.write(packets)
                 for ts, data in packets:

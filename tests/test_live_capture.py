@@ -72,7 +72,12 @@ def test_capture_lo_counts_rotation_and_pcap(tmp_path: Path) -> None:
         try:
             for codec in CODECS:
                 n = produce_with_confluent(
-                    broker.bootstrap, f"live-{codec}", RECORDS_PER_CODEC, 300, compression=codec, flush_each=False,
+                    broker.bootstrap,
+                    f"live-{codec}",
+                    RECORDS_PER_CODEC,
+                    300,
+                    compression=codec,
+                    flush_each=False,
                     linger_ms=5,
                 )
                 acked[(f"live-{codec}", 0)] = n

@@ -65,15 +65,13 @@ def open_interface(iface: str, bpf: str, snaplen: int, buffer_bytes: int) -> Any
         handle.set_promisc(False)
         handle.set_timeout(TIMEOUT_MS)
         handle.set_buffer_size(buffer_bytes)
-        handle.activate()
+        # pcapy-ng returns pcap_activate's status rather than raising: negative is an error.
+        status = handle.activate()
     except pcapy.PcapError as err:
-        text = str(err)
-        if "permitted" in text or "ermission" in text:
-            raise LiveCaptureError(
-                f"{iface}: permission denied (run as root, or give the python binary "
-                "CAP_NET_RAW and CAP_NET_ADMIN with setcap)"
-            ) from None
-        raise LiveCaptureError(f"{iface}: cannot capture ({text})") from None
+        raise LiveCaptureError(f"{iface}: cannot capture ({err})") from None
+    if isinstance(status, int) and status < 0:
+        handle.close()
+        raise LiveCaptureError(_activate_error(iface, status))
     try:
         handle.setfilter(bpf)
     except pcapy.PcapError as err:
@@ -81,6 +79,24 @@ def open_interface(iface: str, bpf: str, snaplen: int, buffer_bytes: int) -> Any
         raise LiveCaptureError(f"bad capture filter {bpf!r}: {err}") from None
     handle.setnonblock(True)
     return handle
+
+
+PCAP_ERROR_NO_SUCH_DEVICE = -5
+PCAP_ERROR_PERM_DENIED = -8
+PCAP_ERROR_IFACE_NOT_UP = -9
+
+
+def _activate_error(iface: str, status: int) -> str:
+    if status == PCAP_ERROR_PERM_DENIED:
+        return (
+            f"{iface}: permission denied (run as root, or give the python binary "
+            "CAP_NET_RAW and CAP_NET_ADMIN with setcap)"
+        )
+    if status == PCAP_ERROR_NO_SUCH_DEVICE:
+        return f"{iface}: no such interface"
+    if status == PCAP_ERROR_IFACE_NOT_UP:
+        return f"{iface}: interface is down"
+    return f"{iface}: cannot capture (libpcap error {status})"
 
 
 class LiveCapture:

@@ -36,7 +36,9 @@ def default_filter(ports: frozenset[int]) -> str:
 
 @click.command()
 @click.argument("iface")
-@click.option("--out", "-o", type=click.Path(path_type=Path), required=True, help="Directory of the datasets.")
+@click.option(
+    "--out", "-o", type=click.Path(path_type=Path), required=True, help="Directory of the datasets."
+)
 @click.option("--overwrite", is_flag=True, help="Replace the dataset already in --out.")
 @click.option("--append", is_flag=True, help="Add to the dataset already in --out.")
 @broker_port_option
@@ -50,7 +52,9 @@ def default_filter(ports: frozenset[int]) -> str:
     show_default=True,
     help="Close the Parquet files and start new ones this often.",
 )
-@click.option("--write-pcap", type=click.Path(path_type=Path), help="Also write the raw packets to this pcap.")
+@click.option(
+    "--write-pcap", type=click.Path(path_type=Path), help="Also write the raw packets to this pcap."
+)
 @click.option("--snaplen", type=click.IntRange(min=64, max=262144), default=262144, show_default=True)
 @click.option(
     "--buffer-mb", type=click.IntRange(min=1), default=64, show_default=True, help="Kernel ring size (MiB)."

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kwsniff.capture import CaptureError
+from kwsniff.capture import STDIN, CaptureError
 from kwsniff.commands import messages
 from kwsniff.commands.options import BYTE_SIZE, broker_port_option, broker_ports
 from kwsniff.defaults import MAX_DECOMPRESSED, MAX_FRAME_SIZE
@@ -205,7 +205,8 @@ def read(
     strict: bool,
     quiet: bool,
 ) -> None:
-    """Decode CAPTURES (pcap, pcapng, optionally gzipped) into Parquet tables under --out."""
+    """Decode CAPTURES (pcap, pcapng, optionally gzipped; `-` for standard input) into Parquet tables
+    under --out."""
     options = _options(broker_port, auto_detect, max_frame_size, records, record_payloads, max_decompressed)
     tables = (*DEFAULT_TABLES, "records") if options.records else DEFAULT_TABLES
     if overwrite and append:
@@ -223,7 +224,7 @@ def read(
     for path in captures:
         # Files are written under temporary names and renamed when complete; a failure or Ctrl-C
         # leaves nothing of this input in the dataset.
-        sink = ParquetSink(out, output_name(path), tables)
+        sink = ParquetSink(out, "stdin" if str(path) == STDIN else output_name(path), tables)
         try:
             with sink:
                 result = run_capture(path, sink, options, progress=not quiet and sys.stderr.isatty())

@@ -29,6 +29,12 @@ def _register() -> None:
     from kwsniff.commands import show
 
     main.add_command(show.show)
+    from kwsniff.commands import spark
+
+    main.add_command(spark.spark)
+    from kwsniff.commands import report
+
+    main.add_command(report.report)
     from kwsniff.commands import capture
 
     main.add_command(capture.capture)

@@ -3,7 +3,7 @@ else), then a Conversation, and the `connections` row. No I/O."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kwsniff.kafka import Conversation, plausible_request
 from kwsniff.kafka.opening import kafka_evidence
@@ -13,9 +13,6 @@ from kwsniff.net import ACK, FIN, RST, SYN, format_ip
 from kwsniff.rows import ExchangeRows
 from kwsniff.tcp import TcpReassembler
 from kwsniff.tcp.reassembly import SNAPLEN
-
-if TYPE_CHECKING:
-    from kwsniff.session import Session
 
 C2B = 0  # client to broker
 B2C = 1  # broker to client
@@ -32,11 +29,39 @@ ACCOUNTED = ("frame_bytes", "gap_bytes", "skipped_bytes", "sasl_bytes", "encrypt
 DIRECTIONS = ("to_broker", "to_client")
 
 
+class ConnectionOptions(Protocol):
+    """The settings a connection reads (kwsniff.session.SessionOptions has them all)."""
+
+    @property
+    def broker_ports(self) -> frozenset[int]: ...
+    @property
+    def auto_detect(self) -> bool: ...
+    @property
+    def max_frame_size(self) -> int: ...
+    @property
+    def max_ooo_bytes(self) -> int: ...
+
+
+class ConnectionOwner(Protocol):
+    """What a connection needs from whoever holds the capture's connections (the Session): which
+    endpoints are brokers, a rows handler, and to be told when it turns around or ends. Defined
+    here, so that the dependency runs one way: session.py imports connection.py, never back."""
+
+    @property
+    def options(self) -> ConnectionOptions: ...
+    def is_broker(self, endpoint: tuple[bytes, int]) -> bool: ...
+    def learn_broker(self, endpoint: tuple[bytes, int]) -> None: ...
+    def forget_broker(self, endpoint: tuple[bytes, int]) -> None: ...
+    def exchange_rows(self, conn: Connection) -> ExchangeRows: ...
+    def swap_directions(self, conn: Connection) -> None: ...
+    def closed(self, conn: Connection) -> None: ...
+
+
 class Connection:
     """One TCP connection: two reassemblers, Kafka detection, then a Conversation."""
 
     __slots__ = (
-        "session",
+        "owner",
         "conn_id",
         "client",
         "broker",
@@ -67,14 +92,14 @@ class Connection:
 
     def __init__(
         self,
-        session: Session,
+        owner: ConnectionOwner,
         conn_id: int,
         client: tuple[bytes, int],
         broker: tuple[bytes, int],
         role_known: bool,
         ts: int,
     ) -> None:
-        self.session = session
+        self.owner = owner
         self.conn_id = conn_id
         self.client = client
         self.broker = broker
@@ -100,7 +125,7 @@ class Connection:
         self.rst = False
         self.closed = False
         self.synced = (False, False)
-        cap = session.options.max_ooo_bytes
+        cap = owner.options.max_ooo_bytes
         self.rs = (
             TcpReassembler(self._c2b_data, self._c2b_gap, max_ooo_bytes=cap),
             TcpReassembler(self._b2c_data, self._b2c_gap, max_ooo_bytes=cap),
@@ -179,15 +204,15 @@ class Connection:
 
     # -- is this Kafka, and which side is the client? -------------------------------------------------
     def _detect(self, final: bool = False) -> None:
-        session = self.session
-        if session.is_broker(self.broker):
+        owner = self.owner
+        if owner.is_broker(self.broker):
             if not self.syn_seen or self.prebuf_gap:
                 # The stream's first bytes are not in the capture: its opening cannot be judged,
                 # so the broker port is trusted and the splitter resynchronises.
                 self._start_kafka()
             else:
                 self._judge_opening(final)
-        elif not session.options.auto_detect:
+        elif not owner.options.auto_detect:
             self._not_kafka()
         elif self.role_known:
             self._prove_opening(final)
@@ -210,7 +235,7 @@ class Connection:
         return kafka_evidence(
             req,
             resp,
-            max_frame_size=self.session.options.max_frame_size,
+            max_frame_size=self.owner.options.max_frame_size,
             window=DETECT_BYTES,
             final=final,
             opening=opening,
@@ -276,10 +301,9 @@ class Connection:
 
     def _plausible_size(self, c2b: bytes) -> bool:
         size = int.from_bytes(c2b[0:4], "big", signed=True)
-        return 1 <= size <= self.session.options.max_frame_size
+        return 1 <= size <= self.owner.options.max_frame_size
 
     def _swap_roles(self) -> None:
-        session = self.session
         self.client, self.broker = self.broker, self.client
         self.rs = (self.rs[1], self.rs[0])
         self.rs[C2B].on_data, self.rs[B2C].on_data = self._c2b_data, self._b2c_data
@@ -290,20 +314,19 @@ class Connection:
         self.wire_bytes.reverse()
         self.lost_bytes.reverse()
         self.fin.reverse()
-        session.swap_directions(self)
+        self.owner.swap_directions(self)
 
     def _start_kafka(self, sasl_mechanism: str | None = None, proven: bool = False) -> None:
-        session = self.session
+        owner = self.owner
         self.kafka = True
         if proven:
-            session.learn_broker(self.broker)
+            owner.learn_broker(self.broker)
         synced = (
             (self.syn_seen, self.syn_seen) if self.synced == (False, False) and self.syn_seen else self.synced
         )
-        self.rows = session.rows.handler_for(self)
-        conv = Conversation(self.rows, max_frame_size=session.options.max_frame_size, synced=synced)
+        self.rows = owner.exchange_rows(self)
+        conv = Conversation(self.rows, max_frame_size=owner.options.max_frame_size, synced=synced)
         self.conv = conv
-        self.rows.conv = conv
         if sasl_mechanism is not None:
             conv.start_sasl_tokens(sasl_mechanism)
         for d, splitter in ((C2B, conv.client), (B2C, conv.broker)):
@@ -327,15 +350,26 @@ class Connection:
 
     def _not_kafka(self) -> None:
         self.kafka = False
-        self.on_broker_port = self.broker[1] in self.session.options.broker_ports
+        self.on_broker_port = self.broker[1] in self.owner.options.broker_ports
         if self.syn_seen and not self.on_broker_port:
-            self.session.forget_broker(self.broker)
+            self.owner.forget_broker(self.broker)
         self.protocol_guess = guess_protocol(
             b"".join(c for _, c in self.prebuf[C2B])[:16], b"".join(c for _, c in self.prebuf[B2C])[:16]
         )
         for d in (C2B, B2C):
             self.not_kafka_bytes[d] += self.prebuf_len[d]
         self.prebuf = ([], [])
+
+    def _review_evidence(self) -> None:
+        """A server proved Kafka by one exchange, but most of what its connections then carried did
+        not decode: the proof was a coincidence. Its endpoint is no longer trusted (rows already
+        written stay, with their decode errors)."""
+        conv, rows = self.conv, self.rows
+        if conv is None or rows is None or self.broker[1] in self.owner.options.broker_ports:
+            return
+        failed = rows.decode_errors + rows.undecodable_frames
+        if failed and 2 * failed > conv.requests:
+            self.owner.forget_broker(self.broker)
 
     # -- end -----------------------------------------------------------------------------------------
     def row(self) -> dict:
@@ -409,15 +443,14 @@ class Connection:
             self._detect(final=True)
         if self.conv is not None:
             self.conv.close(ts)
-        self.session.closed(self)
+            self._review_evidence()
+        self.owner.closed(self)
         # Only the flow-table entry stays (to absorb late retransmissions) until swept. Break the
         # reference cycles (callbacks bound to this connection) so memory is freed without waiting
         # for the cycle collector.
         for rs in self.rs:
             rs.on_data = _ignore_data
             rs.on_gap = _ignore_gap
-        if self.rows is not None:
-            self.rows.conv = None
         self.conv = None
         self.rows = None
         self.prebuf = ([], [])

@@ -9,6 +9,8 @@ import sys
 # is imported (0.08 s) and pandas on its first Python-to-Arrow conversion (0.2 s), together a fifth
 # of reading a 300 MB capture. Without them pyarrow converts plain Python values all the same.
 REFUSED = frozenset({"numpy", "pandas"})
+# Sub-commands that drive PySpark, whose Arrow exchange needs pandas and numpy.
+NEEDS_PANDAS = frozenset({"spark", "report"})
 
 
 class _RefuseImports:
@@ -33,7 +35,8 @@ def refuse_unused_imports() -> None:
 
 def run() -> None:
     """The console script: `kwsniff ...`."""
-    refuse_unused_imports()
+    if not NEEDS_PANDAS.intersection(sys.argv[1:2]):
+        refuse_unused_imports()
     from kwsniff.cli import main
 
     main()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -202,9 +202,3 @@ def tree_text(row: dict[str, Any]) -> str:
         lines.append(f"{INDENT}{side} ({size} bytes):" if size is not None else f"{INDENT}{side}:")
         lines.extend(tree_lines(message, 2))
     return "\n".join(lines)
-
-
-def render(rows: Iterable[dict[str, Any]], as_json: bool = False) -> Iterator[str]:
-    """Text blocks (tree) or lines (JSON) for the given exchanges."""
-    for row in rows:
-        yield json_line(row) if as_json else tree_text(row)

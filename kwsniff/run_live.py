@@ -76,8 +76,7 @@ class LiveDecoder:
         return self._thread.is_alive()
 
     def open_connections(self) -> int:
-        st = self.session.stats
-        return st.connections - st.kafka_connections - st.non_kafka_connections
+        return self.session.open_connections()
 
     def _run(self) -> None:
         try:

@@ -13,7 +13,7 @@ from typing import cast
 from kwsniff.connection import B2C, C2B, Connection, accounting_difference
 from kwsniff.defaults import DEFAULT_BROKER_PORT, MAX_DECOMPRESSED, MAX_FRAME_SIZE
 from kwsniff.net import ACK, SYN, TcpPacket, parse_tcp
-from kwsniff.rows import RecordOptions, RowSink, TableBuilder
+from kwsniff.rows import ExchangeRows, RecordOptions, RowSink, TableBuilder
 
 # Closed connections are forgotten once the capture clock has moved this far past them, so a
 # capture of many short connections keeps bounded memory (late retransmissions are still absorbed).
@@ -34,12 +34,9 @@ class SessionOptions:
 @dataclass
 class SessionStats:
     packets: int = 0
-    tcp_packets: int = 0
     skipped_packets: dict[str, int] = field(default_factory=dict)
-    connections: int = 0
     kafka_connections: int = 0
     non_kafka_connections: int = 0
-    late_packets: int = 0
     not_kafka_on_broker_ports: int = 0  # connections to a broker port that did not speak Kafka
     accounting_mismatches: int = 0  # connections whose bytes do not add up (a bug if ever non-zero)
 
@@ -97,7 +94,6 @@ class Session:
             skipped[p] = skipped.get(p, 0) + 1
             return
         src, sport, dst, dport, seq, ack, flags, payload, missing = cast(TcpPacket, p)
-        stats.tcp_packets += 1
         entry = self.flows.get((src, sport, dst, dport))
         if entry is None:
             entry = self._new_connection(ts, src, sport, dst, dport, flags)
@@ -105,8 +101,7 @@ class Session:
             if flags & SYN and not flags & ACK:
                 entry = self._new_connection(ts, src, sport, dst, dport, flags)
             else:
-                stats.late_packets += 1
-                return
+                return  # a late packet of a closed connection (a retransmission, a last ACK)
         entry[0].packet(entry[1], ts, seq, ack, flags, payload, missing)
         if ts - self._swept > FORGET_CLOSED_US:
             self._sweep(ts)
@@ -126,11 +121,13 @@ class Session:
         else:
             client, broker, known = a, b, False
         self._next_id += 1
-        self.stats.connections += 1
         conn = Connection(self, self._next_id, client, broker, known, ts)
         self.flows[client + broker] = (conn, C2B)  # type: ignore[index]
         self.flows[broker + client] = (conn, B2C)  # type: ignore[index]
         return self.flows[(src, sport, dst, dport)]
+
+    def exchange_rows(self, conn: Connection) -> ExchangeRows:
+        return self.rows.handler_for(conn)
 
     def swap_directions(self, conn: Connection) -> None:
         self.flows[conn.client + conn.broker] = (conn, C2B)  # type: ignore[index]
@@ -160,6 +157,11 @@ class Session:
             else:
                 keep.append(conn)
         self._closed = keep
+
+    def open_connections(self) -> int:
+        """Connections being followed now: opened and not yet closed."""
+        st = self.stats
+        return self._next_id - st.kafka_connections - st.non_kafka_connections
 
     def expire_idle(self, now: int, idle_us: int) -> int:
         """Close the connections that saw no packet for ``idle_us`` (a long-running capture would

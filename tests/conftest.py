@@ -29,3 +29,22 @@ def capture_traffic(broker: str, tmp_path: Path) -> Callable[..., CapturedTraffi
         return CapturedTraffic(pcap=pcap, port=port, result=result, tcpdump=stats)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The one local SparkSession of the test run (two cores, no UI, few shuffle partitions)."""
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("kwsniff-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

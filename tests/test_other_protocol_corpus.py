@@ -124,42 +124,40 @@ def test_a_decoded_request_answered_with_its_correlation_id_is_kafka_and_teaches
     assert session.brokers == {(SERVER_IP, 19500)}
 
 
-def test_a_kafka_looking_header_whose_body_does_not_decode_is_not_kafka() -> None:
-    # ApiVersions v3 header, sane client id, but the body is not an ApiVersions v3 request; the
-    # server even echoes the correlation id.
+ABSURD_SIZE = struct.pack(">i", 100_663_316) + request(18, 0, 7)[4:] + b"\x00" * 318  # "332 of 100663316"
+# Openings that look like Kafka in part, and what is missing: each must stay `kafka = false`.
+UNPROVEN: dict[str, Messages] = {
+    # ApiVersions v3 header and a sane client id, but the body is not an ApiVersions v3 request;
+    # the server even echoes the correlation id.
+    "body_does_not_decode": [
+        (0, request(18, 3, 7, b"\x00\xff\xff\xff\xff\xff", client_id="probe")),
+        (1, response(7, API_VERSIONS_V0_RESPONSE)),
+    ],
+    "binary_client_id": [
+        (0, request(18, 0, 7, client_id="\x01\x02\x03\x04")),
+        (1, response(7, API_VERSIONS_V0_RESPONSE)),
+    ],
+    "version_no_release_has": [(0, request(1, 12592, 7)), (1, response(7, b"\x00" * 20))],  # Fetch v12592
+    "absurd_size": [(0, ABSURD_SIZE), (1, response(7, API_VERSIONS_V0_RESPONSE))],
+    "answer_with_another_correlation_id": [
+        (0, request(18, 0, 7)),
+        (1, response(8, API_VERSIONS_V0_RESPONSE)),
+    ],
+    "no_answer": [(0, request(18, 0, 7))],
+    "server_speaks_first": [(1, response(7, API_VERSIONS_V0_RESPONSE)), (0, request(18, 0, 7))],
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNPROVEN))
+def test_an_opening_without_proof_is_not_kafka(case: str) -> None:
     f = Flow(broker=(SERVER_IP, 19600)).handshake()
-    f.send(0, request(18, 3, 7, b"\x00\xff\xff\xff\xff\xff", client_id="probe"))
-    f.send(1, response(7, API_VERSIONS_V0_RESPONSE))
+    for d, data in UNPROVEN[case]:
+        f.send(d, data)
     f.close()
     sink, session = run(f.packets)
-    assert [c["kafka"] for c in sink.tables["connections"]] == [False]
+    (conn,) = sink.tables["connections"]
+    assert (conn["kafka"], conn["not_kafka_bytes"]) == (False, sum(len(data) for _, data in UNPROVEN[case]))
     assert (sink.tables["requests"], session.brokers) == ([], set())
-
-
-def test_a_binary_client_id_is_not_kafka() -> None:
-    f = Flow(broker=(SERVER_IP, 19601)).handshake()
-    f.send(0, request(18, 0, 7, client_id="\x01\x02\x03\x04"))
-    f.send(1, response(7, API_VERSIONS_V0_RESPONSE))
-    f.close()
-    sink, _ = run(f.packets)
-    assert [c["kafka"] for c in sink.tables["connections"]] == [False]
-
-
-def test_a_response_with_another_correlation_id_is_not_kafka() -> None:
-    f = Flow(broker=(SERVER_IP, 19602)).handshake()
-    f.send(0, request(18, 0, 7))
-    f.send(1, response(8, API_VERSIONS_V0_RESPONSE))
-    f.close()
-    sink, _ = run(f.packets)
-    assert [c["kafka"] for c in sink.tables["connections"]] == [False]
-
-
-def test_an_unanswered_request_on_an_unnamed_port_is_not_proof() -> None:
-    f = Flow(broker=(SERVER_IP, 19603)).handshake()
-    f.send(0, request(18, 0, 7))
-    f.close()
-    sink, _ = run(f.packets)
-    assert [(c["kafka"], c["not_kafka_bytes"]) for c in sink.tables["connections"]] == [(False, 15)]
 
 
 def test_a_non_kafka_connection_to_a_learned_port_makes_it_untrusted_again() -> None:
@@ -201,3 +199,40 @@ def test_no_auto_detect_ignores_mid_stream_kafka_on_other_ports() -> None:
     sink, session = run(f.packets, SessionOptions(auto_detect=False))
     assert [c["kafka"] for c in sink.tables["connections"]] == [False]
     assert (sink.tables["requests"], session.brokers) == ([], set())
+
+
+@pytest.mark.parametrize(("undecodable", "later_is_kafka"), [(0, True), (5, False)])
+def test_a_proof_that_the_rest_of_the_connection_contradicts_is_withdrawn(
+    undecodable: int, later_is_kafka: bool
+) -> None:
+    # One good exchange proves the server; then most requests do not decode (Metadata v0 with
+    # 2^31-1 topics). The endpoint stops being trusted, so a later connection caught mid-stream
+    # there needs its own proof (its requests are never answered in the capture: none).
+    first = kafka_flow(19900)
+    for corr in range(3, 3 + undecodable):
+        first.send(0, request(3, 0, corr, b"\x7f\xff\xff\xff"))
+        first.send(1, response(corr, METADATA_V0_RESPONSE))
+    first.close()
+    later = Flow(client=(bytes([10, 0, 0, 1]), 40001), broker=(SERVER_IP, 19900))
+    later.ts = first.ts + 1000
+    later.send(0, request(18, 0, 50) + request(3, 0, 51, METADATA_V0_REQUEST))
+    sink, session = run(first.packets + later.packets)
+    statuses = [r["status"] for r in sink.tables["requests"] if r["conn_id"] == 1]
+    assert statuses == ["ok", "ok"] + ["decode_error"] * undecodable
+    assert [c["kafka"] for c in sink.tables["connections"]] == [True, later_is_kafka]
+    assert session.brokers == ({(SERVER_IP, 19900)} if later_is_kafka else set())
+
+
+def test_a_client_and_broker_newer_than_the_schema_set_are_proven_by_their_next_exchange() -> None:
+    # ApiVersions v9 (newer than any spec here) answered in v9 by an equally new broker: that answer
+    # does not decode as the v0 of KIP-511, so it proves nothing; the Metadata exchange after it does.
+    f = Flow(broker=(SERVER_IP, 19950)).handshake()
+    f.send(0, request(18, 9, 1, b"\x00" + b"\x08librdkafka\x069.9.9\x00"))
+    f.send(1, response(1, b"\x00\x00\x02\x00\x12\x00\x00\x00\x09\x00\x00\x00\x00\x00\x00"))
+    f.send(0, request(3, 0, 2, METADATA_V0_REQUEST))
+    f.send(1, response(2, METADATA_V0_RESPONSE))
+    f.close()
+    sink, session = run(f.packets)
+    assert [c["kafka"] for c in sink.tables["connections"]] == [True]
+    assert [(r["api_key"], r["api_version"], r["status"]) for r in sink.tables["requests"]][1] == (3, 0, "ok")
+    assert session.brokers == {(SERVER_IP, 19950)}

@@ -43,20 +43,25 @@ def exchange(port: int, *messages: bytes, expect: int = 1) -> bytes:
 
 
 @contextlib.contextmanager
-def http_server() -> Iterator[int]:
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = socketserver.TCPServer((LOOPBACK, 0), Quiet)
+def serving(server: socketserver.BaseServer) -> Iterator[int]:
+    """Run a socketserver on a thread; yields its port, shuts it down by the end."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield server.server_address[1]
+        yield server.server_address[1]  # type: ignore[index]
     finally:
         server.shutdown()
         server.server_close()
         thread.join(TIMEOUT_S)
+
+
+class QuietHttp(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def http_server() -> contextlib.AbstractContextManager[int]:
+    return serving(socketserver.TCPServer((LOOPBACK, 0), QuietHttp))
 
 
 class Socks5Relay(socketserver.BaseRequestHandler):
@@ -76,17 +81,8 @@ class Socks5Relay(socketserver.BaseRequestHandler):
                 sock.sendall(chunk)
 
 
-@contextlib.contextmanager
-def socks5_server() -> Iterator[int]:
-    server = socketserver.ThreadingTCPServer((LOOPBACK, 0), Socks5Relay)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(TIMEOUT_S)
+def socks5_server() -> contextlib.AbstractContextManager[int]:
+    return serving(socketserver.ThreadingTCPServer((LOOPBACK, 0), Socks5Relay))
 
 
 @contextlib.contextmanager

@@ -2,16 +2,18 @@
 # Installs what the test suite needs on a fresh machine: kwsniff with its test extras (pip), and from
 # Debian: tcpdump (the tests capture real traffic against a real broker on loopback), openssl (the
 # TLS test makes a self-signed certificate), and redis-server, memcached and postgresql (servers of
-# other protocols whose traffic must never be taken for Kafka). tshark is not needed: its view is
+# other protocols whose traffic must never be taken for Kafka), and a Java 17 runtime for PySpark's
+# local Spark (the `kwsniff spark`/`report` tests). tshark is not needed: its view is
 # stored as test data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install --quiet --disable-pip-version-check -e ".[test]"
+python3 -m pip install --quiet --disable-pip-version-check -e ".[test,spark]"
 missing=()
 command -v tcpdump >/dev/null 2>&1 || missing+=(tcpdump)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 { command -v psql >/dev/null 2>&1 && compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; } || missing+=(postgresql)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""

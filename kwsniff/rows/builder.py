@@ -24,6 +24,7 @@ from kwsniff.protocol import (
     error_name,
 )
 from kwsniff.rows.extract import error_rows, request_summary, response_summary
+from kwsniff.rows.groups import GROUP_APIS, group_request, group_response, group_row
 from kwsniff.rows.partitions import COUNTS_ONLY, RecordOptions, TopicNames, merged_rows, records_of
 
 API_VERSIONS = 18
@@ -107,7 +108,6 @@ class TableBuilder:
         self.decode_request = decode_request if keep_messages else decode_request_view
         self.decode_response = decode_response if keep_messages else decode_response_view
         self.status = Counter[str]()
-        self.orphan_responses = 0
         self.undecodable_frames = 0
         self.decode_errors = Counter[str]()
         self.notes = Counter[str]()
@@ -157,7 +157,6 @@ class ExchangeRows(ConversationHandler):
     def __init__(self, tables: TableBuilder, conn_id: int) -> None:
         self.tables = tables
         self.conn_id = conn_id
-        self.conv: Any = None
         self.client_id: str | None = None
         self.client_software_name: str | None = None
         self.client_software_version: str | None = None
@@ -188,6 +187,8 @@ class ExchangeRows(ConversationHandler):
             # KIP-511: ApiVersions v3+ requests name the client software.
             self.client_software_name = msg.get("client_software_name")
             self.client_software_version = msg.get("client_software_version")
+        if req.api_key in GROUP_APIS:
+            info["group"] = group_request(req.api_key, msg)
         if self.tables.keep_messages:
             # Credentials (SASL tokens, SCRAM salted passwords...) never leave the decoder.
             info["message"] = redact(req.api_key, msg)
@@ -203,6 +204,8 @@ class ExchangeRows(ConversationHandler):
         info = response_summary(req.api_key, req.api_version, msg, self.tables.record_options)
         if note:
             info["note"] = f"response: {note}"
+        if req.api_key in GROUP_APIS:
+            info["group"] = group_response(req.api_key, msg)
         if self.tables.keep_messages:
             # Credentials (SASL tokens, SCRAM salted passwords...) never leave the decoder.
             info["message"] = redact(req.api_key, msg)
@@ -271,6 +274,19 @@ class ExchangeRows(ConversationHandler):
             row["response"] = respi.get("message")
         tables.sink.add("requests", row)
         context = self._context(req)
+        if "group" in reqi:
+            tables.sink.add(
+                "groups",
+                group_row(
+                    context,
+                    reqi.get("group_id"),
+                    reqi["group"],
+                    respi.get("group"),
+                    error_code,
+                    req.ts_last,
+                    resp.ts_first if resp is not None else None,
+                ),
+            )
         topics = tables.topics
         damage = tables.record_damage
         for prow in merged_rows(req.api_key, reqi, respi, context):
@@ -282,9 +298,6 @@ class ExchangeRows(ConversationHandler):
                 # Named (or held for a name) like their partitions row, before that row is named.
                 topics.add("records", records, prow.get("topic"), prow.get("topic_id"))
             topics.add_row("partitions", prow)
-
-    def orphan_response(self, correlation_id: int, ts: int, size: int, offset: int) -> None:
-        self.tables.orphan_responses += 1
 
     def undecodable_frame(self, direction: int, ts: int, size: int, offset: int, reason: str) -> None:
         self.undecodable_frames += 1

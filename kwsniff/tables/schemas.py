@@ -180,6 +180,30 @@ RECORDS = pa.schema(
     ]
 )
 
+# One row per JoinGroup, SyncGroup, Heartbeat or LeaveGroup exchange (kwsniff/rows/groups.py):
+# member_id is the one the response assigned (JoinGroup) or the request's; protocol_name is the chosen
+# protocol, or for an unanswered JoinGroup the offered ones comma-separated; members is the member
+# list of a JoinGroup response (sent to the leader only), the assignments of a SyncGroup request (sent
+# by the leader only) or the members leaving in a LeaveGroup v3+ request.
+GROUPS = pa.schema(
+    _EXCHANGE
+    + [
+        ("group_id", pa.string()),
+        ("member_id", pa.string()),
+        ("group_instance_id", pa.string()),
+        ("generation_id", pa.int32()),
+        ("protocol_type", pa.string()),
+        ("protocol_name", pa.string()),
+        ("leader_id", pa.string()),
+        ("members", pa.int32()),
+        ("error_code", pa.int16()),
+        ("error_name", pa.string()),
+        ("ts_request", TS),
+        ("ts_response", TS),
+        ("latency_ms", pa.float64()),
+    ]
+)
+
 # One row per rotation period of a live capture (`kwsniff capture`): what the interface gave and lost.
 CAPTURE_STATS = pa.schema(
     [
@@ -200,6 +224,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "errors": ERRORS,
     "partitions": PARTITIONS,
     "records": RECORDS,
+    "groups": GROUPS,
     "capture_stats": CAPTURE_STATS,
 }
 TABLES = tuple(SCHEMAS)

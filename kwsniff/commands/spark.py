@@ -1,0 +1,68 @@
+"""`kwsniff spark`: many captures (or one big one split by flow) decoded in Spark executors."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from kwsniff.commands import messages
+from kwsniff.commands.options import broker_port_option, broker_ports
+from kwsniff.session import SessionOptions
+from kwsniff.tables import DEFAULT_TABLES
+
+
+@click.command()
+@click.argument("inputs", nargs=-1, required=True)
+@click.option(
+    "--out", "-o", type=click.Path(path_type=Path), required=True, help="Directory of the datasets."
+)
+@click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
+@click.option(
+    "--flow-buckets",
+    type=click.IntRange(1, 4096),
+    default=1,
+    show_default=True,
+    help="Split each capture into this many tasks by TCP flow (every task reads the whole file).",
+)
+@click.option("--overwrite", is_flag=True, help="Replace the datasets already in --out.")
+@click.option("--records", is_flag=True, help="Also write the `records` table.")
+@broker_port_option
+def spark(
+    inputs: tuple[str, ...],
+    out: Path,
+    master: str,
+    flow_buckets: int,
+    overwrite: bool,
+    records: bool,
+    broker_port: tuple[int, ...],
+) -> None:
+    """Decode INPUTS (files, directories, globs) on Spark into OUT/<table>/date=YYYY-MM-DD/."""
+    try:
+        from kwsniff.spark.pipeline import InputError, decode, expand_inputs, spark_session, write
+    except ImportError as exc:
+        messages.error(f"kwsniff spark needs the spark extra (pip install 'kwsniff[spark]'): {exc}")
+        sys.exit(1)
+    try:
+        paths = expand_inputs(inputs)
+    except InputError as exc:
+        messages.error(str(exc))
+        sys.exit(1)
+    held = [t for t in DEFAULT_TABLES if (out / t).exists() and any((out / t).iterdir())]
+    if held and not overwrite:
+        messages.error(f"--out {out}: already holds {', '.join(held)}; use --overwrite to replace them")
+        sys.exit(1)
+    tables = (*DEFAULT_TABLES, "records") if records else DEFAULT_TABLES
+    options = SessionOptions(broker_ports=broker_ports(broker_port), records=records)
+    started = time.perf_counter()
+    session = spark_session(master)
+    try:
+        frames = decode(session, paths, buckets=flow_buckets, options=options, tables=tables)
+        counts = write(frames, out, overwrite=True)
+    finally:
+        session.stop()
+    seconds = time.perf_counter() - started
+    click.echo(f"{len(paths)} captures × {flow_buckets} flow buckets on {master} in {seconds:.1f} s")
+    click.echo("  tables: " + ", ".join(f"{out / t}/ ({n:,} rows)" for t, n in counts.items()))

@@ -1,0 +1,76 @@
+"""PNG plots of a report (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def latency_distribution(requests: Any, path: Path, *, max_points: int = 200_000) -> Path:
+    """Box plot of answered-request latencies per API (log scale), Fetch included and labelled."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        requests.where(F.col("latency_ms").isNotNull())
+        .select("api_name", "latency_ms")
+        .limit(max_points)
+        .collect()
+    )
+    by_api: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        by_api[row["api_name"]].append(max(row["latency_ms"], 1e-3))
+    apis = sorted(by_api, key=lambda a: -len(by_api[a]))
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(apis) + 1.5))
+    ax.boxplot(
+        [by_api[a] for a in apis],
+        orientation="horizontal",
+        tick_labels=[f"{a} ({len(by_api[a])})" for a in apis],
+    )
+    ax.set_xscale("log")
+    ax.set_xlabel("latency (ms, log scale): request's last packet to response's first")
+    ax.set_title("Request latency per API (number of answered requests)")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def throughput_over_time(throughput: Any, path: Path, unit: str) -> Path:
+    """Cumulative records produced per topic against seconds since the first Produce (rows of
+    analytics.throughput_per_minute at ``unit`` resolution): the slope is the throughput, and a
+    capture whose producers finish within a second still shows its bursts."""
+    series: dict[str, list[tuple[Any, int]]] = defaultdict(list)
+    for row in throughput.collect():
+        series[row["topic"] or "(unnamed)"].append((row[unit], row["records"]))
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 4))
+    if series:
+        start = min(t for points in series.values() for t, _ in points)
+        for topic, points in sorted(series.items()):
+            xs, total, ys = [0.0], 0, [0]
+            for t, n in sorted(points):
+                total += n
+                xs.append((t - start).total_seconds())
+                ys.append(total)
+            ax.plot(xs, ys, marker=".", drawstyle="steps-post", label=f"{topic} ({total:,} records)")
+        ax.set_title(f"Records produced per topic since {start:%Y-%m-%d %H:%M:%S} UTC (per {unit})")
+        ax.legend()
+    ax.set_xlabel("seconds since the first Produce request")
+    ax.set_ylabel("records produced (cumulative)")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,101 @@
+"""The dependency direction is one way (issue 10, item 8): every kwsniff module imports only from
+layers below its own, as the README's "Development" section lists them. Imports are read with ast,
+including those under TYPE_CHECKING and inside functions (a deferred import is still a dependency).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "kwsniff"
+
+# Bottom up. A module may import from its own layer package and from any layer listed before it.
+LAYERS: list[set[str]] = [
+    {"kwsniff", "defaults"},  # the package root (__version__) and the defaults every layer shares
+    {"capture"},
+    {"net"},
+    {"tcp"},
+    {"protocol"},
+    {"kafka"},
+    {"records"},
+    {"rows"},
+    {"connection"},
+    {"session"},
+    {"tables"},
+    {"sinks"},
+    {"run", "render"},
+    {"spark", "analytics"},  # the fleet pipeline and its questions (imports pyspark only when called)
+    {"commands"},
+    {"cli"},
+    {"entry"},
+    {"__main__"},
+]
+# Upward imports allowed on purpose, each with its reason.
+EXCEPTIONS = {
+    # cli.run is the console script of installs made before kwsniff.entry existed; it defers to it.
+    ("cli", "entry"),
+}
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def level(layer: str) -> int:
+    return next(i for i, names in enumerate(LAYERS) if layer in names)
+
+
+def imports() -> list[tuple[str, str]]:
+    """(importing module, imported kwsniff module) for every import in the package."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        module = module.removesuffix(".__init__")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            found += [(module, name) for name in names if name == "kwsniff" or name.startswith("kwsniff.")]
+    return found
+
+
+def test_every_module_belongs_to_a_listed_layer() -> None:
+    layers = {layer_of(m) for pair in imports() for m in pair}
+    layers |= {"kwsniff" if p.stem == "__init__" else p.stem for p in PACKAGE.glob("*.py")}
+    layers |= {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert layers <= set().union(*LAYERS), layers - set().union(*LAYERS)
+
+
+def test_no_module_imports_a_layer_above_or_beside_its_own() -> None:
+    wrong = sorted(
+        {
+            (layer_of(importer), layer_of(imported))
+            for importer, imported in imports()
+            if layer_of(importer) != layer_of(imported)
+            and level(layer_of(imported)) >= level(layer_of(importer))
+        }
+        - EXCEPTIONS
+    )
+    assert wrong == []
+
+
+def test_the_checker_sees_an_upward_import() -> None:
+    # connection.py once imported session.py under TYPE_CHECKING; that would be caught as this pair.
+    assert level("session") > level("connection")
+    assert ("kwsniff.connection", "kwsniff.session") not in imports()
+    assert ("kwsniff.session", "kwsniff.connection") in imports()
+    assert ("kwsniff.kafka.pairing", "kwsniff.protocol") in imports()  # kafka sits above protocol
+
+
+def test_the_readme_lists_the_layers_in_this_order() -> None:
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    block = readme.split("Layers, bottom up", 1)[1].split("```")[1]
+    lines = [line for line in block.strip().splitlines() if not line.startswith(" ")]
+    listed = [line.split()[0].rstrip("/").removesuffix(".py") for line in lines]
+    order = [level(name) for name in listed]
+    assert order == sorted(order), listed

@@ -1,0 +1,130 @@
+"""`kwsniff spark` decodes the repository's captures into exactly the rows `kwsniff read` writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow.dataset as ds
+import pytest
+from click.testing import CliRunner
+
+from kwsniff.cli import main
+from kwsniff.rows import ListSink
+from kwsniff.run import run_capture
+from kwsniff.session import SessionOptions
+from kwsniff.spark.pipeline import decode, expand_inputs, write
+from kwsniff.spark.tasks import capture_date, flow_bucket
+from kwsniff.tables import DEFAULT_TABLES, SCHEMAS
+
+ROOT = Path(__file__).resolve().parent.parent
+CAPTURES = sorted((ROOT / "tests/data/captures").glob("*.pcap")) + [ROOT / "sample_pcaps/quickstart.pcap"]
+TABLES = (*DEFAULT_TABLES, "records")
+OPTIONS = SessionOptions(records=True)
+
+
+def _key(row: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(repr(row[k]) for k in sorted(row))
+
+
+def read_rows() -> dict[str, list[dict[str, Any]]]:
+    """What `kwsniff read --records` writes, normalised through the tables' Arrow schemas."""
+    import pyarrow as pa
+
+    found: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
+    for path in CAPTURES:
+        sink = ListSink()
+        run_capture(path, sink, OPTIONS)
+        for t in TABLES:
+            found[t] += pa.Table.from_pylist(sink.tables[t], schema=SCHEMAS[t]).to_pylist()
+    return {t: sorted(rows, key=_key) for t, rows in found.items()}
+
+
+def first_packet_days() -> dict[str, str]:
+    from datetime import UTC, datetime
+
+    from kwsniff.capture import open_capture
+
+    days = {}
+    for path in CAPTURES:
+        with open_capture(path) as reader:
+            ts = next(iter(reader.packets()))[0]
+        days[path.name] = datetime.fromtimestamp(ts // 1_000_000, UTC).strftime("%Y-%m-%d")
+    return days
+
+
+def spark_rows(out: Path) -> dict[str, list[dict[str, Any]]]:
+    days = first_packet_days()
+    found = {}
+    for t in TABLES:
+        table = ds.dataset(out / t, partitioning="hive").to_table() if (out / t).exists() else None
+        rows = [] if table is None else table.to_pylist()
+        for row in rows:
+            # The partition column is the UTC day of the capture's first packet.
+            assert row.pop("date") == days[row["capture"]]
+        found[t] = sorted(rows, key=_key)
+    return found
+
+
+@pytest.fixture(scope="module")
+def expected() -> dict[str, list[dict[str, Any]]]:
+    return read_rows()
+
+
+@pytest.mark.parametrize("buckets", [1, 3])
+def test_spark_tables_equal_read_tables(spark: Any, tmp_path: Path, expected: dict, buckets: int) -> None:
+    frames = decode(spark, [str(p) for p in CAPTURES], buckets=buckets, options=OPTIONS, tables=TABLES)
+    counts = write(frames, tmp_path)
+    days = first_packet_days()
+    got = spark_rows(tmp_path)
+    assert counts == {t: len(expected[t]) for t in TABLES}
+    assert counts["requests"] > 300 and counts["records"] > 0
+    for t in TABLES:
+        assert got[t] == expected[t], t
+        # DuckDB reads the same datasets, partition column included.
+        n = duckdb.sql(
+            f"select count(*), count(distinct date) from read_parquet('{tmp_path / t}/*/*.parquet', hive_partitioning=true)"
+        ).fetchall()[0]
+        assert n == (len(expected[t]), len({days[r["capture"]] for r in expected[t]}))
+
+
+def test_flow_bucket_keeps_both_directions_together() -> None:
+    from kwsniff.capture import open_capture
+
+    with open_capture(CAPTURES[0]) as reader:
+        packets = list(reader.packets())
+    seen: dict[frozenset, set[int]] = {}
+    from kwsniff.net import parse_tcp
+
+    for _ts, linktype, data in packets:
+        p = parse_tcp(linktype, data)
+        key = frozenset({(p[0], p[1]), (p[2], p[3])})  # type: ignore[index]
+        seen.setdefault(key, set()).add(flow_bucket(linktype, data, 3))
+    assert len(seen) > 3 and all(len(b) == 1 for b in seen.values())
+    assert len({b for bs in seen.values() for b in bs}) > 1
+
+
+def test_capture_date_is_the_utc_day() -> None:
+    assert capture_date(1_763_596_799_999_999) == "2025-11-19"
+    assert capture_date(1_763_596_800_000_000) == "2025-11-20"
+
+
+def test_inputs_expand_files_dirs_and_globs(tmp_path: Path) -> None:
+    found = expand_inputs([str(ROOT / "tests/data/captures"), str(ROOT / "sample_pcaps/*.pcap")])
+    assert [Path(p).name for p in found] == [p.name for p in CAPTURES]
+    assert expand_inputs([f"file://{CAPTURES[0]}", str(CAPTURES[0])]) == [str(CAPTURES[0])]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["/nonexistent/*.pcap"], "/nonexistent/*.pcap: no such file, directory or matching capture"),
+        (["hdfs://nn/caps"], "hdfs://nn/caps: only local or mounted paths are read"),
+    ],
+)
+def test_bad_inputs_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    result = CliRunner().invoke(main, ["spark", *args, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"kwsniff: error: {message}")
+    assert result.output.count("\n") == 1

@@ -18,14 +18,16 @@ import pyarrow.parquet as pq
 
 from kwsniff.capture import open_capture, open_stream
 from kwsniff.capture.live import CaptureCounters
+from kwsniff.rows import ListSink
 from kwsniff.run import run_capture
 from kwsniff.run_live import LiveDecoder, LiveOptions
-from kwsniff.session import SessionOptions
+from kwsniff.session import Session, SessionOptions
 from kwsniff.sinks import ParquetSink
 from kwsniff.sinks.rotating import RotatingSink
 from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.view.metrics import Metrics
-from kwsniff.view.stats import LiveStats
+from kwsniff.view.screen import api_lines, log_line
+from kwsniff.view.stats import LiveStats, StatsSink
 from tests.realparts import free_port
 
 CAPTURES = Path(__file__).parent / "data" / "captures"
@@ -208,3 +210,65 @@ def test_read_dash_decodes_a_pipe(tmp_path: Path) -> None:
         a = [dict(r, capture="") for r in dataset(tmp_path, table)]
         b = [dict(r, capture="") for r in dataset(tmp_path / "file", table)]
         assert a == b, table
+
+
+def test_expire_idle_writes_the_rows_of_silent_connections() -> None:
+    with open_capture(SAMPLE) as reader:
+        packets = list(reader.packets())[:100]  # three connections still open at the cut
+    expired, finished = ListSink(), ListSink()
+    session = Session("s", expired, SessionOptions())
+    reference = Session("s", finished, SessionOptions())
+    for ts, linktype, data in packets:
+        session.packet(ts, linktype, data)
+        reference.packet(ts, linktype, data)
+    open_before = session.open_connections()
+    assert open_before == 3
+    last = packets[-1][0]
+    # Nothing has been silent for an hour yet; an hour later, every open connection has.
+    assert session.expire_idle(last, 3_600_000_000) == 0
+    assert session.expire_idle(last + 3_600_000_001, 3_600_000_000) == open_before
+    assert session.open_connections() == 0
+    # The expired connections' flow entries are gone (a later packet starts a new connection).
+    assert len(session.flows) == 2 * (7 - open_before)
+    rows_then = {t: list(rows) for t, rows in expired.tables.items()}
+    session.finish()
+    assert expired.tables["connections"] == rows_then["connections"]  # finish found nothing left open
+    reference.finish()
+    for table in ("connections", "requests", "partitions"):
+        assert sorted(map(repr, expired.tables[table])) == sorted(map(repr, finished.tables[table])), table
+
+
+def test_view_stats_from_rows() -> None:
+    stats = LiveStats(collect_pending=True)
+    sink = StatsSink(ListSink(), stats)
+    base = {"api_key": 0, "error_code": 0, "error_name": "NONE", "throttle_time_ms": 0, "client_id": "c"}
+    for i in range(1, 101):
+        sink.add("requests", {**base, "api_name": "Produce", "latency_ms": float(i)})
+    sink.add(
+        "requests",
+        {
+            **base,
+            "api_name": "Fetch",
+            "latency_ms": 500.0,
+            "error_code": 6,
+            "error_name": "NOT_LEADER_OR_FOLLOWER",
+            "throttle_time_ms": 20,
+        },
+    )
+    sink.add("partitions", {"api_name": "Produce", "record_bytes": 1234, "topic": "t", "topic_id": None})
+    window = stats.take_window()
+    lines = api_lines(window, 10.0)
+    assert [(a.api, a.per_s, a.p50_ms, a.p99_ms) for a in lines] == [
+        ("Produce", 10.0, 50.0, 99.0),
+        ("Fetch", 0.1, 500.0, 500.0),
+    ]
+    assert stats.totals.errors == {"NOT_LEADER_OR_FOLLOWER": 1}
+    assert stats.totals.topic_bytes == {"t": 1234}
+    assert stats.totals.throttled == {"c": 1}
+    assert len(stats.take_pending()) == 101 and stats.take_pending() == []
+    line = log_line("lo", 10.0, window, 10.0, stats.totals, CaptureCounters(7, 700, 1, 0, 2), 3)
+    assert line.startswith(
+        "kwsniff: lo 10s packets=7 kernel_drops=1 if_drops=0 queue_drops=2 connections=3 requests=101 "
+        "Produce=10.0/s(p50 50.0 p99 99.0 ms) Fetch=0.1/s(p50 500.0 p99 500.0 ms)"
+    )
+    assert line.endswith(" errors NOT_LEADER_OR_FOLLOWER=1")

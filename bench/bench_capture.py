@@ -139,9 +139,15 @@ def run_rate(
         "kwsniff_drop_rate": round((kernel + queue) / max(1, packets + kernel + queue), 4),
         "tcpdump_captured": ref.captured,
         "tcpdump_dropped": ref.dropped_by_kernel,
+        # The same packets seen by both: 1.0 when kwsniff captured every packet tcpdump did.
+        "kwsniff_over_tcpdump": round(packets / ref.captured, 4) if ref.captured > 0 else None,
         "peak_rss_mb": round(peak / 1024, 1),
-        "rss_first_last_mb": [round(samples[0] / 1024, 1), round(samples[-1] / 1024, 1)] if samples else [],
+        # RSS every 30 s of the run (samples are 0.5 s apart): flat when memory is bounded.
+        "rss_every_30s_mb": [round(kb / 1024, 1) for kb in samples[::60]],
         "exit": capture.returncode,
+        "stderr_tail": err.read_text(errors="replace").strip().splitlines()[-3:]
+        if capture.returncode
+        else [],
     }
 
 

@@ -86,7 +86,12 @@ class LiveDecoder:
             self.sink.close(self.clock())
         except BaseException as err:  # noqa: BLE001 - reported by the command after the threads stop
             self.error = err
-            self.sink.abort()
+            # Keep what was decoded: the period's rows so far are closed into place, unless the
+            # sink itself is what failed (a full disk), where its temporary files are dropped.
+            try:
+                self.sink.close(self.clock())
+            except BaseException:  # noqa: BLE001
+                self.sink.abort()
             # Keep draining so the capture thread can always put its end marker.
             while self.capture.queue.get() is not None:
                 pass

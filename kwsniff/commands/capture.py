@@ -152,13 +152,15 @@ def capture(
     _watch(iface, live, decoder, stats, stop, started, duration, quiet)
     live.stop()
     live.join(JOIN_TIMEOUT_S)
-    decoder.join(JOIN_TIMEOUT_S)
+    # The queue is bounded, so draining it ends; what is in it was captured and is decoded.
+    decoder.join()
     if metrics is not None:
         metrics.close()
     if live.error:
         messages.error(f"{iface}: {live.error}")
     if decoder.error is not None or decoder.result is None:
-        messages.error(f"{iface}: decoding failed: {decoder.error!r}")
+        failure = decoder.error
+        messages.error(f"{iface}: decoding stopped: {type(failure).__name__}: {failure}")
         sys.exit(1)
     if not quiet:
         _summary(name, live, decoder, out, time.monotonic() - started)

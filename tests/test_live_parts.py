@@ -256,19 +256,22 @@ def test_view_stats_from_rows() -> None:
         },
     )
     sink.add("partitions", {"api_name": "Produce", "record_bytes": 1234, "topic": "t", "topic_id": None})
+    # Rows carry only the columns known for their exchange (seen live when a request was dropped).
+    sink.add("partitions", {"api_name": "Produce", "topic": "t"})
+    sink.add("requests", {"api_key": 0, "api_name": "Produce", "status": "orphan"})
     window = stats.take_window()
     lines = api_lines(window, 10.0)
     assert [(a.api, a.per_s, a.p50_ms, a.p99_ms) for a in lines] == [
-        ("Produce", 10.0, 50.0, 99.0),
+        ("Produce", 10.1, 50.0, 99.0),
         ("Fetch", 0.1, 500.0, 500.0),
     ]
     assert stats.totals.errors == {"NOT_LEADER_OR_FOLLOWER": 1}
     assert stats.totals.topic_bytes == {"t": 1234}
     assert stats.totals.throttled == {"c": 1}
-    assert len(stats.take_pending()) == 101 and stats.take_pending() == []
+    assert len(stats.take_pending()) == 102 and stats.take_pending() == []
     line = log_line("lo", 10.0, window, 10.0, stats.totals, CaptureCounters(7, 700, 1, 0, 2), 3)
     assert line.startswith(
-        "kwsniff: lo 10s packets=7 kernel_drops=1 if_drops=0 queue_drops=2 connections=3 requests=101 "
-        "Produce=10.0/s(p50 50.0 p99 99.0 ms) Fetch=0.1/s(p50 500.0 p99 500.0 ms)"
+        "kwsniff: lo 10s packets=7 kernel_drops=1 if_drops=0 queue_drops=2 connections=3 requests=102 "
+        "Produce=10.1/s(p50 50.0 p99 99.0 ms) Fetch=0.1/s(p50 500.0 p99 500.0 ms)"
     )
     assert line.endswith(" errors NOT_LEADER_OR_FOLLOWER=1")

@@ -49,11 +49,14 @@ class LiveStats:
         self.pending: list[tuple[str, float | None, str | None]] = []
 
     def row(self, table: str, row: dict[str, Any]) -> None:
+        # Rows are read with .get: a table's rows carry only the columns known for that exchange
+        # (a response whose request was lost has no request facts), the sink fills in the nulls.
+        get = row.get
         if table == "requests":
-            api = row["api_name"] or f"api_{row['api_key']}"
-            latency = row["latency_ms"]
-            error = row["error_name"] if row["error_code"] else None
-            throttle = row["throttle_time_ms"]
+            api = get("api_name") or f"api_{get('api_key')}"
+            latency = get("latency_ms")
+            error = get("error_name") if get("error_code") else None
+            throttle = get("throttle_time_ms")
             with self.lock:
                 self.window.requests[api] += 1
                 self.totals.requests[api] += 1
@@ -64,13 +67,14 @@ class LiveStats:
                 if error:
                     self.totals.errors[error] += 1
                 if throttle:
-                    self.totals.throttled[row["client_id"] or "?"] += 1
+                    self.totals.throttled[get("client_id") or "?"] += 1
                 if self.collect_pending:
                     self.pending.append((api, None if latency is None else latency / 1000, error))
         elif table == "partitions":
-            if row["api_name"] in ("Produce", "Fetch") and row["record_bytes"]:
+            record_bytes = get("record_bytes")
+            if record_bytes and get("api_name") in ("Produce", "Fetch"):
                 with self.lock:
-                    self.totals.topic_bytes[row["topic"] or row["topic_id"] or "?"] += row["record_bytes"]
+                    self.totals.topic_bytes[get("topic") or get("topic_id") or "?"] += record_bytes
         elif table == "connections":
             with self.lock:
                 self.totals.connections_closed += 1

@@ -35,6 +35,9 @@ def _register() -> None:
     from kwsniff.commands import report
 
     main.add_command(report.report)
+    from kwsniff.commands import capture
+
+    main.add_command(capture.capture)
 
 
 _register()

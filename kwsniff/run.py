@@ -42,11 +42,15 @@ def run_capture(
     *,
     progress: bool = False,
     keep_messages: bool = False,
+    name: str | None = None,
 ) -> CaptureResult:
-    """Decode one capture file into ``sink``. Raises CaptureError for a file that is not a capture."""
+    """Decode one capture file into ``sink``. Raises CaptureError for a file that is not a capture.
+
+    ``name`` is the tables' `capture` value (default: the file's name)."""
     started = time.perf_counter()
     with open_capture(path) as reader:
-        session = Session(reader.name, sink, options, keep_messages=keep_messages)
+        name = name or reader.name
+        session = Session(name, sink, options, keep_messages=keep_messages)
         feed = session.packet
         if progress and reader.size:
             with click.progressbar(
@@ -66,7 +70,7 @@ def run_capture(
         stats = session.finish()
         rows = session.rows
         return CaptureResult(
-            name=reader.name,
+            name=name,
             path=str(path),
             file_bytes=reader.size or 0,
             seconds=time.perf_counter() - started,

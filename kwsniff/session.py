@@ -158,6 +158,27 @@ class Session:
                 keep.append(conn)
         self._closed = keep
 
+    def open_connections(self) -> int:
+        """Connections being followed now: opened and not yet closed."""
+        st = self.stats
+        return self._next_id - st.kafka_connections - st.non_kafka_connections
+
+    def expire_idle(self, now: int, idle_us: int) -> int:
+        """Close the connections that saw no packet for ``idle_us`` (a long-running capture would
+        otherwise hold them, and their rows, forever). Their flow entries are dropped at once, so a
+        packet that comes later starts a new, mid-stream connection. Returns how many were closed."""
+        expired = {
+            conn.conn_id: conn
+            for conn, _ in self.flows.values()
+            if not conn.closed and now - conn.ts_last > idle_us
+        }
+        for conn in expired.values():
+            conn.close(conn.ts_last)
+            for key in (conn.client + conn.broker, conn.broker + conn.client):
+                if self.flows.get(key, (None,))[0] is conn:  # type: ignore[index]
+                    del self.flows[key]  # type: ignore[arg-type]
+        return len(expired)
+
     def finish(self) -> SessionStats:
         """End of capture: close every open connection (pending requests become unanswered)."""
         seen: set[int] = set()

@@ -24,7 +24,8 @@ LAYERS: list[set[str]] = [
     {"session"},
     {"tables"},
     {"sinks"},
-    {"run", "render"},
+    {"view"},  # the live view and metrics of `kwsniff capture`, fed from rows
+    {"run", "render", "run_live"},
     {"spark", "analytics"},  # the fleet pipeline and its questions (imports pyspark only when called)
     {"commands"},
     {"cli"},

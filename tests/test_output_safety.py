@@ -50,8 +50,20 @@ def test_inputs_with_the_same_file_name_get_their_own_files(tmp_path: Path) -> N
     assert all(n.startswith("cap.pcap-") and n.endswith(".parquet") for n in names)
     for table in DEFAULT_TABLES:
         assert len(files(out, table)) == 2
-    # The `capture` column is still the input's file name.
-    assert set(ds.dataset(out / "requests").to_table().column("capture").to_pylist()) == {"cap.pcap"}
+    # Same-named inputs of one run are told apart in the `capture` column by the path given, so
+    # (capture, conn_id) stays unique: 103 requests from a/cap.pcap, 46 from b/cap.pcap.
+    captures = ds.dataset(out / "requests").to_table().column("capture").to_pylist()
+    a, b = str(tmp_path / "a" / "cap.pcap"), str(tmp_path / "b" / "cap.pcap")
+    assert {c: captures.count(c) for c in set(captures)} == {a: 103, b: 46}
+    conns = ds.dataset(out / "connections").to_table(columns=["capture", "conn_id"]).to_pylist()
+    assert len({(r["capture"], r["conn_id"]) for r in conns}) == len(conns) == 10 + 7
+
+
+def test_a_single_input_keeps_its_file_name_as_capture(tmp_path: Path) -> None:
+    out = tmp_path / "t"
+    proc = kwsniff("read", str(ACKS), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert set(ds.dataset(out / "requests").to_table().column("capture").to_pylist()) == {"acks_modes.pcap"}
 
 
 def test_output_name_is_the_file_name_and_a_hash_of_the_resolved_path(tmp_path: Path) -> None:

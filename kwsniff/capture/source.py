@@ -14,9 +14,34 @@ from kwsniff.capture.reader import CaptureError, CaptureReader, CountingReader, 
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+STDIN = "-"
+
+
+class StreamFile:
+    """A pipe or terminal read as it fills: ``read(n)`` returns the bytes available now (at most n,
+    waiting only when there are none), so packets are decoded as they arrive, not per 1 MiB chunk."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def read(self, size: int = -1) -> bytes:
+        return os.read(self._fd, size if size >= 0 else 1 << 20)
+
+    def close(self) -> None:
+        """stdin stays open: it belongs to the process."""
+
+
+def open_stream(fd: int, name: str = "stdin") -> CaptureReader:
+    """A reader over a pcap or pcapng stream on ``fd`` (`kwsniff read -`: `tcpdump -w - | kwsniff read -`)."""
+    return _open(StreamFile(fd), name, name, None)  # type: ignore[arg-type]
+
+
 def open_capture(path: str | os.PathLike[str]) -> CaptureReader:
-    """A reader for the pcap or pcapng file (optionally gzip-compressed) at path; CaptureError if it is none."""
+    """A reader for the pcap or pcapng file (optionally gzip-compressed) at path, or standard input for
+    `-`; CaptureError if it is none."""
     shown = os.fspath(path)
+    if shown == STDIN:
+        return open_stream(0)
     try:
         fileobj = open(path, "rb")  # noqa: SIM115 - the reader owns and closes it
     except FileNotFoundError:

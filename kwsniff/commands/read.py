@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 
 import click
 
-from kwsniff.capture import CaptureError
+from kwsniff.capture import STDIN, CaptureError
 from kwsniff.commands import messages
 from kwsniff.commands.options import BYTE_SIZE, broker_port_option, broker_ports
 from kwsniff.defaults import MAX_DECOMPRESSED, MAX_FRAME_SIZE
@@ -205,7 +206,8 @@ def read(
     strict: bool,
     quiet: bool,
 ) -> None:
-    """Decode CAPTURES (pcap, pcapng, optionally gzipped) into Parquet tables under --out."""
+    """Decode CAPTURES (pcap, pcapng, optionally gzipped; `-` for standard input) into Parquet tables
+    under --out."""
     options = _options(broker_port, auto_detect, max_frame_size, records, record_payloads, max_decompressed)
     tables = (*DEFAULT_TABLES, "records") if options.records else DEFAULT_TABLES
     if overwrite and append:
@@ -220,13 +222,22 @@ def read(
         sys.exit(1)
     failed = 0
     undecoded = 0
+    # Two inputs with the same file name (a/cap.pcap, b/cap.pcap) get their path as the `capture`
+    # value, so (capture, conn_id) stays a unique key across the dataset.
+    names = Counter(p.name for p in captures)
     for path in captures:
         # Files are written under temporary names and renamed when complete; a failure or Ctrl-C
         # leaves nothing of this input in the dataset.
-        sink = ParquetSink(out, output_name(path), tables)
+        sink = ParquetSink(out, "stdin" if str(path) == STDIN else output_name(path), tables)
         try:
             with sink:
-                result = run_capture(path, sink, options, progress=not quiet and sys.stderr.isatty())
+                result = run_capture(
+                    path,
+                    sink,
+                    options,
+                    progress=not quiet and sys.stderr.isatty(),
+                    name=str(path) if names[path.name] > 1 else None,
+                )
         except CaptureError as exc:
             messages.error(str(exc))
             failed += 1

@@ -204,6 +204,20 @@ GROUPS = pa.schema(
     ]
 )
 
+# One row per rotation period of a live capture (`kwsniff capture`): what the interface gave and lost.
+CAPTURE_STATS = pa.schema(
+    [
+        ("capture", pa.string()),
+        ("period_start", TS),
+        ("period_end", TS),
+        ("packets", pa.int64()),
+        ("bytes", pa.int64()),
+        ("kernel_drops", pa.int64()),  # libpcap ps_drop during the period
+        ("if_drops", pa.int64()),  # libpcap ps_ifdrop during the period
+        ("queue_drops", pa.int64()),  # read from the kernel, dropped because decoding fell behind
+    ]
+)
+
 SCHEMAS: dict[str, pa.Schema] = {
     "requests": REQUESTS,
     "connections": CONNECTIONS,
@@ -211,8 +225,10 @@ SCHEMAS: dict[str, pa.Schema] = {
     "partitions": PARTITIONS,
     "records": RECORDS,
     "groups": GROUPS,
+    "capture_stats": CAPTURE_STATS,
 }
 TABLES = tuple(SCHEMAS)
 # Tables written only when asked for; every other table is always written, empty or not.
-OPT_IN_TABLES = frozenset({"records"})
+# (`capture_stats` only by live capture.)
+OPT_IN_TABLES = frozenset({"records", "capture_stats"})
 DEFAULT_TABLES = tuple(t for t in SCHEMAS if t not in OPT_IN_TABLES)

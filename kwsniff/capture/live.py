@@ -1,0 +1,184 @@
+"""Live capture with pcapy-ng (libpcap, kernel BPF, TPACKET_V3 ring): packets of an interface, in batches,
+handed to the decode thread through a bounded queue.
+
+The capture thread only reads: the handle is non-blocking and the thread waits in ``select`` on its
+descriptor for at most POLL_S, so a stop request is seen within that time and the thread never holds
+the GIL while waiting (a blocked libpcap read would also keep Ctrl-C from being handled). When the
+decode thread falls behind and the queue is full, the batch is dropped and counted: the kernel ring
+is never left to overflow silently because Python is busy.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import select
+import threading
+from dataclasses import dataclass
+from struct import Struct
+from typing import Any
+
+POLL_S = 0.1  # longest wait before the capture thread checks for a stop request
+TIMEOUT_MS = 100  # libpcap's packet-buffer timeout: a TPACKET_V3 block is handed over at least this often
+BATCH = 1024  # packets per next_batch call
+QUEUE_BATCHES = 512  # batches the decode thread may fall behind before batches are dropped
+_META = Struct("=IIII")  # next_batch's per-packet record: sec, usec, offset, caplen
+
+# (linktype, [(ts_us, data), ...]); None ends the stream.
+Batch = tuple[int, list[tuple[int, bytes]]]
+
+
+class LiveCaptureError(Exception):
+    """The interface cannot be captured on (missing, no permission, bad filter); str() is one line."""
+
+
+@dataclass
+class CaptureCounters:
+    captured: int = 0  # packets handed to the queue
+    captured_bytes: int = 0
+    kernel_drops: int = 0  # libpcap ps_drop: dropped by the kernel (ring full)
+    if_drops: int = 0  # libpcap ps_ifdrop: dropped by the interface or driver
+    queue_drops: int = 0  # read from the kernel but dropped because the decoder fell behind
+
+
+def _interfaces() -> list[str]:
+    import pcapy
+
+    try:
+        return list(pcapy.findalldevs())
+    except pcapy.PcapError:
+        return []
+
+
+def open_interface(iface: str, bpf: str, snaplen: int, buffer_bytes: int) -> Any:
+    """An activated, filtered, non-blocking pcapy handle on ``iface``; LiveCaptureError otherwise.
+
+    Everything that can fail for the user (missing interface, permission, filter syntax) fails here,
+    before any thread starts."""
+    import pcapy
+
+    if not os.path.exists(f"/sys/class/net/{iface}") and iface not in _interfaces():
+        raise LiveCaptureError(f"{iface}: no such interface")
+    try:
+        handle = pcapy.create(iface)
+        handle.set_snaplen(snaplen)
+        handle.set_promisc(False)
+        handle.set_timeout(TIMEOUT_MS)
+        handle.set_buffer_size(buffer_bytes)
+        # pcapy-ng returns pcap_activate's status rather than raising: negative is an error.
+        status = handle.activate()
+    except pcapy.PcapError as err:
+        raise LiveCaptureError(f"{iface}: cannot capture ({err})") from None
+    if isinstance(status, int) and status < 0:
+        handle.close()
+        raise LiveCaptureError(_activate_error(iface, status))
+    try:
+        handle.setfilter(bpf)
+    except pcapy.PcapError as err:
+        handle.close()
+        raise LiveCaptureError(f"bad capture filter {bpf!r}: {err}") from None
+    handle.setnonblock(True)
+    return handle
+
+
+PCAP_ERROR_NO_SUCH_DEVICE = -5
+PCAP_ERROR_PERM_DENIED = -8
+PCAP_ERROR_IFACE_NOT_UP = -9
+
+
+def _activate_error(iface: str, status: int) -> str:
+    if status == PCAP_ERROR_PERM_DENIED:
+        return (
+            f"{iface}: permission denied (run as root, or give the python binary "
+            "CAP_NET_RAW and CAP_NET_ADMIN with setcap)"
+        )
+    if status == PCAP_ERROR_NO_SUCH_DEVICE:
+        return f"{iface}: no such interface"
+    if status == PCAP_ERROR_IFACE_NOT_UP:
+        return f"{iface}: interface is down"
+    return f"{iface}: cannot capture (libpcap error {status})"
+
+
+class LiveCapture:
+    """Reads ``handle`` in a thread of its own into ``self.queue`` until :meth:`stop`, or ``count``
+    packets. The queue ends with ``None`` once the thread is done."""
+
+    def __init__(self, handle: Any, count: int = 0, queue_batches: int = QUEUE_BATCHES) -> None:
+        self.handle = handle
+        self.linktype = int(handle.datalink())
+        self.count = count
+        self.queue: queue.Queue[Batch | None] = queue.Queue(queue_batches)
+        self.counters = CaptureCounters()
+        self.stopping = threading.Event()
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._run, name="kwsniff-capture", daemon=True)
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def snapshot(self) -> CaptureCounters:
+        """The counters now (kernel drops read from libpcap), safe from any thread."""
+        with self._lock:
+            c = self.counters
+            return CaptureCounters(c.captured, c.captured_bytes, c.kernel_drops, c.if_drops, c.queue_drops)
+
+    def _run(self) -> None:
+        handle = self.handle
+        fd = handle.getfd()
+        counters = self.counters
+        linktype = self.linktype
+        unpack = _META.unpack_from
+        try:
+            while not self.stopping.is_set():
+                if not select.select([fd], [], [], POLL_S)[0]:
+                    self._read_stats()
+                    continue
+                data, meta = handle.next_batch(BATCH)
+                if not meta:
+                    continue
+                packets = []
+                nbytes = 0
+                for i in range(0, len(meta), _META.size):
+                    sec, usec, off, caplen = unpack(meta, i)
+                    packets.append((sec * 1_000_000 + usec, data[off : off + caplen]))
+                    nbytes += caplen
+                if self.count:
+                    packets = packets[: self.count - counters.captured]
+                    nbytes = sum(len(p) for _, p in packets)
+                try:
+                    self.queue.put_nowait((linktype, packets))
+                    with self._lock:
+                        counters.captured += len(packets)
+                        counters.captured_bytes += nbytes
+                except queue.Full:
+                    with self._lock:
+                        counters.queue_drops += len(packets)
+                self._read_stats()
+                if self.count and counters.captured >= self.count:
+                    break
+        except Exception as err:  # noqa: BLE001 - reported by the command, never a silent stop
+            self.error = f"capture stopped: {err}"
+        finally:
+            self._read_stats()
+            handle.close()
+            self.queue.put(None)
+
+    def _read_stats(self) -> None:
+        try:
+            _recv, drop, ifdrop = self.handle.stats()
+        except Exception:  # noqa: BLE001 - a handle that cannot report keeps its last figures
+            return
+        with self._lock:
+            self.counters.kernel_drops = drop
+            self.counters.if_drops = ifdrop

@@ -1,0 +1,233 @@
+"""`kwsniff capture IFACE`: live capture to rotating Parquet tables, with a live view and metrics."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from kwsniff.capture.live import LiveCapture, LiveCaptureError, open_interface
+from kwsniff.commands import messages
+from kwsniff.commands.options import BYTE_SIZE, PORT, broker_port_option, broker_ports
+from kwsniff.commands.read import _size, print_summary
+from kwsniff.run import CaptureResult
+from kwsniff.run_live import LiveDecoder, LiveOptions
+from kwsniff.session import SessionOptions
+from kwsniff.sinks import ExistingOutput, OutputError, prepare_output
+from kwsniff.tables import DEFAULT_TABLES
+from kwsniff.view.metrics import Metrics
+from kwsniff.view.screen import log_line, render
+from kwsniff.view.stats import LiveStats
+
+VIEW_INTERVAL_S = 1.0  # live view refresh on a terminal
+LOG_INTERVAL_S = 10.0  # one log line this often when stderr is not a terminal
+JOIN_TIMEOUT_S = 30.0
+
+
+def default_filter(ports: frozenset[int]) -> str:
+    return " or ".join(f"tcp port {p}" for p in sorted(ports))
+
+
+@click.command()
+@click.argument("iface")
+@click.option(
+    "--out", "-o", type=click.Path(path_type=Path), required=True, help="Directory of the datasets."
+)
+@click.option("--overwrite", is_flag=True, help="Replace the dataset already in --out.")
+@click.option("--append", is_flag=True, help="Add to the dataset already in --out.")
+@broker_port_option
+@click.option("--filter", "bpf", help="Kernel (BPF) filter; default: tcp port of each --broker-port.")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), help="Stop after this many seconds.")
+@click.option("--count", type=click.IntRange(min=1), help="Stop after this many packets.")
+@click.option(
+    "--rotate-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Close the Parquet files and start new ones this often.",
+)
+@click.option(
+    "--write-pcap", type=click.Path(path_type=Path), help="Also write the raw packets to this pcap."
+)
+@click.option("--snaplen", type=click.IntRange(min=64, max=262144), default=262144, show_default=True)
+@click.option(
+    "--buffer-mb", type=click.IntRange(min=1), default=64, show_default=True, help="Kernel ring size (MiB)."
+)
+@click.option("--metrics-port", type=PORT, help="Serve Prometheus metrics on this port.")
+@click.option("--metrics-addr", default="127.0.0.1", show_default=True, help="Address of the metrics server.")
+@click.option(
+    "--idle-timeout",
+    type=click.FloatRange(min=0),
+    default=900.0,
+    show_default=True,
+    help="Close connections silent this long (seconds; 0: never), so their rows are written.",
+)
+@click.option(
+    "--max-frame-size", type=BYTE_SIZE, default=100 * 1024 * 1024, show_default="100MiB", hidden=True
+)
+@click.option("--quiet", "-q", is_flag=True, help="No live view and no summary.")
+def capture(
+    iface: str,
+    out: Path,
+    overwrite: bool,
+    append: bool,
+    broker_port: tuple[int, ...],
+    bpf: str | None,
+    duration: float | None,
+    count: int | None,
+    rotate_seconds: float,
+    write_pcap: Path | None,
+    snaplen: int,
+    buffer_mb: int,
+    metrics_port: int | None,
+    metrics_addr: str,
+    idle_timeout: float,
+    max_frame_size: int,
+    quiet: bool,
+) -> None:
+    """Capture Kafka traffic on IFACE into Parquet tables under --out, until Ctrl-C (or --duration/--count)."""
+    ports = broker_ports(broker_port)
+    bpf = bpf if bpf is not None else default_filter(ports)
+    tables = (*DEFAULT_TABLES, "capture_stats")
+    if overwrite and append:
+        raise click.UsageError("--overwrite and --append exclude each other")
+    existing = (
+        ExistingOutput.OVERWRITE if overwrite else ExistingOutput.APPEND if append else ExistingOutput.REFUSE
+    )
+    # Everything the user can get wrong is checked before a thread starts.
+    try:
+        handle = open_interface(iface, bpf, snaplen, buffer_mb * 1024 * 1024)
+    except LiveCaptureError as err:
+        messages.error(str(err))
+        sys.exit(1)
+    try:
+        prepare_output(out, tables, existing)
+    except OutputError as err:
+        handle.close()
+        messages.error(str(err))
+        sys.exit(1)
+    metrics = None
+    if metrics_port is not None:
+        metrics = Metrics()
+        try:
+            metrics.serve(metrics_port, metrics_addr)
+        except OSError as err:
+            handle.close()
+            messages.error(f"--metrics-port {metrics_port}: {err.strerror or err}")
+            sys.exit(1)
+    name = f"{iface}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+    live = LiveCapture(handle, count or 0)
+    stats = LiveStats(collect_pending=metrics is not None)
+    options = SessionOptions(broker_ports=ports, max_frame_size=max_frame_size)
+    try:
+        decoder = LiveDecoder(
+            live,
+            options,
+            LiveOptions(out, name, tables, rotate_seconds, idle_timeout, write_pcap, snaplen),
+            stats,
+            metrics,
+        )
+    except OSError as err:
+        handle.close()
+        messages.error(f"--write-pcap {write_pcap}: {err.strerror or err}")
+        sys.exit(1)
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    started = time.monotonic()
+    decoder.start()
+    live.start()
+    click.echo(f"kwsniff: capturing on {iface} (filter {bpf!r}) into {out}", err=True)
+    _watch(iface, live, decoder, stats, stop, started, duration, quiet)
+    live.stop()
+    live.join(JOIN_TIMEOUT_S)
+    # The queue is bounded, so draining it ends; what is in it was captured and is decoded.
+    decoder.join()
+    if metrics is not None:
+        metrics.close()
+    if live.error:
+        messages.error(f"{iface}: {live.error}")
+    if decoder.error is not None or decoder.result is None:
+        failure = decoder.error
+        messages.error(f"{iface}: decoding stopped: {type(failure).__name__}: {failure}")
+        sys.exit(1)
+    if not quiet:
+        _summary(name, live, decoder, out, time.monotonic() - started)
+    sys.exit(1 if live.error else 0)
+
+
+def _watch(
+    iface: str,
+    live: LiveCapture,
+    decoder: LiveDecoder,
+    stats: LiveStats,
+    stop: threading.Event,
+    started: float,
+    duration: float | None,
+    quiet: bool,
+) -> None:
+    """Shows the view until a signal, --duration, or the capture thread ends (--count, an error)."""
+    tty = sys.stderr.isatty() and not quiet
+    interval = VIEW_INTERVAL_S if tty else LOG_INTERVAL_S
+    live_view = None
+    if tty:
+        from rich.console import Console
+        from rich.live import Live
+
+        live_view = Live(console=Console(stderr=True), auto_refresh=False)
+        live_view.start()
+    last = time.monotonic()
+    try:
+        while live.running and decoder.running:
+            wait = min(0.2, duration - (time.monotonic() - started)) if duration else 0.2
+            if stop.wait(max(0.0, wait)) or (duration and time.monotonic() - started >= duration):
+                return
+            now = time.monotonic()
+            if now - last < interval or quiet:
+                continue
+            window = stats.take_window()
+            view = (iface, now - started, window, now - last, stats.totals, live.snapshot())
+            last = now
+            if live_view is not None:
+                live_view.update(render(*view, decoder.open_connections()), refresh=True)
+            else:
+                click.echo(log_line(*view, decoder.open_connections()), err=True)
+    finally:
+        if live_view is not None:
+            live_view.stop()
+
+
+def _summary(name: str, live: LiveCapture, decoder: LiveDecoder, out: Path, seconds: float) -> None:
+    c = live.snapshot()
+    rows = decoder.session.rows
+    assert decoder.result is not None
+    result = CaptureResult(
+        name=name,
+        path=name,
+        file_bytes=c.captured_bytes,
+        seconds=seconds,
+        stats=decoder.result,
+        status=rows.status,
+        totals=rows.totals,
+        decode_errors=rows.decode_errors,
+        notes=rows.notes,
+        record_damage=rows.record_damage,
+        undecodable_frames=rows.undecodable_frames,
+        truncated=False,
+    )
+    print_summary(result, out, decoder.sink.counts)
+    click.echo(
+        f"  capture: {c.captured:,} packets ({_size(c.captured_bytes)}), drops: kernel {c.kernel_drops:,}, "
+        f"interface {c.if_drops:,}, queue {c.queue_drops:,}; {decoder.sink.seq} rotation periods"
+    )

@@ -1,0 +1,76 @@
+"""Rows of a live capture to Parquet files that are closed every rotation period.
+
+Each period has its own :class:`ParquetSink` named `<capture>-<seq>`, so `DIR/<table>/` gains one
+closed file per table per period (written under a hidden temporary name and renamed, as every
+ParquetSink does): readers see a consistent dataset while capture runs. A row goes to the sink of
+the period in which it was emitted, exactly once; requests in flight at a boundary are written when
+their response arrives, in the later period.
+
+Rotation is driven by the caller (:meth:`RotatingSink.maybe_rotate` with the time now), from the
+one thread that adds rows, so no row can race a file being closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from kwsniff.sinks.parquet import ParquetSink
+
+
+class RotatingSink:
+    """``add`` goes to the current period's ParquetSink; ``maybe_rotate(now)`` closes it once
+    ``period_s`` has passed since it opened and opens the next. ``on_rotate(start, end)`` is called
+    just before a period's files close, so a row describing the period (capture_stats) lands in it."""
+
+    def __init__(
+        self,
+        out_dir: str | Path,
+        name: str,
+        tables: Iterable[str],
+        period_s: float,
+        now: float,
+        on_rotate: Any = None,
+    ) -> None:
+        self.out_dir = Path(out_dir)
+        self.name = name
+        self.tables = tuple(tables)
+        self.period_s = period_s
+        self.on_rotate = on_rotate
+        self.seq = 0
+        self.counts: dict[str, int] = dict.fromkeys(self.tables, 0)
+        self.files: list[Path] = []
+        self.started = now
+        self.current = self._open()
+
+    def _open(self) -> ParquetSink:
+        self.seq += 1
+        return ParquetSink(self.out_dir, f"{self.name}-{self.seq:06d}", self.tables)
+
+    def add(self, table: str, row: dict[str, Any]) -> None:
+        self.current.add(table, row)
+
+    def maybe_rotate(self, now: float) -> bool:
+        """Close the period if it is over; True if it was."""
+        if now - self.started < self.period_s:
+            return False
+        self._close_period(now)
+        self.started = now
+        self.current = self._open()
+        return True
+
+    def _close_period(self, now: float) -> None:
+        if self.on_rotate is not None:
+            self.on_rotate(self.started, now)
+        sink = self.current
+        self.files.extend(sink.close().values())
+        for table, n in sink.counts.items():
+            self.counts[table] += n
+
+    def close(self, now: float) -> None:
+        """The last period, however short: its files close like the others."""
+        self._close_period(now)
+
+    def abort(self) -> None:
+        self.current.abort()

@@ -1,0 +1,1 @@
+"""The live view and metrics of `kwsniff capture`, fed from the rows."""

@@ -1,0 +1,277 @@
+"""The parts of `kwsniff capture` that need no broker: rotation under a fake clock, the decode thread
+against `read` of the same packets, one-line errors, the metrics exposition, and `read -` decoding
+a pipe as it fills."""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from kwsniff.capture import open_capture, open_stream
+from kwsniff.capture.live import CaptureCounters
+from kwsniff.rows import ListSink
+from kwsniff.run import run_capture
+from kwsniff.run_live import LiveDecoder, LiveOptions
+from kwsniff.session import Session, SessionOptions
+from kwsniff.sinks import ParquetSink
+from kwsniff.sinks.rotating import RotatingSink
+from kwsniff.tables import DEFAULT_TABLES
+from kwsniff.view.metrics import Metrics
+from kwsniff.view.screen import api_lines, log_line
+from kwsniff.view.stats import LiveStats, StatsSink
+from tests.realparts import free_port
+
+CAPTURES = Path(__file__).parent / "data" / "captures"
+SAMPLE = CAPTURES / "kafka_python.pcap"
+TABLES = (*DEFAULT_TABLES, "capture_stats")
+
+
+def kwsniff(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kwsniff", *args], capture_output=True, text=True, timeout=60, **kw
+    )
+
+
+def dataset(directory: Path, table: str) -> list[dict[str, Any]]:
+    return [r for p in sorted((directory / table).glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
+
+
+def test_rotation_fake_clock_every_row_once_and_only_closed_files_visible(tmp_path: Path) -> None:
+    periods: list[tuple[float, float]] = []
+    sink = RotatingSink(tmp_path, "cap", ("requests",), 10.0, 1000.0, lambda s, e: periods.append((s, e)))
+    row = {"capture": "cap", "conn_id": 0, "correlation_id": 0, "api_key": 0}
+    for i in range(95):
+        now = 1000.0 + i  # one row a second: periods of 10 rows
+        sink.maybe_rotate(now)
+        sink.add("requests", {**row, "correlation_id": i})
+        for path in (tmp_path / "requests").glob("*.parquet"):
+            pq.read_metadata(path)  # every visible file is complete
+    visible = sorted(p.name for p in (tmp_path / "requests").glob("*.parquet"))
+    assert visible == [f"cap-{n:06d}.parquet" for n in range(1, 10)]
+    sink.close(1095.0)
+    files = sorted((tmp_path / "requests").glob("*.parquet"))
+    assert [p.name for p in files] == [f"cap-{n:06d}.parquet" for n in range(1, 11)]
+    per_file = [[r["correlation_id"] for r in pq.read_table(p).to_pylist()] for p in files]
+    assert per_file == [list(range(n, min(n + 10, 95))) for n in range(0, 95, 10)]
+    assert periods == [(1000.0 + n, 1010.0 + n) for n in range(0, 90, 10)] + [(1090.0, 1095.0)]
+    assert not [p for p in (tmp_path / "requests").iterdir() if p.name.startswith(".")]
+    assert sink.counts == {"requests": 95}
+
+
+class FakeCapture:
+    """The capture thread's side of the queue, fed from a capture file in batches."""
+
+    def __init__(self, path: Path, batch: int) -> None:
+        self.queue: queue.Queue[Any] = queue.Queue()
+        with open_capture(path) as reader:
+            packets = list(reader.packets())
+        self.linktype = packets[0][1]
+        self.counters = CaptureCounters()
+        for i in range(0, len(packets), batch):
+            part = [(ts, data) for ts, _, data in packets[i : i + batch]]
+            self.queue.put((self.linktype, part))
+            self.counters.captured += len(part)
+        self.queue.put(None)
+        self.packets = len(packets)
+
+    def snapshot(self) -> CaptureCounters:
+        return self.counters
+
+
+def test_decoder_rotating_gives_the_rows_of_read(tmp_path: Path) -> None:
+    capture = FakeCapture(SAMPLE, batch=7)
+    ticks = iter(range(1_000_000))
+    out, pcap = tmp_path / "live", tmp_path / "copy.pcap"
+    options = LiveOptions(out, "fake", TABLES, rotate_s=3.0, idle_s=0.0, write_pcap=pcap)
+    decoder = LiveDecoder(capture, SessionOptions(), options, LiveStats(), clock=lambda: float(next(ticks)))  # type: ignore[arg-type]
+    decoder.start()
+    decoder.join(30)
+    assert decoder.error is None and not decoder.running
+    with ParquetSink(tmp_path / "file", "file", DEFAULT_TABLES) as sink:
+        run_capture(SAMPLE, sink, SessionOptions())
+    assert decoder.sink.seq > 3  # rotated many times
+    for table in DEFAULT_TABLES:
+        assert len(list((out / table).glob("*.parquet"))) == decoder.sink.seq
+        got = [repr(dict(r, capture="")) for r in dataset(out, table)]
+        want = [repr(dict(r, capture="")) for r in dataset(tmp_path / "file", table)]
+        assert want and sorted(got) == sorted(want), table
+    stats = dataset(out, "capture_stats")
+    assert len(stats) == decoder.sink.seq
+    assert sum(r["packets"] for r in stats) == capture.packets
+    with open_capture(pcap) as copy, open_capture(SAMPLE) as original:
+        assert list(copy.packets()) == list(original.packets())
+
+
+def test_capture_errors_are_one_line(tmp_path: Path) -> None:
+    missing = kwsniff("capture", "nosuchif0", "--out", str(tmp_path / "a"))
+    assert (missing.returncode, missing.stdout, missing.stderr) == (
+        1,
+        "",
+        "kwsniff: error: nosuchif0: no such interface\n",
+    )
+    bad = kwsniff("capture", "lo", "--out", str(tmp_path / "b"), "--filter", "tcp port 99999x")
+    assert (bad.returncode, bad.stderr) == (
+        1,
+        "kwsniff: error: bad capture filter 'tcp port 99999x': unknown port '99999x'\n",
+    )
+    denied = subprocess.run(
+        ["setpriv", "--inh-caps=-all", "--bounding-set=-net_raw,-net_admin"]
+        + [sys.executable, "-m", "kwsniff", "capture", "lo", "--out", str(tmp_path / "c")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (denied.returncode, denied.stderr) == (
+        1,
+        "kwsniff: error: lo: permission denied (run as root, or give the python binary CAP_NET_RAW and "
+        "CAP_NET_ADMIN with setcap)\n",
+    )
+    assert not any((tmp_path / d).exists() for d in "abc")  # nothing started, nothing written
+
+
+def test_metrics_scrape_names_and_counts() -> None:
+    metrics = Metrics()
+    port = free_port()
+    metrics.serve(port, "127.0.0.1")
+    try:
+        metrics.update(
+            CaptureCounters(10, 1500, 2, 0, 1), [("Produce", 0.003, None), ("Fetch", 0.4, None)], 3
+        )
+        metrics.update(CaptureCounters(25, 4000, 5, 0, 1), [("Produce", 0.002, "NOT_LEADER_OR_FOLLOWER")], 2)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    finally:
+        metrics.close()
+    lines = set(text.splitlines())
+    for line in (
+        "kwsniff_packets_total 25.0",
+        "kwsniff_captured_bytes_total 4000.0",
+        "kwsniff_kernel_drops_total 5.0",
+        "kwsniff_queue_drops_total 1.0",
+        'kwsniff_requests_total{api="Produce"} 2.0',
+        'kwsniff_requests_total{api="Fetch"} 1.0',
+        'kwsniff_errors_total{error="NOT_LEADER_OR_FOLLOWER"} 1.0',
+        'kwsniff_request_latency_seconds_count{api="Produce"} 2.0',
+        'kwsniff_request_latency_seconds_bucket{api="Produce",le="0.0025"} 1.0',
+        'kwsniff_request_latency_seconds_bucket{api="Fetch",le="0.5"} 1.0',
+        "kwsniff_open_connections 2.0",
+    ):
+        assert line in lines, line
+    assert "port" not in text.replace("kwsniff_", "")  # no per-client-port labels
+
+
+def test_read_stdin_yields_packets_before_end_of_stream(tmp_path: Path) -> None:
+    data = SAMPLE.read_bytes()
+    with open_capture(SAMPLE) as reader:
+        packets = list(reader.packets())
+    half = len(packets) // 2
+    # The byte offset where the second half starts: header + first half's records.
+    cut = 24 + sum(16 + len(p[2]) for p in packets[:half])
+    r, w = os.pipe()
+    got: list[Any] = []
+
+    def consume() -> None:
+        with open_stream(r) as stream:
+            for packet in stream.packets():
+                got.append(packet)
+
+    thread = threading.Thread(target=consume)
+    thread.start()
+    try:
+        os.write(w, data[:cut])
+        deadline = time.monotonic() + 10
+        while len(got) < half and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.1)
+        assert len(got) == half  # the first half decoded while the stream is still open
+        os.write(w, data[cut:])
+    finally:
+        os.close(w)
+        thread.join(10)
+        os.close(r)
+    assert got == packets
+
+
+def test_read_dash_decodes_a_pipe(tmp_path: Path) -> None:
+    done = kwsniff("read", "-", "--out", str(tmp_path), "-q", stdin=SAMPLE.open("rb"))
+    assert done.returncode == 0, done.stderr
+    again = kwsniff("read", str(SAMPLE), "--out", str(tmp_path / "file"), "-q")
+    assert again.returncode == 0
+    assert [p.name for p in (tmp_path / "requests").glob("*.parquet")] == ["stdin.parquet"]
+    for table in DEFAULT_TABLES:
+        a = [dict(r, capture="") for r in dataset(tmp_path, table)]
+        b = [dict(r, capture="") for r in dataset(tmp_path / "file", table)]
+        assert a == b, table
+
+
+def test_expire_idle_writes_the_rows_of_silent_connections() -> None:
+    with open_capture(SAMPLE) as reader:
+        packets = list(reader.packets())[:100]  # three connections still open at the cut
+    expired, finished = ListSink(), ListSink()
+    session = Session("s", expired, SessionOptions())
+    reference = Session("s", finished, SessionOptions())
+    for ts, linktype, data in packets:
+        session.packet(ts, linktype, data)
+        reference.packet(ts, linktype, data)
+    open_before = session.open_connections()
+    assert open_before == 3
+    last = packets[-1][0]
+    # Nothing has been silent for an hour yet; an hour later, every open connection has.
+    assert session.expire_idle(last, 3_600_000_000) == 0
+    assert session.expire_idle(last + 3_600_000_001, 3_600_000_000) == open_before
+    assert session.open_connections() == 0
+    # The expired connections' flow entries are gone (a later packet starts a new connection).
+    assert len(session.flows) == 2 * (7 - open_before)
+    rows_then = {t: list(rows) for t, rows in expired.tables.items()}
+    session.finish()
+    assert expired.tables["connections"] == rows_then["connections"]  # finish found nothing left open
+    reference.finish()
+    for table in ("connections", "requests", "partitions"):
+        assert sorted(map(repr, expired.tables[table])) == sorted(map(repr, finished.tables[table])), table
+
+
+def test_view_stats_from_rows() -> None:
+    stats = LiveStats(collect_pending=True)
+    sink = StatsSink(ListSink(), stats)
+    base = {"api_key": 0, "error_code": 0, "error_name": "NONE", "throttle_time_ms": 0, "client_id": "c"}
+    for i in range(1, 101):
+        sink.add("requests", {**base, "api_name": "Produce", "latency_ms": float(i)})
+    sink.add(
+        "requests",
+        {
+            **base,
+            "api_name": "Fetch",
+            "latency_ms": 500.0,
+            "error_code": 6,
+            "error_name": "NOT_LEADER_OR_FOLLOWER",
+            "throttle_time_ms": 20,
+        },
+    )
+    sink.add("partitions", {"api_name": "Produce", "record_bytes": 1234, "topic": "t", "topic_id": None})
+    # Rows carry only the columns known for their exchange (seen live when a request was dropped).
+    sink.add("partitions", {"api_name": "Produce", "topic": "t"})
+    sink.add("requests", {"api_key": 0, "api_name": "Produce", "status": "orphan"})
+    window = stats.take_window()
+    lines = api_lines(window, 10.0)
+    assert [(a.api, a.per_s, a.p50_ms, a.p99_ms) for a in lines] == [
+        ("Produce", 10.1, 50.0, 99.0),
+        ("Fetch", 0.1, 500.0, 500.0),
+    ]
+    assert stats.totals.errors == {"NOT_LEADER_OR_FOLLOWER": 1}
+    assert stats.totals.topic_bytes == {"t": 1234}
+    assert stats.totals.throttled == {"c": 1}
+    assert len(stats.take_pending()) == 102 and stats.take_pending() == []
+    line = log_line("lo", 10.0, window, 10.0, stats.totals, CaptureCounters(7, 700, 1, 0, 2), 3)
+    assert line.startswith(
+        "kwsniff: lo 10s packets=7 kernel_drops=1 if_drops=0 queue_drops=2 connections=3 requests=102 "
+        "Produce=10.1/s(p50 50.0 p99 99.0 ms) Fetch=0.1/s(p50 500.0 p99 500.0 ms)"
+    )
+    assert line.endswith(" errors NOT_LEADER_OR_FOLLOWER=1")

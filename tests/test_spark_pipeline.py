@@ -176,3 +176,17 @@ def test_an_input_that_is_not_a_capture_is_one_error_line(spark: Any, tmp_path: 
     decoded = decode(spark, [str(bad), str(CAPTURES[-1])], buckets=2)
     assert decoded.errors == [f"{bad}: not a pcap or pcapng file (starts with b'not ')"]
     assert decoded.rows["requests"] == 75  # the good capture is decoded all the same
+
+
+def test_inputs_of_one_file_name_are_named_by_path(spark: Any, tmp_path: Path) -> None:
+    import shutil
+
+    paths = []
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        paths.append(str(shutil.copy(CAPTURES[-1], tmp_path / d / "cap.pcap")))
+    decoded = decode(spark, paths, buckets=2)
+    got = decoded.frames["connections"].groupBy("capture").count().orderBy("capture").collect()
+    assert [(r["capture"], r["count"]) for r in got] == [(paths[0], 16), (paths[1], 16)]
+    ids = decoded.frames["connections"].where(f"capture = '{paths[1]}'").select("conn_id").collect()
+    assert sorted(r["conn_id"] for r in ids) == list(range(1, 17))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import os
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,13 +103,18 @@ def decode(
     from pyspark.sql import functions as F
 
     opts = options or SessionOptions()
-    tasks = [(p, b, buckets) for p in paths for b in range(buckets)]
+    # As `kwsniff read`: inputs sharing a file name (a/cap.pcap, b/cap.pcap) are named by their path
+    # in the `capture` column, so (capture, conn_id) stays a unique key.
+    names = Counter(os.path.basename(p) for p in paths)
+    tasks = [
+        (p, p if names[os.path.basename(p)] > 1 else "", b, buckets) for p in paths for b in range(buckets)
+    ]
 
     def run_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for task in batch.to_pylist():
                 for table, capture, date, rows, chunk in decode_chunks(
-                    task["path"], task["bucket"], task["buckets"], opts, tables
+                    task["path"], task["bucket"], task["buckets"], opts, tables, task["name"] or None
                 ):
                     yield pa.RecordBatch.from_pylist(
                         [{"table": table, "capture": capture, "date": date, "rows": rows, "data": chunk}],
@@ -117,7 +123,7 @@ def decode(
 
     # parallelize with one slice per task: every task is a partition of its own.
     task_df = spark.sparkContext.parallelize(tasks, max(1, len(tasks))).toDF(
-        "path string, bucket int, buckets int"
+        "path string, name string, bucket int, buckets int"
     )
     chunks = task_df.mapInArrow(run_tasks, spark_schema(CHUNK_SCHEMA)).persist(StorageLevel.MEMORY_AND_DISK)
     # Decode now, one task per capture × bucket; the tables are then unpacked from the cache in as

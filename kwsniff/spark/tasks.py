@@ -120,11 +120,13 @@ def decode_chunks(
     buckets: int,
     options: SessionOptions,
     tables: tuple[str, ...],
+    name: str | None = None,
 ) -> Iterator[tuple[str, str, str, int, bytes]]:
     """(table, capture, date, rows, IPC chunk) of one task. ``buckets`` 1 decodes the whole capture.
 
     A file that is not a readable capture yields one ``ERROR_TABLE`` chunk holding the one-line
-    message (UTF-8), for the driver to report like `kwsniff read` does, instead of failing the job."""
+    message (UTF-8), for the driver to report like `kwsniff read` does, instead of failing the job.
+    ``name`` is the tables' `capture` value (default: the file's name)."""
     from kwsniff.capture import CaptureError, open_capture
 
     try:
@@ -138,7 +140,7 @@ def decode_chunks(
     bucketed = buckets > 1
     sink = ChunkSink(tables)
     with reader:
-        name = reader.name
+        name = name or reader.name
         session = BucketSession(name, sink, options) if bucketed else Session(name, sink, options)
         if isinstance(session, BucketSession):
             sink.conn_ids = session.first_packet

@@ -74,8 +74,9 @@ def expected() -> dict[str, list[dict[str, Any]]]:
 
 @pytest.mark.parametrize("buckets", [1, 3])
 def test_spark_tables_equal_read_tables(spark: Any, tmp_path: Path, expected: dict, buckets: int) -> None:
-    frames = decode(spark, [str(p) for p in CAPTURES], buckets=buckets, options=OPTIONS, tables=TABLES)
-    counts = write(frames, tmp_path)
+    decoded = decode(spark, [str(p) for p in CAPTURES], buckets=buckets, options=OPTIONS, tables=TABLES)
+    write(decoded.frames, tmp_path)
+    counts = decoded.rows
     days = first_packet_days()
     got = spark_rows(tmp_path)
     assert counts == {t: len(expected[t]) for t in TABLES}
@@ -128,3 +129,42 @@ def test_bad_inputs_are_one_line(tmp_path: Path, args: list[str], message: str) 
     assert result.exit_code == 1
     assert result.output.startswith(f"kwsniff: error: {message}")
     assert result.output.count("\n") == 1
+
+
+def test_command_lines_spark_then_report(tmp_path: Path) -> None:
+    """`kwsniff spark` and `kwsniff report` as processes of their own (their own Spark, pandas allowed)."""
+    import subprocess
+    import sys
+
+    out, plots = tmp_path / "fleet", tmp_path / "plots"
+    sample = str(ROOT / "sample_pcaps/quickstart.pcap")
+    spark_cmd = [sys.executable, "-m", "kwsniff", "spark", sample, "--out", str(out), "--master", "local[1]"]
+    done = subprocess.run([*spark_cmd, "--flow-buckets", "2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("1 captures × 2 flow buckets on local[1] in ")
+    assert f"{out / 'requests'}/ (75 rows), {out / 'connections'}/ (16 rows)" in done.stdout
+    assert {t: ds.dataset(out / t, partitioning="hive").count_rows() for t in ("requests", "groups")} == {
+        "requests": 75,
+        "groups": 12,
+    }
+    again = subprocess.run(spark_cmd, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 1
+    assert again.stderr.endswith(
+        f"already holds {', '.join(DEFAULT_TABLES)}; use --overwrite to replace them\n"
+    )
+    report = [
+        sys.executable,
+        "-m",
+        "kwsniff",
+        "report",
+        str(out),
+        "--master",
+        "local[1]",
+        "--plots",
+        str(plots),
+    ]
+    done = subprocess.run(report, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "\nRebalances (2 rows)\n" in done.stdout
+    assert "quickstart-group  0           1        range" in done.stdout
+    assert sorted(p.name for p in plots.iterdir()) == ["latency_by_api.png", "throughput.png"]

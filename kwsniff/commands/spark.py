@@ -59,8 +59,9 @@ def spark(
     started = time.perf_counter()
     session = spark_session(master)
     try:
-        frames = decode(session, paths, buckets=flow_buckets, options=options, tables=tables)
-        counts = write(frames, out, overwrite=True)
+        decoded = decode(session, paths, buckets=flow_buckets, options=options, tables=tables)
+        write(decoded.frames, out, overwrite=True)
+        counts = decoded.rows
     finally:
         session.stop()
     seconds = time.perf_counter() - started

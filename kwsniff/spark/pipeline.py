@@ -12,6 +12,7 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +58,12 @@ def expand_inputs(inputs: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(os.path.abspath(p) for p in found))
 
 
+@dataclass
+class Decoded:
+    frames: dict[str, DataFrame]
+    rows: dict[str, int]
+
+
 def spark_session(master: str = "local[*]", app: str = "kwsniff") -> SparkSession:
     from pyspark.sql import SparkSession
 
@@ -87,9 +94,11 @@ def decode(
     buckets: int = 1,
     options: SessionOptions | None = None,
     tables: tuple[str, ...] = DEFAULT_TABLES,
-) -> dict[str, DataFrame]:
-    """One DataFrame per table (its columns plus ``date``) for ``paths``, each decoded once."""
+) -> Decoded:
+    """One DataFrame per table (its columns plus ``date``) for ``paths``, each decoded once, and the
+    rows of each table (counted from the decoded chunks)."""
     from pyspark import StorageLevel
+    from pyspark.sql import functions as F
 
     opts = options or SessionOptions()
     tasks = [(p, b, buckets) for p in paths for b in range(buckets)]
@@ -97,11 +106,11 @@ def decode(
     def run_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for task in batch.to_pylist():
-                for table, capture, date, chunk in decode_chunks(
+                for table, capture, date, rows, chunk in decode_chunks(
                     task["path"], task["bucket"], task["buckets"], opts, tables
                 ):
                     yield pa.RecordBatch.from_pylist(
-                        [{"table": table, "capture": capture, "date": date, "data": chunk}],
+                        [{"table": table, "capture": capture, "date": date, "rows": rows, "data": chunk}],
                         schema=CHUNK_SCHEMA,
                     )
 
@@ -110,10 +119,17 @@ def decode(
         "path string, bucket int, buckets int"
     )
     chunks = task_df.mapInArrow(run_tasks, spark_schema(CHUNK_SCHEMA)).persist(StorageLevel.MEMORY_AND_DISK)
-    frames = {t: _unpack(chunks, t) for t in tables}
+    # Decode now, one task per capture × bucket; the tables are then unpacked from the cache in as
+    # many tasks as there are cores (a Python task per capture per table would cost more than the
+    # unpacking, and write a file per capture per table).
+    rows = dict.fromkeys(tables, 0)
+    for row in chunks.groupBy("table").agg(F.sum("rows").alias("rows")).collect():
+        rows[row["table"]] = row["rows"]
+    packed = chunks.coalesce(spark.sparkContext.defaultParallelism)
+    frames = {t: _unpack(packed, t) for t in tables}
     if buckets > 1:
         frames = _join_buckets(frames)
-    return frames
+    return Decoded(frames, rows)
 
 
 def _unpack(chunks: DataFrame, table: str) -> DataFrame:
@@ -172,19 +188,10 @@ def _join_buckets(frames: dict[str, DataFrame]) -> dict[str, DataFrame]:
     return out
 
 
-def write(frames: dict[str, DataFrame], out: Path, *, overwrite: bool = False) -> dict[str, int]:
-    """Each table to ``out/<table>/date=YYYY-MM-DD/part-*.parquet``. Returns the rows per table."""
-    counts: dict[str, int] = {}
+def write(frames: dict[str, DataFrame], out: Path, *, overwrite: bool = False) -> None:
+    """Each table to ``out/<table>/date=YYYY-MM-DD/part-*.parquet``."""
     for table, df in frames.items():
         df.sparkSession.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         df.write.mode("overwrite" if overwrite else "errorifexists").partitionBy("date").parquet(
             str(out / table)
         )
-        counts[table] = (
-            df.sparkSession.read.parquet(str(out / table)).count() if _has_rows(out / table) else 0
-        )
-    return counts
-
-
-def _has_rows(table_dir: Path) -> bool:
-    return any(table_dir.glob("date=*/*.parquet"))

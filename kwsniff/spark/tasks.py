@@ -29,7 +29,13 @@ from kwsniff.tables import SCHEMAS
 CHUNK_ROWS = 10_000
 # What a task yields: one Arrow IPC stream (one record batch of one table) per row.
 CHUNK_SCHEMA = pa.schema(
-    [("table", pa.string()), ("capture", pa.string()), ("date", pa.string()), ("data", pa.binary())]
+    [
+        ("table", pa.string()),
+        ("capture", pa.string()),
+        ("date", pa.string()),
+        ("rows", pa.int64()),
+        ("data", pa.binary()),
+    ]
 )
 
 
@@ -65,7 +71,7 @@ class ChunkSink:
 
     def __init__(self, tables: tuple[str, ...], conn_ids: dict[int, int] | None = None) -> None:
         self.rows: dict[str, list[dict[str, Any]]] = {t: [] for t in tables}
-        self.ready: list[tuple[str, bytes]] = []
+        self.ready: list[tuple[str, int, bytes]] = []
         self.conn_ids = conn_ids  # bucketed mode: local conn_id -> index of its first packet
 
     def add(self, table: str, row: dict[str, Any]) -> None:
@@ -84,10 +90,11 @@ class ChunkSink:
             ids = self.conn_ids
             for row in rows:
                 row["conn_id"] = ids[row["conn_id"]]
-        self.ready.append((table, to_ipc(pa.RecordBatch.from_pylist(rows, schema=SCHEMAS[table]))))
+        batch = pa.RecordBatch.from_pylist(rows, schema=SCHEMAS[table])
+        self.ready.append((table, batch.num_rows, to_ipc(batch)))
         rows.clear()
 
-    def take(self) -> list[tuple[str, bytes]]:
+    def take(self) -> list[tuple[str, int, bytes]]:
         ready, self.ready = self.ready, []
         return ready
 
@@ -112,8 +119,8 @@ def decode_chunks(
     buckets: int,
     options: SessionOptions,
     tables: tuple[str, ...],
-) -> Iterator[tuple[str, str, str, bytes]]:
-    """(table, capture, date, IPC chunk) of one task. ``buckets`` 1 decodes the whole capture."""
+) -> Iterator[tuple[str, str, str, int, bytes]]:
+    """(table, capture, date, rows, IPC chunk) of one task. ``buckets`` 1 decodes the whole capture."""
     from kwsniff.capture import open_capture
 
     bucketed = buckets > 1
@@ -135,10 +142,10 @@ def decode_chunks(
             else:
                 session.packet(ts, linktype, data)
             if sink.ready:
-                for table, chunk in sink.take():
-                    yield table, name, date, chunk
+                for table, rows, chunk in sink.take():
+                    yield table, name, date, rows, chunk
         session.finish()
     for table in tables:
         sink.flush(table)
-    for table, chunk in sink.take():
-        yield table, name, date, chunk
+    for table, rows, chunk in sink.take():
+        yield table, name, date, rows, chunk

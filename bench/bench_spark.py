@@ -1,0 +1,182 @@
+"""Scaling of `kwsniff spark` with executor cores, over a fleet of captures and over one big capture
+split by flow buckets; with `kwsniff read` (one process, one core) and tshark on the same input.
+
+    python bench/bench_spark.py                       # defaults below; captures made if missing
+    python bench/bench_spark.py --copies 52 --cores 1 --cores 2 --buckets 1 --buckets 2 --buckets 4
+
+Fleet: ``--copies`` hard links with distinct names to one real capture (``--fleet-capture``,
+default bench/captures/tailing-80mb.pcap, made with `python bench/bench_memory.py --mb 80`), so
+every task is the same work and the figures show scheduling, not luck. Big: one capture
+(``--big-capture``, default bench/captures/tailing-1280mb.pcap, `bench_memory.py --mb 1280`)
+decoded unsplit by `kwsniff read` and by `kwsniff spark --flow-buckets N` on local[2].
+
+Every run is a fresh process (`kwsniff spark` starts its own JVM: its wall time includes Spark's
+start, about the first ten seconds, and writing and re-reading the tables). tshark reads the fleet
+capture once (it would take the copies' count times as long; printed as that product, said so) and
+the big capture once. Speed-up = time on 1 core ÷ time on N cores; efficiency = speed-up ÷ N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+
+from bench_read import broker_port  # noqa: E402
+
+CAPTURES = BENCH / "captures"
+
+
+def kwsniff(*args: str) -> list[str]:
+    return [sys.executable, "-m", "kwsniff", *args]
+
+
+def timed(command: list[str]) -> float:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    started = time.perf_counter()
+    subprocess.run(
+        command, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600
+    )
+    return time.perf_counter() - started
+
+
+def child(master: str, buckets: int, out: str, inputs: list[str]) -> None:
+    """One `kwsniff spark` run in this process, its stages timed: Spark's start, the decode stage
+    (every capture × bucket task, up to the persisted chunks), and unpacking and writing the tables."""
+    from kwsniff.spark.pipeline import decode, expand_inputs, spark_session, write
+
+    started = time.perf_counter()
+    spark = spark_session(master)
+    spark.sparkContext.setLogLevel("ERROR")
+    ready = time.perf_counter()
+    decoded = decode(spark, expand_inputs(inputs), buckets=buckets)
+    decoded_at = time.perf_counter()
+    write(decoded.frames, Path(out))
+    done = time.perf_counter()
+    spark.stop()
+    stages = {"start": ready - started, "decode": decoded_at - ready, "write": done - decoded_at}
+    print(json.dumps(stages))
+
+
+def spark_run(master: str, buckets: int, out: Path, inputs: list[Path]) -> dict[str, float]:
+    """Wall time of a fresh process, and its stages."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    command = [sys.executable, __file__, "--child", master, str(buckets), str(out), *map(str, inputs)]
+    started = time.perf_counter()
+    done = subprocess.run(command, check=True, env=env, capture_output=True, text=True, timeout=3600)
+    wall = time.perf_counter() - started
+    return {"wall": wall, **json.loads(done.stdout.strip().splitlines()[-1])}
+
+
+def describe(run: dict[str, float]) -> str:
+    return f"{run['wall']:.1f} s (Spark start {run['start']:.1f}, decode {run['decode']:.1f}, write {run['write']:.1f})"
+
+
+def tshark(path: Path) -> float:
+    port = broker_port(path)
+    return timed(
+        ["tshark", "-r", str(path), "-d", f"tcp.port=={port},kafka", "-T", "fields", "-e", "kafka.api_key"]
+    )
+
+
+def row_counts(out: Path) -> dict[str, int]:
+    import pyarrow.dataset as ds
+
+    return {
+        t.name: ds.dataset(t, partitioning="hive").count_rows() for t in sorted(out.iterdir()) if t.is_dir()
+    }
+
+
+def ensure(path: Path, mb: int) -> Path:
+    if not path.exists():
+        subprocess.run([sys.executable, str(BENCH / "bench_memory.py"), "--mb", str(mb)], check=True)
+        made = CAPTURES / "memory" / f"tailing-{mb}mb.pcap"
+        shutil.copy(made, path)
+    return path
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--child"]:
+        master, buckets, out, *inputs = sys.argv[2:]
+        child(master, int(buckets), out, inputs)
+        return
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--copies", type=int, default=52)
+    parser.add_argument("--cores", type=int, action="append", help="local[N] of the fleet runs (repeatable)")
+    parser.add_argument(
+        "--buckets", type=int, action="append", help="flow buckets of the big runs (repeatable)"
+    )
+    parser.add_argument("--fleet-capture", type=Path, default=CAPTURES / "tailing-80mb.pcap")
+    parser.add_argument("--big-capture", type=Path, default=CAPTURES / "tailing-1280mb.pcap")
+    args = parser.parse_args()
+    cores = args.cores or [1, 2]
+    buckets = args.buckets or [1, 2, 4]
+    fleet_capture = ensure(args.fleet_capture, 80)
+    big = ensure(args.big_capture, 1280)
+    print(f"machine: {os.cpu_count()} cores (shared with other work while this runs)")
+    with tempfile.TemporaryDirectory(prefix="kwsniff-bench-spark-") as tmp:
+        work = Path(tmp)
+        fleet = work / "fleet"
+        fleet.mkdir()
+        for i in range(args.copies):
+            # Hard links: distinct names and resolved paths (read names its files by resolved path).
+            os.link(fleet_capture, fleet / f"copy-{i:03d}.pcap")
+        fleet_mb = args.copies * fleet_capture.stat().st_size / 1e6
+        print(f"\nfleet: {args.copies} captures (hard links to {fleet_capture.name}), {fleet_mb:,.0f} MB")
+        ts_one = tshark(fleet_capture)
+        print(
+            f"  tshark, one copy: {ts_one:.1f} s -> {args.copies} copies ≈ {ts_one * args.copies:.0f} s (product)"
+        )
+        read_s = timed(kwsniff("read", "-q", *map(str, sorted(fleet.iterdir())), "--out", str(work / "read")))
+        print(f"  kwsniff read, one process: {read_s:.1f} s ({fleet_mb / read_s:.0f} MB/s)")
+        fleet_runs = {}
+        for n in cores:
+            out = work / f"spark-{n}"
+            fleet_runs[n] = spark_run(f"local[{n}]", 1, out, [fleet])
+            assert row_counts(out) == row_counts(work / "read"), "spark tables differ from read's"
+            shutil.rmtree(out)
+        base = fleet_runs[cores[0]]
+        for n, run in fleet_runs.items():
+            wall_up = base["wall"] / run["wall"] * cores[0]
+            decode_up = base["decode"] / run["decode"] * cores[0]
+            print(
+                f"  kwsniff spark local[{n}]: {describe(run)}\n"
+                f"    over local[{cores[0]}]: wall speed-up {wall_up:.2f}x (efficiency {wall_up / n:.0%}), "
+                f"decode-stage speed-up {decode_up:.2f}x (efficiency {decode_up / n:.0%}); "
+                f"wall vs read {read_s / run['wall']:.2f}x, vs tshark {ts_one * args.copies / run['wall']:.1f}x"
+            )
+        big_mb = big.stat().st_size / 1e6
+        print(f"\nbig: {big.name}, {big_mb:,.0f} MB")
+        ts_big = tshark(big)
+        read_big = timed(kwsniff("read", "-q", str(big), "--out", str(work / "read-big")))
+        print(f"  tshark: {ts_big:.1f} s;  kwsniff read: {read_big:.1f} s ({big_mb / read_big:.0f} MB/s)")
+        expected = row_counts(work / "read-big")
+        big_runs = {}
+        for master, b in [("local[1]", 1), *(("local[2]", b) for b in buckets)]:
+            out = work / f"big-{master}-{b}"
+            run = big_runs[(master, b)] = spark_run(master, b, out, [big])
+            same = row_counts(out) == expected
+            first = big_runs[("local[1]", 1)]
+            print(
+                f"  kwsniff spark {master} --flow-buckets {b}: {describe(run)}\n"
+                f"    over local[1] unsplit: wall speed-up {first['wall'] / run['wall']:.2f}x, decode-stage "
+                f"speed-up {first['decode'] / run['decode']:.2f}x; wall vs read {read_big / run['wall']:.2f}x, "
+                f"vs tshark {ts_big / run['wall']:.1f}x; row counts equal read's: {same}"
+            )
+            shutil.rmtree(out)
+
+
+if __name__ == "__main__":
+    main()

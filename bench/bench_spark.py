@@ -5,13 +5,13 @@ split by flow buckets; with `kwsniff read` (one process, one core) and tshark on
     python bench/bench_spark.py --copies 52 --cores 1 --cores 2 --buckets 1 --buckets 2 --buckets 4
 
 Fleet: ``--copies`` hard links with distinct names to one real capture (``--fleet-capture``,
-default bench/captures/tailing-80mb.pcap, made with `python bench/bench_memory.py --mb 80`), so
-every task is the same work and the figures show scheduling, not luck. Big: one capture
-(``--big-capture``, default bench/captures/tailing-1280mb.pcap, `bench_memory.py --mb 1280`)
-decoded unsplit by `kwsniff read` and by `kwsniff spark --flow-buckets N` on local[2].
+default bench/captures/tailing-80mb.pcap, else bench_memory's bench-tailing capture of 80 MB, made
+if missing), so every task is the same work and the figures show scheduling, not luck. Big: one
+capture (``--big-capture``, default bench/captures/tailing-1280mb.pcap, else made the same way)
+decoded by `kwsniff read`, by Spark on local[1] unsplit and on local[2] with ``--buckets`` flow buckets.
 
-Every run is a fresh process (`kwsniff spark` starts its own JVM: its wall time includes Spark's
-start, about the first ten seconds, and writing and re-reading the tables). tshark reads the fleet
+Every Spark run is a fresh process with its own JVM, timed whole and by stage: Spark's start, the
+decode stage (up to the persisted Arrow chunks), and unpacking and writing the tables. tshark reads the fleet
 capture once (it would take the copies' count times as long; printed as that product, said so) and
 the big capture once. Speed-up = time on 1 core ÷ time on N cores; efficiency = speed-up ÷ N.
 """
@@ -98,11 +98,12 @@ def row_counts(out: Path) -> dict[str, int]:
 
 
 def ensure(path: Path, mb: int) -> Path:
-    if not path.exists():
-        subprocess.run([sys.executable, str(BENCH / "bench_memory.py"), "--mb", str(mb)], check=True)
-        made = CAPTURES / "memory" / f"tailing-{mb}mb.pcap"
-        shutil.copy(made, path)
-    return path
+    """``path``, or bench_memory's bench-tailing capture of ``mb`` MB (made if missing: real traffic)."""
+    if path.exists():
+        return path
+    from bench_memory import capture_of_size
+
+    return capture_of_size(mb, "bench-tailing")
 
 
 def main() -> None:

@@ -168,3 +168,11 @@ def test_command_lines_spark_then_report(tmp_path: Path) -> None:
     assert "\nRebalances (2 rows)\n" in done.stdout
     assert "quickstart-group  0           1        range" in done.stdout
     assert sorted(p.name for p in plots.iterdir()) == ["latency_by_api.png", "throughput.png"]
+
+
+def test_an_input_that_is_not_a_capture_is_one_error_line(spark: Any, tmp_path: Path) -> None:
+    bad = tmp_path / "notes.pcap"
+    bad.write_text("not a capture")
+    decoded = decode(spark, [str(bad), str(CAPTURES[-1])], buckets=2)
+    assert decoded.errors == [f"{bad}: not a pcap or pcapng file (starts with b'not ')"]
+    assert decoded.rows["requests"] == 75  # the good capture is decoded all the same

@@ -65,5 +65,9 @@ def spark(
     finally:
         session.stop()
     seconds = time.perf_counter() - started
+    for message in decoded.errors:
+        messages.error(message)
     click.echo(f"{len(paths)} captures × {flow_buckets} flow buckets on {master} in {seconds:.1f} s")
     click.echo("  tables: " + ", ".join(f"{out / t}/ ({n:,} rows)" for t, n in counts.items()))
+    if decoded.errors:
+        sys.exit(1)

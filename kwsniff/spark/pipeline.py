@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from kwsniff.session import SessionOptions
-from kwsniff.spark.tasks import CHUNK_SCHEMA, decode_chunks, from_ipc
+from kwsniff.spark.tasks import CHUNK_SCHEMA, ERROR_TABLE, decode_chunks, from_ipc
 from kwsniff.tables import DEFAULT_TABLES, SCHEMAS
 
 if TYPE_CHECKING:
@@ -62,6 +62,7 @@ def expand_inputs(inputs: Iterable[str]) -> list[str]:
 class Decoded:
     frames: dict[str, DataFrame]
     rows: dict[str, int]
+    errors: list[str]  # one line per input that is not a readable capture
 
 
 def spark_session(master: str = "local[*]", app: str = "kwsniff") -> SparkSession:
@@ -124,12 +125,16 @@ def decode(
     # unpacking, and write a file per capture per table).
     rows = dict.fromkeys(tables, 0)
     for row in chunks.groupBy("table").agg(F.sum("rows").alias("rows")).collect():
-        rows[row["table"]] = row["rows"]
+        if row["table"] != ERROR_TABLE:
+            rows[row["table"]] = row["rows"]
+    errors = sorted(
+        r["data"].decode() for r in chunks.where(F.col("table") == ERROR_TABLE).select("data").collect()
+    )
     packed = chunks.coalesce(spark.sparkContext.defaultParallelism)
     frames = {t: _unpack(packed, t) for t in tables}
     if buckets > 1:
         frames = _join_buckets(frames)
-    return Decoded(frames, rows)
+    return Decoded(frames, rows, errors)
 
 
 def _unpack(chunks: DataFrame, table: str) -> DataFrame:

@@ -27,6 +27,7 @@ from kwsniff.session import Session, SessionOptions
 from kwsniff.tables import SCHEMAS
 
 CHUNK_ROWS = 10_000
+ERROR_TABLE = "_error"  # chunks of this name hold the message of an input that could not be read
 # What a task yields: one Arrow IPC stream (one record batch of one table) per row.
 CHUNK_SCHEMA = pa.schema(
     [
@@ -120,12 +121,23 @@ def decode_chunks(
     options: SessionOptions,
     tables: tuple[str, ...],
 ) -> Iterator[tuple[str, str, str, int, bytes]]:
-    """(table, capture, date, rows, IPC chunk) of one task. ``buckets`` 1 decodes the whole capture."""
-    from kwsniff.capture import open_capture
+    """(table, capture, date, rows, IPC chunk) of one task. ``buckets`` 1 decodes the whole capture.
+
+    A file that is not a readable capture yields one ``ERROR_TABLE`` chunk holding the one-line
+    message (UTF-8), for the driver to report like `kwsniff read` does, instead of failing the job."""
+    from kwsniff.capture import CaptureError, open_capture
+
+    try:
+        reader = open_capture(path)
+    except (CaptureError, OSError) as exc:
+        message = str(exc) if isinstance(exc, CaptureError) else f"{path}: {exc.strerror or exc}"
+        if bucket == 0:
+            yield ERROR_TABLE, path, "", 0, message.encode()
+        return
 
     bucketed = buckets > 1
     sink = ChunkSink(tables)
-    with open_capture(path) as reader:
+    with reader:
         name = reader.name
         session = BucketSession(name, sink, options) if bucketed else Session(name, sink, options)
         if isinstance(session, BucketSession):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -28,7 +29,7 @@ from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.view.metrics import Metrics
 from kwsniff.view.screen import api_lines, log_line
 from kwsniff.view.stats import LiveStats, StatsSink
-from tests.realparts import free_port
+from tests.realparts import free_port, stop_process
 
 CAPTURES = Path(__file__).parent / "data" / "captures"
 SAMPLE = CAPTURES / "kafka_python.pcap"
@@ -275,3 +276,28 @@ def test_view_stats_from_rows() -> None:
         "Produce=10.1/s(p50 50.0 p99 99.0 ms) Fetch=0.1/s(p50 500.0 p99 500.0 ms)"
     )
     assert line.endswith(" errors NOT_LEADER_OR_FOLLOWER=1")
+
+
+def test_sigterm_and_duration_stop_cleanly(tmp_path: Path) -> None:
+    port = str(free_port())
+    err = tmp_path / "err"
+    with err.open("wb") as err_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kwsniff", "capture", "lo", "--out", str(tmp_path / "a"), "-p", port],
+            stdout=subprocess.PIPE,
+            stderr=err_file,
+        )
+    try:
+        deadline = time.monotonic() + 15
+        while b"capturing on lo" not in err.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        stdout, _ = proc.communicate(timeout=20)
+    finally:
+        stop_process(proc, signal.SIGKILL)
+    assert proc.returncode == 0, err.read_text()
+    assert b"1 rotation periods" in stdout
+    assert len(list((tmp_path / "a" / "capture_stats").glob("*.parquet"))) == 1
+    timed = kwsniff("capture", "lo", "--out", str(tmp_path / "b"), "-p", port, "--duration", "1", "-q")
+    assert (timed.returncode, timed.stdout) == (0, "")
+    assert [r["packets"] for r in dataset(tmp_path / "b", "capture_stats")] == [0]

@@ -30,6 +30,8 @@ from realparts import LOOPBACK, free_port, stop_process, tcpdump_capture, wait_f
 from kwsniff.cli import main
 
 TIMEOUT_S = 10.0
+# A daemon's start (PostgreSQL's above all) can take longer on a loaded machine than one exchange.
+START_TIMEOUT_S = 60.0
 
 
 def exchange(port: int, *messages: bytes, expect: int = 1) -> bytes:
@@ -90,7 +92,7 @@ def daemon(command: list[str], port: int, user: str | None = None) -> Iterator[i
     prefix = ["runuser", "-u", user, "--"] if user and os.geteuid() == 0 else []
     proc = subprocess.Popen([*prefix, *command], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for_port(port, proc, None, TIMEOUT_S)
+        wait_for_port(port, proc, None, START_TIMEOUT_S)
         yield port
     finally:
         stop_process(proc)

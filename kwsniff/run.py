@@ -68,22 +68,46 @@ def run_capture(
             for ts, linktype, data in reader.packets():
                 feed(ts, linktype, data)
         stats = session.finish()
-        rows = session.rows
-        return CaptureResult(
+        return capture_result(
+            session,
+            stats,
             name=name,
             path=str(path),
             file_bytes=reader.size or 0,
             seconds=time.perf_counter() - started,
-            stats=stats,
-            status=rows.status,
-            totals=rows.totals,
-            decode_errors=rows.decode_errors,
-            notes=rows.notes,
-            record_damage=rows.record_damage,
-            undecodable_frames=rows.undecodable_frames,
             truncated=reader.truncated,
             warnings=list(reader.warnings),
         )
 
 
-__all__ = ["CaptureError", "CaptureResult", "run_capture"]
+def capture_result(
+    session: Session,
+    stats: SessionStats,
+    *,
+    name: str,
+    path: str,
+    file_bytes: int,
+    seconds: float,
+    truncated: bool,
+    warnings: list[str] | None = None,
+) -> CaptureResult:
+    """What one finished session decoded, for the summary and `--strict` (files and live capture)."""
+    rows = session.rows
+    return CaptureResult(
+        name=name,
+        path=path,
+        file_bytes=file_bytes,
+        seconds=seconds,
+        stats=stats,
+        status=rows.status,
+        totals=rows.totals,
+        decode_errors=rows.decode_errors,
+        notes=rows.notes,
+        record_damage=rows.record_damage,
+        undecodable_frames=rows.undecodable_frames,
+        truncated=truncated,
+        warnings=warnings or [],
+    )
+
+
+__all__ = ["CaptureError", "CaptureResult", "capture_result", "run_capture"]

@@ -16,7 +16,7 @@ from kwsniff.capture.live import LiveCapture, LiveCaptureError, open_interface
 from kwsniff.commands import messages
 from kwsniff.commands.options import BYTE_SIZE, PORT, broker_port_option, broker_ports
 from kwsniff.commands.read import _size, print_summary
-from kwsniff.run import CaptureResult
+from kwsniff.run import capture_result
 from kwsniff.run_live import LiveDecoder, LiveOptions
 from kwsniff.session import SessionOptions
 from kwsniff.sinks import ExistingOutput, OutputError, prepare_output
@@ -210,20 +210,14 @@ def _watch(
 
 def _summary(name: str, live: LiveCapture, decoder: LiveDecoder, out: Path, seconds: float) -> None:
     c = live.snapshot()
-    rows = decoder.session.rows
     assert decoder.result is not None
-    result = CaptureResult(
+    result = capture_result(
+        decoder.session,
+        decoder.result,
         name=name,
         path=name,
         file_bytes=c.captured_bytes,
         seconds=seconds,
-        stats=decoder.result,
-        status=rows.status,
-        totals=rows.totals,
-        decode_errors=rows.decode_errors,
-        notes=rows.notes,
-        record_damage=rows.record_damage,
-        undecodable_frames=rows.undecodable_frames,
         truncated=False,
     )
     print_summary(result, out, decoder.sink.counts)

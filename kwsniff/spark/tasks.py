@@ -152,9 +152,7 @@ def decode_chunks(
                 if flow_bucket(linktype, data, buckets) != bucket:
                     continue
                 session.packet_index = n  # type: ignore[attr-defined]
-                session.packet(ts, linktype, data)
-            else:
-                session.packet(ts, linktype, data)
+            session.packet(ts, linktype, data)
             if sink.ready:
                 for table, rows, chunk in sink.take():
                     yield table, name, date, rows, chunk

@@ -66,6 +66,10 @@ class PcapReader(CaptureReader):
         self._record = Struct(order + ("IIII" if record_size == 16 else "IIII8x"))
         self._limit = min(max(snaplen, MIN_RECORD_LIMIT), MAX_RECORD)
 
+    def record_format(self) -> tuple[Struct, int, int, int]:
+        """(record header struct, fraction divisor to microseconds, link type, caplen limit)."""
+        return self._record, self._fraction_divisor, self.linktype, self._limit
+
     def packets(self) -> Iterator[Packet]:
         unpack_from = self._record.unpack_from
         hdr = self._record.size

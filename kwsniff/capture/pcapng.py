@@ -40,7 +40,7 @@ _OPT_TSOFFSET = 14
 Interface = tuple[int, int, int, int, int]
 
 
-class _Layout:
+class BlockLayout:
     """The block structs for one byte order."""
 
     def __init__(self, order: str) -> None:
@@ -56,8 +56,13 @@ class _Layout:
         self.tsoffset = Struct(order + "q")
 
 
-_LAYOUTS = {BYTE_ORDER_MAGIC: _Layout("<"), 0x4D3C2B1A: _Layout(">")}
+_LAYOUTS = {BYTE_ORDER_MAGIC: BlockLayout("<"), 0x4D3C2B1A: BlockLayout(">")}
 _MIN_BLOCK = 12
+
+
+def block_layout(byte_order_magic: bytes) -> BlockLayout | None:
+    """The block structs for a section whose byte-order magic is these 4 bytes, or None if it is bad."""
+    return _LAYOUTS.get(int.from_bytes(byte_order_magic, "little"))
 
 
 def is_pcapng(magic: bytes) -> bool:
@@ -74,7 +79,7 @@ def _timestamp_scale(tsresol: int) -> tuple[int, int]:
     return 1, 10 ** (exponent - 6)
 
 
-def parse_interface(layout: _Layout, buf: bytes, off: int, end: int) -> Interface:
+def parse_interface(layout: BlockLayout, buf: bytes, off: int, end: int) -> Interface:
     """An Interface Description Block's link type, snaplen and timestamp scale (default microseconds)."""
     linktype, snaplen = layout.idb.unpack_from(buf, off + 8)
     multiplier, divisor, offset_us = 1, 1, 0

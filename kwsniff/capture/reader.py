@@ -75,6 +75,11 @@ class CaptureReader:
         """Yields (ts_us, linktype, data): UTC microseconds, the packet's LINKTYPE, the captured bytes."""
         raise NotImplementedError
 
+    @property
+    def compressed(self) -> bool:
+        """Whether the packets come through a decompressor (no random access to records)."""
+        return self._data is not self._raw
+
     def tell(self) -> int:
         """Bytes of the file on disk (compressed, for .gz) consumed so far; runs ahead by up to one read."""
         return self._raw.consumed

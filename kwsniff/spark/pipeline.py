@@ -13,19 +13,31 @@ import glob
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from kwsniff.capture.split import RangeScan, Unsplittable, byte_ranges, joined_ranges
 from kwsniff.session import SessionOptions
-from kwsniff.spark.tasks import CHUNK_SCHEMA, ERROR_TABLE, decode_chunks, from_ipc
+from kwsniff.spark.tasks import (
+    CHUNK_SCHEMA,
+    ERROR_TABLE,
+    INDEX_SCHEMA,
+    capture_date,
+    decode_chunks,
+    from_ipc,
+    index_range,
+)
 from kwsniff.tables import DEFAULT_TABLES, SCHEMAS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+# Byte ranges of a capture indexed by one task each (bucketed decoding): a few seconds of work.
+RANGE_BYTES = 128 << 20
+TASK_COLUMNS = "path string, name string, bucket int, buckets int, offsets binary, date string"
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz")
 
 
@@ -64,6 +76,19 @@ class Decoded:
     frames: dict[str, DataFrame]
     rows: dict[str, int]
     errors: list[str]  # one line per input that is not a readable capture
+    notes: list[str] = field(default_factory=list)  # one line per capture not split by byte range
+
+
+@dataclass
+class Task:
+    """One decode task: a capture, or one flow bucket of it (``offsets``: its records, if indexed)."""
+
+    path: str
+    name: str
+    bucket: int = 0
+    buckets: int = 1
+    offsets: bytes | None = None
+    date: str = ""
 
 
 def spark_session(master: str = "local[*]", app: str = "kwsniff") -> SparkSession:
@@ -96,9 +121,14 @@ def decode(
     buckets: int = 1,
     options: SessionOptions | None = None,
     tables: tuple[str, ...] = DEFAULT_TABLES,
+    range_bytes: int = RANGE_BYTES,
 ) -> Decoded:
     """One DataFrame per table (its columns plus ``date``) for ``paths``, each decoded once, and the
-    rows of each table (counted from the decoded chunks)."""
+    rows of each table (counted from the decoded chunks).
+
+    With ``buckets`` > 1 each capture is first indexed in byte ranges of ``range_bytes`` (one task
+    each: where every record lies and which flow bucket it belongs to), then each bucket task reads
+    just its own records."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -106,15 +136,25 @@ def decode(
     # As `kwsniff read`: inputs sharing a file name (a/cap.pcap, b/cap.pcap) are named by their path
     # in the `capture` column, so (capture, conn_id) stays a unique key.
     names = Counter(os.path.basename(p) for p in paths)
-    tasks = [
-        (p, p if names[os.path.basename(p)] > 1 else "", b, buckets) for p in paths for b in range(buckets)
-    ]
+    named = [(p, p if names[os.path.basename(p)] > 1 else "") for p in paths]
+    notes: list[str] = []
+    if buckets > 1:
+        tasks = _bucket_tasks(spark, named, buckets, range_bytes, notes)
+    else:
+        tasks = [Task(p, name) for p, name in named]
 
     def run_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for task in batch.to_pylist():
                 for table, capture, date, rows, chunk in decode_chunks(
-                    task["path"], task["bucket"], task["buckets"], opts, tables, task["name"] or None
+                    task["path"],
+                    task["bucket"],
+                    task["buckets"],
+                    opts,
+                    tables,
+                    task["name"] or None,
+                    task["offsets"],
+                    task["date"],
                 ):
                     yield pa.RecordBatch.from_pylist(
                         [{"table": table, "capture": capture, "date": date, "rows": rows, "data": chunk}],
@@ -122,8 +162,8 @@ def decode(
                     )
 
     # parallelize with one slice per task: every task is a partition of its own.
-    task_df = spark.sparkContext.parallelize(tasks, max(1, len(tasks))).toDF(
-        "path string, name string, bucket int, buckets int"
+    task_df = spark.sparkContext.parallelize([asdict(t) for t in tasks], max(1, len(tasks))).toDF(
+        TASK_COLUMNS
     )
     chunks = task_df.mapInArrow(run_tasks, spark_schema(CHUNK_SCHEMA)).persist(StorageLevel.MEMORY_AND_DISK)
     # Decode now, one task per capture × bucket; the tables are then unpacked from the cache in as
@@ -140,7 +180,73 @@ def decode(
     frames = {t: _unpack(packed, t) for t in tables}
     if buckets > 1:
         frames = _join_buckets(frames)
-    return Decoded(frames, rows, errors)
+    return Decoded(frames, rows, errors, notes)
+
+
+def _bucket_tasks(
+    spark: SparkSession, named: list[tuple[str, str]], buckets: int, range_bytes: int, notes: list[str]
+) -> list[Task]:
+    """The decode tasks of ``buckets`` flow buckets per capture, each with its records' offsets when
+    the capture could be indexed; a capture that could not (a note says why) is read whole by every
+    bucket task."""
+    index = _index(spark, [p for p, _ in named], buckets, range_bytes)
+    tasks = []
+    for path, name in named:
+        rows = index.get(path, [])
+        summaries = sorted((r for r in rows if r["bucket"] < 0), key=lambda r: r["part"])
+        why = next((r["unsplittable"] for r in summaries if r["unsplittable"]), None)
+        used = 0
+        if why is None:
+            try:
+                used = joined_ranges(
+                    [RangeScan(r["end"], r["first"], r["stop"], r["damaged"] or "") for r in summaries]
+                )
+            except Unsplittable as exc:
+                why = str(exc)
+        if why is not None:
+            notes.append(
+                f"{path}: not split by byte range ({why}); each flow bucket task reads the whole file"
+            )
+            tasks += [Task(path, name, b, buckets) for b in range(buckets)]
+            continue
+        first_ts = next((r["first_ts"] for r in summaries if r["first_ts"] is not None), None)
+        date = capture_date(first_ts) if first_ts is not None else ""
+        parts: dict[int, list[tuple[int, bytes]]] = {}
+        for r in rows:
+            if r["bucket"] >= 0 and r["part"] < used:
+                parts.setdefault(r["bucket"], []).append((r["part"], r["offsets"]))
+        for bucket, chunks in sorted(parts.items()):
+            offsets = b"".join(data for _, data in sorted(chunks))
+            tasks.append(Task(path, name, bucket, buckets, offsets, date))
+    return tasks
+
+
+def _index(
+    spark: SparkSession, paths: list[str], buckets: int, range_bytes: int
+) -> dict[str, list[dict[str, Any]]]:
+    """``index_range`` of every byte range of every capture, run as one task per range; by path."""
+    ranges = []
+    for path in paths:
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            size = 0
+        cuts = byte_ranges(0, size, -(-size // range_bytes))
+        ranges += [(path, k, start, end, buckets) for k, (start, end) in enumerate(cuts)]
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for task in batch.to_pylist():
+                rows = index_range(task["path"], task["part"], task["start"], task["end"], task["buckets"])
+                yield pa.RecordBatch.from_pylist(rows, schema=INDEX_SCHEMA)
+
+    range_df = spark.sparkContext.parallelize(ranges, max(1, len(ranges))).toDF(
+        "path string, part int, start long, end long, buckets int"
+    )
+    found: dict[str, list[dict[str, Any]]] = {}
+    for row in range_df.mapInArrow(run, spark_schema(INDEX_SCHEMA)).toArrow().to_pylist():
+        found.setdefault(row["path"], []).append(row)
+    return found
 
 
 def _unpack(chunks: DataFrame, table: str) -> DataFrame:

@@ -15,13 +15,13 @@ exactly the numbering of the unsplit decode (a connection is numbered when its f
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import pyarrow as pa
 
+from kwsniff.capture.split import Frames, RangeScan, SplitCapture, Unsplittable
 from kwsniff.net import TcpPacket, parse_tcp
 from kwsniff.session import Session, SessionOptions
 from kwsniff.tables import SCHEMAS
@@ -40,15 +40,116 @@ CHUNK_SCHEMA = pa.schema(
 )
 
 
+# Fibonacci hashing of the XOR of the two endpoints: symmetric, so both directions of a connection
+# land in one bucket, and computable the same way in numpy for a whole range of frames at once.
+_GOLDEN = 0x9E3779B97F4A7C15
+_MASK64 = (1 << 64) - 1
+_ETHERNET = 1
+_VECTOR_ROWS = 1 << 16  # frames per numpy gather: 2.5 MB of index arrays, whatever the range
+
+
+def _bucket_of(x: int, buckets: int) -> int:
+    while x >> 64:  # IPv6 endpoints: fold to 64 bits (IPv4 endpoints are 48 bits and unchanged)
+        x = (x & _MASK64) ^ (x >> 64)
+    return (((x * _GOLDEN) & _MASK64) >> 32) % buckets
+
+
 def flow_bucket(linktype: int, data: bytes, buckets: int) -> int:
-    """The bucket of a packet: crc32 of its sorted endpoints (stable across processes, unlike hash())."""
+    """The bucket of a packet: a hash of its two endpoints (stable across processes, unlike hash())."""
     p = parse_tcp(linktype, data)
     if type(p) is str:
         return 0
     src, sport, dst, dport = cast(TcpPacket, p)[:4]
-    (ip_a, port_a), (ip_b, port_b) = sorted(((src, sport), (dst, dport)))
-    key = ip_a + port_a.to_bytes(2, "big") + ip_b + port_b.to_bytes(2, "big")
-    return zlib.crc32(key) % buckets
+    return _bucket_of(
+        (int.from_bytes(src, "big") << 16 | sport) ^ (int.from_bytes(dst, "big") << 16 | dport), buckets
+    )
+
+
+def flow_buckets(data: Any, frames: Frames, buckets: int) -> Any:
+    """``flow_bucket`` of every frame of ``frames`` (a numpy array), ``data`` the mapped file.
+
+    Ethernet frames of IPv4 without options carrying TCP are hashed in numpy from fixed offsets;
+    every other frame goes through ``flow_bucket``, which gives the same bucket for the same flow."""
+    import numpy as np
+
+    offsets = np.frombuffer(frames.offsets, dtype=np.int64) + frames.header
+    caplens = np.frombuffer(frames.caplens, dtype=np.int64)
+    linktypes = frames.linktypes
+    if isinstance(linktypes, int):
+        ethernet = np.full(len(offsets), linktypes == _ETHERNET)
+    else:
+        ethernet = np.frombuffer(linktypes, dtype=np.dtype(f"i{linktypes.itemsize}")) == _ETHERNET
+    out = np.zeros(len(offsets), dtype=np.int64)
+    done = np.zeros(len(offsets), dtype=bool)
+    buf = np.frombuffer(data, dtype=np.uint8)
+    head = np.arange(38)
+    for lo in range(0, len(offsets), _VECTOR_ROWS):
+        rows = np.nonzero(ethernet[lo : lo + _VECTOR_ROWS] & (caplens[lo : lo + _VECTOR_ROWS] >= 54))[0] + lo
+        b = buf[offsets[rows][:, None] + head].astype(np.uint64)
+        tcp4 = (
+            (b[:, 12] == 8) & (b[:, 13] == 0) & (b[:, 14] == 0x45) & (b[:, 23] == 6)
+            & ((b[:, 20] & 0x3F) == 0) & (b[:, 21] == 0)
+        )  # fmt: skip
+        b, rows = b[tcp4], rows[tcp4]
+        src = b[:, 26] << 40 | b[:, 27] << 32 | b[:, 28] << 24 | b[:, 29] << 16 | b[:, 34] << 8 | b[:, 35]
+        dst = b[:, 30] << 40 | b[:, 31] << 32 | b[:, 32] << 24 | b[:, 33] << 16 | b[:, 36] << 8 | b[:, 37]
+        out[rows] = (((src ^ dst) * np.uint64(_GOLDEN)) >> np.uint64(32)) % np.uint64(buckets)
+        done[rows] = True
+    linktype_of = (lambda i: linktypes) if isinstance(linktypes, int) else linktypes.__getitem__
+    for i in np.nonzero(~done)[0].tolist():
+        start = int(offsets[i])
+        out[i] = flow_bucket(linktype_of(i), data[start : start + int(caplens[i])], buckets)
+    return out
+
+
+# What an index task yields: per byte range, one summary row (bucket -1: where its walk started and
+# stopped, why it broke, why the file cannot be split) and one row per flow bucket holding the
+# offsets (int64, native order) of the bucket's records that start in the range.
+INDEX_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),
+        ("part", pa.int32()),
+        ("start", pa.int64()),
+        ("end", pa.int64()),
+        ("bucket", pa.int32()),
+        ("first", pa.int64()),
+        ("stop", pa.int64()),
+        ("damaged", pa.string()),
+        ("unsplittable", pa.string()),
+        ("first_ts", pa.int64()),
+        ("offsets", pa.binary()),
+    ]
+)
+
+
+def index_range(path: str, part: int, start: int, end: int, buckets: int) -> list[dict[str, Any]]:
+    """The INDEX_SCHEMA rows of one byte range of one capture."""
+    from kwsniff.capture import CaptureError
+
+    summary: dict[str, Any] = {"path": path, "part": part, "start": start, "end": end, "bucket": -1}
+    try:
+        with SplitCapture(path) as capture:
+            scan = RangeScan()
+            frames = capture.walk(start, end, scan)
+            summary.update(first=scan.first, stop=scan.stop, damaged=scan.damaged)
+            if frames.offsets:
+                summary["first_ts"] = next(capture.at(frames.offsets[:1]))[0]
+            found = flow_buckets(capture.data, frames, buckets) if frames.offsets else []
+    except Unsplittable as exc:
+        return [{**summary, "unsplittable": str(exc)}]
+    except (CaptureError, OSError) as exc:
+        # Not a capture at all: the unsplit path reports it, as `kwsniff read` would.
+        return [{**summary, "unsplittable": f"not readable ({exc})"}]
+    rows = [summary]
+    if len(found):
+        import numpy as np
+
+        offsets = np.frombuffer(frames.offsets, dtype=np.int64)
+        for bucket in range(buckets):
+            mine = offsets[found == bucket]
+            if len(mine):
+                rows.append({"path": path, "part": part, "bucket": bucket, "offsets": mine.tobytes()})
+    return rows
 
 
 def capture_date(ts_us: int) -> str:
@@ -114,6 +215,21 @@ class BucketSession(Session):
         return entry
 
 
+def _numbered(packets: Iterator[tuple[int, int, bytes]]) -> Iterator[tuple[int, int, int, bytes]]:
+    for n, (ts, linktype, data) in enumerate(packets):
+        yield n, ts, linktype, data
+
+
+def _records_at(path: str, offsets: bytes) -> Iterator[tuple[int, int, int, bytes]]:
+    from array import array
+
+    wanted = array("q")
+    wanted.frombytes(offsets)
+    with SplitCapture(path) as capture:
+        for off, (ts, linktype, data) in zip(wanted, capture.at(wanted), strict=True):
+            yield off, ts, linktype, data
+
+
 def decode_chunks(
     path: str,
     bucket: int,
@@ -121,8 +237,13 @@ def decode_chunks(
     options: SessionOptions,
     tables: tuple[str, ...],
     name: str | None = None,
+    offsets: bytes | None = None,
+    date: str = "",
 ) -> Iterator[tuple[str, str, str, int, bytes]]:
     """(table, capture, date, rows, IPC chunk) of one task. ``buckets`` 1 decodes the whole capture.
+
+    With ``offsets`` (the bucket's record offsets found by ``index_range``, and the capture's
+    ``date``) only those records are read; without, every record is read and hashed to its bucket.
 
     A file that is not a readable capture yields one ``ERROR_TABLE`` chunk holding the one-line
     message (UTF-8), for the driver to report like `kwsniff read` does, instead of failing the job.
@@ -144,13 +265,15 @@ def decode_chunks(
         session = BucketSession(name, sink, options) if bucketed else Session(name, sink, options)
         if isinstance(session, BucketSession):
             sink.conn_ids = session.first_packet
-        date = ""
-        for n, (ts, linktype, data) in enumerate(reader.packets()):
+        # The ordinal of a packet (its index, or its file offset) numbers the connections it opens.
+        source = _records_at(path, offsets) if offsets is not None else _numbered(reader.packets())
+        filtered = bucketed and offsets is None
+        for n, ts, linktype, data in source:
             if not date:
                 date = capture_date(ts)
+            if filtered and flow_bucket(linktype, data, buckets) != bucket:
+                continue
             if bucketed:
-                if flow_bucket(linktype, data, buckets) != bucket:
-                    continue
                 session.packet_index = n  # type: ignore[attr-defined]
             session.packet(ts, linktype, data)
             if sink.ready:

@@ -72,9 +72,14 @@ def expected() -> dict[str, list[dict[str, Any]]]:
     return read_rows()
 
 
-@pytest.mark.parametrize("buckets", [1, 3])
-def test_spark_tables_equal_read_tables(spark: Any, tmp_path: Path, expected: dict, buckets: int) -> None:
-    decoded = decode(spark, [str(p) for p in CAPTURES], buckets=buckets, options=OPTIONS, tables=TABLES)
+@pytest.mark.parametrize(("buckets", "range_bytes"), [(1, 1 << 27), (3, 1 << 27), (3, 1 << 16)])
+def test_spark_tables_equal_read_tables(
+    spark: Any, tmp_path: Path, expected: dict, buckets: int, range_bytes: int
+) -> None:
+    """Unsplit; split by flow bucket, each capture indexed in one range; and in ranges of 64 KiB."""
+    paths = [str(p) for p in CAPTURES]
+    decoded = decode(spark, paths, buckets=buckets, options=OPTIONS, tables=TABLES, range_bytes=range_bytes)
+    assert decoded.notes == []
     write(decoded.frames, tmp_path)
     counts = decoded.rows
     days = first_packet_days()
@@ -139,7 +144,7 @@ def test_command_lines_spark_then_report(tmp_path: Path) -> None:
     out, plots = tmp_path / "fleet", tmp_path / "plots"
     sample = str(ROOT / "sample_pcaps/quickstart.pcap")
     spark_cmd = [sys.executable, "-m", "kwsniff", "spark", sample, "--out", str(out), "--master", "local[1]"]
-    done = subprocess.run([*spark_cmd, "--flow-buckets", "2"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([*spark_cmd, "--flow-buckets", "2", "--range-size", "16KiB"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("1 captures × 2 flow buckets on local[1] in ")
     assert f"{out / 'requests'}/ (75 rows), {out / 'connections'}/ (16 rows)" in done.stdout
@@ -175,6 +180,7 @@ def test_an_input_that_is_not_a_capture_is_one_error_line(spark: Any, tmp_path: 
     bad.write_text("not a capture")
     decoded = decode(spark, [str(bad), str(CAPTURES[-1])], buckets=2)
     assert decoded.errors == [f"{bad}: not a pcap or pcapng file (starts with b'not ')"]
+    assert decoded.notes == []
     assert decoded.rows["requests"] == 75  # the good capture is decoded all the same
 
 
@@ -190,3 +196,15 @@ def test_inputs_of_one_file_name_are_named_by_path(spark: Any, tmp_path: Path) -
     assert [(r["capture"], r["count"]) for r in got] == [(paths[0], 16), (paths[1], 16)]
     ids = decoded.frames["connections"].where(f"capture = '{paths[1]}'").select("conn_id").collect()
     assert sorted(r["conn_id"] for r in ids) == list(range(1, 17))
+
+
+def test_a_capture_that_cannot_be_indexed_is_read_whole_by_each_bucket(spark: Any, tmp_path: Path) -> None:
+    import gzip
+
+    gz = tmp_path / "quickstart.pcap.gz"
+    gz.write_bytes(gzip.compress(CAPTURES[-1].read_bytes()))
+    decoded = decode(spark, [str(gz)], buckets=2, range_bytes=4096)
+    assert decoded.notes == [
+        (str(gz), "not indexed by byte range (gzip-compressed): each flow bucket task reads the whole file")
+    ]
+    assert decoded.errors == [] and decoded.rows["requests"] == 75

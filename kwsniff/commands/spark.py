@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 
 from kwsniff.commands import messages
-from kwsniff.commands.options import broker_port_option, broker_ports
+from kwsniff.commands.options import ByteSize, broker_port_option, broker_ports
+from kwsniff.defaults import DEFAULT_RANGE_SIZE
 from kwsniff.session import SessionOptions
 from kwsniff.tables import DEFAULT_TABLES
 
@@ -25,7 +26,15 @@ from kwsniff.tables import DEFAULT_TABLES
     type=click.IntRange(1, 4096),
     default=1,
     show_default=True,
-    help="Split each capture into this many tasks by TCP flow (every task reads the whole file).",
+    help="Split each capture into this many tasks by TCP flow; an index pass over byte ranges finds "
+    "each task's records.",
+)
+@click.option(
+    "--range-size",
+    type=ByteSize(),
+    default=DEFAULT_RANGE_SIZE,
+    show_default=True,
+    help="Bytes of a capture indexed per task when --flow-buckets is over 1.",
 )
 @click.option("--overwrite", is_flag=True, help="Replace the datasets already in --out.")
 @click.option("--records", is_flag=True, help="Also write the `records` table.")
@@ -35,6 +44,7 @@ def spark(
     out: Path,
     master: str,
     flow_buckets: int,
+    range_size: int,
     overwrite: bool,
     records: bool,
     broker_port: tuple[int, ...],
@@ -59,7 +69,9 @@ def spark(
     started = time.perf_counter()
     session = spark_session(master)
     try:
-        decoded = decode(session, paths, buckets=flow_buckets, options=options, tables=tables)
+        decoded = decode(
+            session, paths, buckets=flow_buckets, options=options, tables=tables, range_bytes=range_size
+        )
         write(decoded.frames, out, overwrite=True)
         counts = decoded.rows
     finally:
@@ -67,6 +79,8 @@ def spark(
     seconds = time.perf_counter() - started
     for message in decoded.errors:
         messages.error(message)
+    for capture, note in decoded.notes:
+        messages.warnings(capture, [note])
     click.echo(f"{len(paths)} captures × {flow_buckets} flow buckets on {master} in {seconds:.1f} s")
     click.echo("  tables: " + ", ".join(f"{out / t}/ ({n:,} rows)" for t, n in counts.items()))
     if decoded.errors:

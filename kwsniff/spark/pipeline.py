@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from kwsniff.capture.split import RangeScan, Unsplittable, byte_ranges, joined_ranges
+from kwsniff.defaults import DEFAULT_RANGE_SIZE
 from kwsniff.session import SessionOptions
 from kwsniff.spark.tasks import (
     CHUNK_SCHEMA,
     ERROR_TABLE,
     INDEX_SCHEMA,
+    UNREADABLE,
     capture_date,
     decode_chunks,
     from_ipc,
@@ -35,8 +37,6 @@ from kwsniff.tables import DEFAULT_TABLES, SCHEMAS
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-# Byte ranges of a capture indexed by one task each (bucketed decoding): a few seconds of work.
-RANGE_BYTES = 128 << 20
 TASK_COLUMNS = "path string, name string, bucket int, buckets int, offsets binary, date string"
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz")
 
@@ -76,7 +76,8 @@ class Decoded:
     frames: dict[str, DataFrame]
     rows: dict[str, int]
     errors: list[str]  # one line per input that is not a readable capture
-    notes: list[str] = field(default_factory=list)  # one line per capture not split by byte range
+    # (capture, why) of each capture whose flow-bucket tasks could not be given their own records
+    notes: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -121,7 +122,7 @@ def decode(
     buckets: int = 1,
     options: SessionOptions | None = None,
     tables: tuple[str, ...] = DEFAULT_TABLES,
-    range_bytes: int = RANGE_BYTES,
+    range_bytes: int = DEFAULT_RANGE_SIZE,
 ) -> Decoded:
     """One DataFrame per table (its columns plus ``date``) for ``paths``, each decoded once, and the
     rows of each table (counted from the decoded chunks).
@@ -137,7 +138,7 @@ def decode(
     # in the `capture` column, so (capture, conn_id) stays a unique key.
     names = Counter(os.path.basename(p) for p in paths)
     named = [(p, p if names[os.path.basename(p)] > 1 else "") for p in paths]
-    notes: list[str] = []
+    notes: list[tuple[str, str]] = []
     if buckets > 1:
         tasks = _bucket_tasks(spark, named, buckets, range_bytes, notes)
     else:
@@ -184,7 +185,11 @@ def decode(
 
 
 def _bucket_tasks(
-    spark: SparkSession, named: list[tuple[str, str]], buckets: int, range_bytes: int, notes: list[str]
+    spark: SparkSession,
+    named: list[tuple[str, str]],
+    buckets: int,
+    range_bytes: int,
+    notes: list[tuple[str, str]],
 ) -> list[Task]:
     """The decode tasks of ``buckets`` flow buckets per capture, each with its records' offsets when
     the capture could be indexed; a capture that could not (a note says why) is read whole by every
@@ -204,9 +209,10 @@ def _bucket_tasks(
             except Unsplittable as exc:
                 why = str(exc)
         if why is not None:
-            notes.append(
-                f"{path}: not split by byte range ({why}); each flow bucket task reads the whole file"
-            )
+            if why != UNREADABLE:
+                notes.append(
+                    (path, f"not indexed by byte range ({why}): each flow bucket task reads the whole file")
+                )
             tasks += [Task(path, name, b, buckets) for b in range(buckets)]
             continue
         first_ts = next((r["first_ts"] for r in summaries if r["first_ts"] is not None), None)

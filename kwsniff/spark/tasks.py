@@ -122,6 +122,9 @@ INDEX_SCHEMA = pa.schema(
 )
 
 
+UNREADABLE = "not a readable capture"  # the decode task says why, as one error line
+
+
 def index_range(path: str, part: int, start: int, end: int, buckets: int) -> list[dict[str, Any]]:
     """The INDEX_SCHEMA rows of one byte range of one capture."""
     from kwsniff.capture import CaptureError
@@ -137,9 +140,9 @@ def index_range(path: str, part: int, start: int, end: int, buckets: int) -> lis
             found = flow_buckets(capture.data, frames, buckets) if frames.offsets else []
     except Unsplittable as exc:
         return [{**summary, "unsplittable": str(exc)}]
-    except (CaptureError, OSError) as exc:
+    except (CaptureError, OSError):
         # Not a capture at all: the unsplit path reports it, as `kwsniff read` would.
-        return [{**summary, "unsplittable": f"not readable ({exc})"}]
+        return [{**summary, "unsplittable": UNREADABLE}]
     rows = [summary]
     if len(found):
         import numpy as np

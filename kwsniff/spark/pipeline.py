@@ -10,12 +10,13 @@ cross the JVM only as Arrow. ``binaryFile`` is not used: executors open the file
 from __future__ import annotations
 
 import glob
+import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
@@ -26,6 +27,7 @@ from kwsniff.spark.tasks import (
     CHUNK_SCHEMA,
     ERROR_TABLE,
     INDEX_SCHEMA,
+    META_TABLE,
     UNREADABLE,
     capture_date,
     decode_chunks,
@@ -37,7 +39,7 @@ from kwsniff.tables import DEFAULT_TABLES, SCHEMAS
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-TASK_COLUMNS = "path string, name string, bucket int, buckets int, offsets binary, date string"
+T = TypeVar("T")
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz")
 
 
@@ -111,6 +113,24 @@ def spark_schema(schema: pa.Schema) -> Any:
     return from_arrow_schema(schema)
 
 
+def one_task_each(
+    spark: SparkSession, items: Sequence[T], work: Callable[[T], Iterator[pa.RecordBatch]], schema: pa.Schema
+) -> DataFrame:
+    """The batches of ``work(item)`` for every item, one Spark task (partition) per item.
+
+    The items reach the executors as a broadcast variable and each task is one id of a ``range``:
+    a DataFrame of rows made in Python would cost every task a second trip through a Python worker
+    (measured: 0.05-0.1 s a task), and the offsets of a bucket task are megabytes."""
+    shared = spark.sparkContext.broadcast(list(items))
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for i in batch.column("id").to_pylist():
+                yield from work(shared.value[i])
+
+    return spark.range(len(items), numPartitions=max(1, len(items))).mapInArrow(run, spark_schema(schema))
+
+
 def _with_date(table: str) -> pa.Schema:
     return SCHEMAS[table].append(pa.field("date", pa.string()))
 
@@ -144,44 +164,39 @@ def decode(
     else:
         tasks = [Task(p, name) for p, name in named]
 
-    def run_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for task in batch.to_pylist():
-                for table, capture, date, rows, chunk in decode_chunks(
-                    task["path"],
-                    task["bucket"],
-                    task["buckets"],
-                    opts,
-                    tables,
-                    task["name"] or None,
-                    task["offsets"],
-                    task["date"],
-                ):
-                    yield pa.RecordBatch.from_pylist(
-                        [{"table": table, "capture": capture, "date": date, "rows": rows, "data": chunk}],
-                        schema=CHUNK_SCHEMA,
-                    )
+    def run_task(task: Task) -> Iterator[pa.RecordBatch]:
+        for table, capture, date, rows, chunk in decode_chunks(
+            task.path, task.bucket, task.buckets, opts, tables, task.name or None, task.offsets, task.date
+        ):
+            yield pa.RecordBatch.from_pylist(
+                [{"table": table, "capture": capture, "date": date, "rows": rows, "data": chunk}],
+                schema=CHUNK_SCHEMA,
+            )
 
-    # parallelize with one slice per task: every task is a partition of its own.
-    task_df = spark.sparkContext.parallelize([asdict(t) for t in tasks], max(1, len(tasks))).toDF(
-        TASK_COLUMNS
-    )
-    chunks = task_df.mapInArrow(run_tasks, spark_schema(CHUNK_SCHEMA)).persist(StorageLevel.MEMORY_AND_DISK)
+    chunks = one_task_each(spark, tasks, run_task, CHUNK_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
     # Decode now, one task per capture × bucket; the tables are then unpacked from the cache in as
     # many tasks as there are cores (a Python task per capture per table would cost more than the
     # unpacking, and write a file per capture per table).
     rows = dict.fromkeys(tables, 0)
     for row in chunks.groupBy("table").agg(F.sum("rows").alias("rows")).collect():
-        if row["table"] != ERROR_TABLE:
+        if row["table"] in rows:
             rows[row["table"]] = row["rows"]
-    errors = sorted(
-        r["data"].decode() for r in chunks.where(F.col("table") == ERROR_TABLE).select("data").collect()
-    )
+    errors: list[str] = []
+    fixes: dict[str, BucketFix] = {}
+    for r in (
+        chunks.where(F.col("table").isin(ERROR_TABLE, META_TABLE))
+        .select("table", "capture", "data")
+        .collect()
+    ):
+        if r["table"] == ERROR_TABLE:
+            errors.append(r["data"].decode())
+        else:
+            fixes.setdefault(r["capture"], BucketFix()).add(json.loads(r["data"]))
+    for fix in fixes.values():
+        fix.rank()
     packed = chunks.coalesce(spark.sparkContext.defaultParallelism)
-    frames = {t: _unpack(packed, t) for t in tables}
-    if buckets > 1:
-        frames = _join_buckets(frames)
-    return Decoded(frames, rows, errors, notes)
+    frames = {t: _unpack(packed, t, fixes) for t in tables}
+    return Decoded(frames, rows, sorted(errors), notes)
 
 
 def _bucket_tasks(
@@ -240,75 +255,76 @@ def _index(
         cuts = byte_ranges(0, size, -(-size // range_bytes))
         ranges += [(path, k, start, end, buckets) for k, (start, end) in enumerate(cuts)]
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for task in batch.to_pylist():
-                rows = index_range(task["path"], task["part"], task["start"], task["end"], task["buckets"])
-                yield pa.RecordBatch.from_pylist(rows, schema=INDEX_SCHEMA)
+    def run(task: tuple[str, int, int, int, int]) -> Iterator[pa.RecordBatch]:
+        yield pa.RecordBatch.from_pylist(index_range(*task), schema=INDEX_SCHEMA)
 
-    range_df = spark.sparkContext.parallelize(ranges, max(1, len(ranges))).toDF(
-        "path string, part int, start long, end long, buckets int"
-    )
+    index_df = one_task_each(spark, ranges, run, INDEX_SCHEMA)
     found: dict[str, list[dict[str, Any]]] = {}
-    for row in range_df.mapInArrow(run, spark_schema(INDEX_SCHEMA)).toArrow().to_pylist():
+    for row in index_df.toArrow().to_pylist():
         found.setdefault(row["path"], []).append(row)
     return found
 
 
-def _unpack(chunks: DataFrame, table: str) -> DataFrame:
+@dataclass
+class BucketFix:
+    """What makes a bucketed capture's rows equal to the unsplit decode's: ``conn_id`` numbered by
+    the rank of each connection's first packet, and topic ids named from any bucket (a Fetch v13
+    connection may sit in another bucket than the Metadata connection that named its topics).
+    `errors` rows keep the names their own bucket knew when the response came."""
+
+    ids: dict[int, int] = field(default_factory=dict)
+    topics: dict[str, str] = field(default_factory=dict)
+
+    def add(self, meta: dict[str, Any]) -> None:
+        self.ids.update(dict.fromkeys(meta["conns"], 0))
+        for topic_id, topic in meta["topics"].items():
+            self.topics.setdefault(topic_id, topic)
+
+    def rank(self) -> None:
+        self.ids = {first: n for n, first in enumerate(sorted(self.ids), 1)}
+
+    def apply(self, table: str, rows: pa.RecordBatch) -> pa.RecordBatch:
+        ids = self.ids
+        columns = dict(zip(rows.schema.names, rows.columns, strict=True))
+        columns["conn_id"] = pa.array([ids[c] for c in columns["conn_id"].to_pylist()], pa.int64())
+        if table in ("partitions", "records") and self.topics:
+            topics = self.topics
+            named = [
+                topic if topic is not None or topic_id is None else topics.get(topic_id)
+                for topic, topic_id in zip(
+                    columns["topic"].to_pylist(), columns["topic_id"].to_pylist(), strict=True
+                )
+            ]
+            columns["topic"] = pa.array(named, pa.string())
+        return pa.RecordBatch.from_arrays(list(columns.values()), schema=rows.schema)
+
+
+def _unpack(chunks: DataFrame, table: str, fixes: dict[str, BucketFix]) -> DataFrame:
     from pyspark.sql import functions as F
 
     schema = _with_date(table)
 
     def unpack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            for date, data in zip(
-                batch.column("date").to_pylist(), batch.column("data").to_pylist(), strict=True
+            for capture, date, data in zip(
+                batch.column("capture").to_pylist(),
+                batch.column("date").to_pylist(),
+                batch.column("data").to_pylist(),
+                strict=True,
             ):
                 rows = from_ipc(data)
+                fix = fixes.get(capture)
+                if fix is not None:
+                    rows = fix.apply(table, rows)
                 yield pa.RecordBatch.from_arrays(
                     [*rows.columns, pa.array([date] * rows.num_rows, pa.string())], schema=schema
                 )
 
     return (
-        chunks.where(F.col("table") == table).select("date", "data").mapInArrow(unpack, spark_schema(schema))
+        chunks.where(F.col("table") == table)
+        .select("capture", "date", "data")
+        .mapInArrow(unpack, spark_schema(schema))
     )
-
-
-def _join_buckets(frames: dict[str, DataFrame]) -> dict[str, DataFrame]:
-    """Bucketed decode made equal to the unsplit one: conn_id ranked back from the index of each
-    connection's first packet, and topic ids named from any connection of the capture (a Fetch v13
-    connection may sit in another bucket than the Metadata connection that named its topics).
-    `errors` rows keep the names their own bucket knew when the response came."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    ids = (
-        frames["connections"]
-        .select("capture", "conn_id")
-        .withColumn("_id", F.row_number().over(Window.partitionBy("capture").orderBy("conn_id")).cast("long"))
-    )
-    out: dict[str, DataFrame] = {}
-    for table, df in frames.items():
-        columns = df.columns
-        df = df.join(ids, ["capture", "conn_id"]).drop("conn_id").withColumnRenamed("_id", "conn_id")
-        out[table] = df.select(*columns)
-    if "partitions" in out:
-        names = (
-            out["partitions"]
-            .where(F.col("topic").isNotNull() & F.col("topic_id").isNotNull())
-            .select("capture", "topic_id", F.col("topic").alias("_name"))
-            .dropDuplicates(["capture", "topic_id"])
-        )
-        for table in ("partitions", "records"):
-            if table in out:
-                df = out[table]
-                columns = df.columns
-                df = df.join(names, ["capture", "topic_id"], "left").withColumn(
-                    "topic", F.coalesce(F.col("topic"), F.col("_name"))
-                )
-                out[table] = df.select(*columns)
-    return out
 
 
 def write(frames: dict[str, DataFrame], out: Path, *, overwrite: bool = False) -> None:

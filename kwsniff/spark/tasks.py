@@ -15,6 +15,7 @@ exactly the numbering of the unsplit decode (a connection is numbered when its f
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -28,6 +29,9 @@ from kwsniff.tables import SCHEMAS
 
 CHUNK_ROWS = 10_000
 ERROR_TABLE = "_error"  # chunks of this name hold the message of an input that could not be read
+# A bucket task's last chunk (JSON): the first-packet ordinals of its connections and the topic ids
+# its `partitions` rows named, from which the driver numbers and names rows as an unsplit decode would.
+META_TABLE = "_meta"
 # What a task yields: one Arrow IPC stream (one record batch of one table) per row.
 CHUNK_SCHEMA = pa.schema(
     [
@@ -178,6 +182,7 @@ class ChunkSink:
         self.rows: dict[str, list[dict[str, Any]]] = {t: [] for t in tables}
         self.ready: list[tuple[str, int, bytes]] = []
         self.conn_ids = conn_ids  # bucketed mode: local conn_id -> index of its first packet
+        self.topic_names: dict[str, str] = {}  # bucketed mode: topic ids named in `partitions` rows
 
     def add(self, table: str, row: dict[str, Any]) -> None:
         rows = self.rows.get(table)
@@ -195,6 +200,12 @@ class ChunkSink:
             ids = self.conn_ids
             for row in rows:
                 row["conn_id"] = ids[row["conn_id"]]
+            if table == "partitions":
+                names = self.topic_names
+                for row in rows:
+                    topic, topic_id = row.get("topic"), row.get("topic_id")
+                    if topic is not None and topic_id is not None:
+                        names.setdefault(topic_id, topic)
         batch = pa.RecordBatch.from_pylist(rows, schema=SCHEMAS[table])
         self.ready.append((table, batch.num_rows, to_ipc(batch)))
         rows.clear()
@@ -287,3 +298,6 @@ def decode_chunks(
         sink.flush(table)
     for table, rows, chunk in sink.take():
         yield table, name, date, rows, chunk
+    if bucketed:
+        meta = {"conns": sorted(sink.conn_ids.values()), "topics": sink.topic_names}  # type: ignore[union-attr]
+        yield META_TABLE, name, date, 0, json.dumps(meta).encode()

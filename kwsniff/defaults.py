@@ -6,6 +6,8 @@ DEFAULT_BROKER_PORT = 9092
 MAX_FRAME_SIZE = 100 * 1024 * 1024
 # Most bytes one compressed record batch may expand to before it is counted as capped.
 MAX_DECOMPRESSED = 64 * 1024 * 1024
-# Bytes of a capture one Spark task indexes when its flow buckets are decoded apart: a few seconds
-# of work, so a big capture keeps every executor busy and a small one stays one task.
-DEFAULT_RANGE_SIZE = 128 * 1024 * 1024
+# Bytes of a capture one Spark task indexes when its flow buckets are decoded apart, unless told:
+# one range per executor core, none smaller than the first (a Spark task costs about 0.1 s; a range
+# of 64 MiB is about 0.05 s of indexing) nor larger than the second (about 1 s).
+MIN_RANGE_SIZE = 64 * 1024 * 1024
+MAX_RANGE_SIZE = 1024 * 1024 * 1024

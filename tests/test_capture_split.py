@@ -195,3 +195,16 @@ def test_index_rows_give_each_bucket_its_offsets_in_file_order() -> None:
     with SplitCapture(path) as split:
         for bucket, offs in offsets.items():
             assert {flow_bucket(lt, d, 3) for _ts, lt, d in split.at(offs)} == {bucket}
+
+
+def test_range_count_is_one_per_core_within_bounds() -> None:
+    from kwsniff.spark.pipeline import range_count
+
+    mib, gib = 1 << 20, 1 << 30
+    assert range_count(0, 16) == 1
+    assert range_count(100 * mib, 16) == 1  # ranges of 64 MiB at least
+    assert range_count(2_600 * mib, 16) == 16
+    assert range_count(2_600 * mib, 2) == 3  # ranges of 1 GiB at most
+    assert range_count(10 * gib, 2) == 10
+    assert range_count(10 * gib, 64) == 64
+    assert range_count(1_000, 2, range_bytes=300) == 4

@@ -10,7 +10,6 @@ import click
 
 from kwsniff.commands import messages
 from kwsniff.commands.options import ByteSize, broker_port_option, broker_ports
-from kwsniff.defaults import DEFAULT_RANGE_SIZE
 from kwsniff.session import SessionOptions
 from kwsniff.tables import DEFAULT_TABLES
 
@@ -32,9 +31,9 @@ from kwsniff.tables import DEFAULT_TABLES
 @click.option(
     "--range-size",
     type=ByteSize(),
-    default=DEFAULT_RANGE_SIZE,
-    show_default=True,
-    help="Bytes of a capture indexed per task when --flow-buckets is over 1.",
+    default=None,
+    help="Bytes of a capture indexed per task when --flow-buckets is over 1 "
+    "[default: one range per executor core, 64 MiB to 1 GiB each].",
 )
 @click.option("--overwrite", is_flag=True, help="Replace the datasets already in --out.")
 @click.option("--records", is_flag=True, help="Also write the `records` table.")
@@ -44,7 +43,7 @@ def spark(
     out: Path,
     master: str,
     flow_buckets: int,
-    range_size: int,
+    range_size: int | None,
     overwrite: bool,
     records: bool,
     broker_port: tuple[int, ...],

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 
 from kwsniff.capture.split import RangeScan, Unsplittable, byte_ranges, joined_ranges
-from kwsniff.defaults import DEFAULT_RANGE_SIZE
+from kwsniff.defaults import MAX_RANGE_SIZE, MIN_RANGE_SIZE
 from kwsniff.session import SessionOptions
 from kwsniff.spark.tasks import (
     CHUNK_SCHEMA,
@@ -142,13 +142,13 @@ def decode(
     buckets: int = 1,
     options: SessionOptions | None = None,
     tables: tuple[str, ...] = DEFAULT_TABLES,
-    range_bytes: int = DEFAULT_RANGE_SIZE,
+    range_bytes: int | None = None,
 ) -> Decoded:
     """One DataFrame per table (its columns plus ``date``) for ``paths``, each decoded once, and the
     rows of each table (counted from the decoded chunks).
 
-    With ``buckets`` > 1 each capture is first indexed in byte ranges of ``range_bytes`` (one task
-    each: where every record lies and which flow bucket it belongs to), then each bucket task reads
+    With ``buckets`` > 1 each capture is first indexed in byte ranges of ``range_bytes`` (default:
+    one per executor core, see ``range_count``; one task: where every record lies and which flow bucket it belongs to), then each bucket task reads
     just its own records."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -203,7 +203,7 @@ def _bucket_tasks(
     spark: SparkSession,
     named: list[tuple[str, str]],
     buckets: int,
-    range_bytes: int,
+    range_bytes: int | None,
     notes: list[tuple[str, str]],
 ) -> list[Task]:
     """The decode tasks of ``buckets`` flow buckets per capture, each with its records' offsets when
@@ -242,8 +242,16 @@ def _bucket_tasks(
     return tasks
 
 
+def range_count(size: int, cores: int, range_bytes: int | None = None) -> int:
+    """Byte ranges a capture of ``size`` bytes is indexed in: ``size / range_bytes`` when given, else
+    one per core within ranges of MIN_RANGE_SIZE to MAX_RANGE_SIZE."""
+    if range_bytes:
+        return max(1, -(-size // range_bytes))
+    return max(1, -(-size // MAX_RANGE_SIZE), min(cores, size // MIN_RANGE_SIZE))
+
+
 def _index(
-    spark: SparkSession, paths: list[str], buckets: int, range_bytes: int
+    spark: SparkSession, paths: list[str], buckets: int, range_bytes: int | None
 ) -> dict[str, list[dict[str, Any]]]:
     """``index_range`` of every byte range of every capture, run as one task per range; by path."""
     ranges = []
@@ -252,7 +260,7 @@ def _index(
             size = os.path.getsize(path)
         except OSError:
             size = 0
-        cuts = byte_ranges(0, size, -(-size // range_bytes))
+        cuts = byte_ranges(0, size, range_count(size, spark.sparkContext.defaultParallelism, range_bytes))
         ranges += [(path, k, start, end, buckets) for k, (start, end) in enumerate(cuts)]
 
     def run(task: tuple[str, int, int, int, int]) -> Iterator[pa.RecordBatch]:

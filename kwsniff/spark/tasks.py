@@ -86,17 +86,21 @@ def flow_buckets(data: Any, frames: Frames, buckets: int) -> Any:
     out = np.zeros(len(offsets), dtype=np.int64)
     done = np.zeros(len(offsets), dtype=bool)
     buf = np.frombuffer(data, dtype=np.uint8)
-    head = np.arange(38)
     for lo in range(0, len(offsets), _VECTOR_ROWS):
         rows = np.nonzero(ethernet[lo : lo + _VECTOR_ROWS] & (caplens[lo : lo + _VECTOR_ROWS] >= 54))[0] + lo
-        b = buf[offsets[rows][:, None] + head].astype(np.uint64)
+        at = offsets[rows]
+        # Ethertype IPv4, a 20-byte IP header, TCP, not a fragment.
         tcp4 = (
-            (b[:, 12] == 8) & (b[:, 13] == 0) & (b[:, 14] == 0x45) & (b[:, 23] == 6)
-            & ((b[:, 20] & 0x3F) == 0) & (b[:, 21] == 0)
+            (buf[at + 12] == 8) & (buf[at + 13] == 0) & (buf[at + 14] == 0x45) & (buf[at + 23] == 6)
+            & ((buf[at + 20] & 0x3F) == 0) & (buf[at + 21] == 0)
         )  # fmt: skip
-        b, rows = b[tcp4], rows[tcp4]
-        src = b[:, 26] << 40 | b[:, 27] << 32 | b[:, 28] << 24 | b[:, 29] << 16 | b[:, 34] << 8 | b[:, 35]
-        dst = b[:, 30] << 40 | b[:, 31] << 32 | b[:, 32] << 24 | b[:, 33] << 16 | b[:, 36] << 8 | b[:, 37]
+        rows, at = rows[tcp4], at[tcp4]
+        # Each endpoint as 48 bits, address then port: bytes 26-29 and 34-35, and 30-33 and 36-37.
+        src = np.zeros(len(at), dtype=np.uint64)
+        dst = np.zeros(len(at), dtype=np.uint64)
+        for src_byte, dst_byte in ((26, 30), (27, 31), (28, 32), (29, 33), (34, 36), (35, 37)):
+            src = src << np.uint64(8) | buf[at + src_byte]
+            dst = dst << np.uint64(8) | buf[at + dst_byte]
         out[rows] = (((src ^ dst) * np.uint64(_GOLDEN)) >> np.uint64(32)) % np.uint64(buckets)
         done[rows] = True
     linktype_of = (lambda i: linktypes) if isinstance(linktypes, int) else linktypes.__getitem__

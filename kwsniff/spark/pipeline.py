@@ -12,6 +12,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +81,7 @@ class Decoded:
     errors: list[str]  # one line per input that is not a readable capture
     # (capture, why) of each capture whose flow-bucket tasks could not be given their own records
     notes: list[tuple[str, str]] = field(default_factory=list)
+    index_seconds: float = 0.0  # the byte-range index job's wall time (bucketed decoding)
 
 
 @dataclass
@@ -159,10 +161,12 @@ def decode(
     names = Counter(os.path.basename(p) for p in paths)
     named = [(p, p if names[os.path.basename(p)] > 1 else "") for p in paths]
     notes: list[tuple[str, str]] = []
+    started = time.perf_counter()
     if buckets > 1:
         tasks = _bucket_tasks(spark, named, buckets, range_bytes, notes)
     else:
         tasks = [Task(p, name) for p, name in named]
+    index_seconds = time.perf_counter() - started if buckets > 1 else 0.0
 
     def run_task(task: Task) -> Iterator[pa.RecordBatch]:
         for table, capture, date, rows, chunk in decode_chunks(
@@ -196,7 +200,7 @@ def decode(
         fix.rank()
     packed = chunks.coalesce(spark.sparkContext.defaultParallelism)
     frames = {t: _unpack(packed, t, fixes) for t in tables}
-    return Decoded(frames, rows, sorted(errors), notes)
+    return Decoded(frames, rows, sorted(errors), notes, index_seconds)
 
 
 def _bucket_tasks(

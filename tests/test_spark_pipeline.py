@@ -144,7 +144,12 @@ def test_command_lines_spark_then_report(tmp_path: Path) -> None:
     out, plots = tmp_path / "fleet", tmp_path / "plots"
     sample = str(ROOT / "sample_pcaps/quickstart.pcap")
     spark_cmd = [sys.executable, "-m", "kwsniff", "spark", sample, "--out", str(out), "--master", "local[1]"]
-    done = subprocess.run([*spark_cmd, "--flow-buckets", "2", "--range-size", "16KiB"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*spark_cmd, "--flow-buckets", "2", "--range-size", "16KiB"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("1 captures × 2 flow buckets on local[1] in ")
     assert f"{out / 'requests'}/ (75 rows), {out / 'connections'}/ (16 rows)" in done.stdout

@@ -45,7 +45,7 @@ def main() -> int:
     parser.add_argument(
         "--workload",
         default="bench-large",
-        choices=("bench-large", "bench-tailing", "bench-aiokafka"),
+        choices=("bench-large", "bench-tailing", "bench-aiokafka", "bench-many"),
         help="traffic of the captures (tools/make_capture.py workloads)",
     )
     args = parser.parse_args()

@@ -1,8 +1,11 @@
-"""The two capture shapes of issue 11's benchmark, as client workloads for tools/make_capture.py.
+"""The capture shapes of the benchmarks, as client workloads for tools/make_capture.py.
 
 bench-tailing (run inside the MTU 1500 namespace): a librdkafka and a kafka-python producer, each
 with its own topic, while a librdkafka and a kafka-python consumer tail the other's topic. Many
 packets of network size: the cost is per packet.
+
+bench-many (MTU 1500 namespace): eight producers and eight tailing consumers, each pair its own
+topic, for the Spark flow-bucket split (bench/bench_spark.py): many comparable connections.
 
 bench-aiokafka (loopback MTU): five aiokafka producers, one per codec (none, gzip, snappy, lz4,
 zstd), each to its own 24-partition topic, while a two-member aiokafka consumer group tails all
@@ -26,6 +29,7 @@ AIOKAFKA_CHUNK = 250  # records each producer sends between pauses
 AIOKAFKA_PAUSE_S = 0.03
 TAILING_VALUE = 4000
 TAILING_PARTITIONS = 8
+MANY_PAIRS = 8
 
 
 def _values(seed: int, size: int, count: int = 64) -> list[bytes]:
@@ -38,12 +42,12 @@ def _values(seed: int, size: int, count: int = 64) -> list[bytes]:
 # -- bench-tailing ---------------------------------------------------------------------------------
 
 
-def _produce_kafka_python(bootstrap: str, topic: str, n: int, size: int) -> int:
+def _produce_kafka_python(
+    bootstrap: str, topic: str, n: int, size: int, client_id: str = "bench-kafka-python-producer"
+) -> int:
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap, client_id="bench-kafka-python-producer", acks=1, linger_ms=5
-    )
+    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, acks=1, linger_ms=5)
     values = _values(2, size)
     futures = [producer.send(topic, key=f"k{i}".encode(), value=values[i % len(values)]) for i in range(n)]
     producer.flush(timeout=600)
@@ -101,6 +105,67 @@ def tailing(bootstrap: str, megabytes: int) -> dict[str, Any]:
     )
     for thread in threads:
         thread.join(timeout=1000)
+    return result
+
+
+# -- bench-many ------------------------------------------------------------------------------------
+
+
+def many(bootstrap: str, megabytes: int) -> dict[str, Any]:
+    """MANY_PAIRS producers, each to its own topic, and as many consumers tailing them (librdkafka
+    and kafka-python alternately, each in its own group): a busy broker's many comparable
+    connections, the shape a flow-bucket split can balance."""
+    per_producer = max(1, megabytes * 1_000_000 // 2 // MANY_PAIRS // TAILING_VALUE)
+    topics = [f"many-{i:02d}" for i in range(MANY_PAIRS)]
+    realparts.create_topics(bootstrap, dict.fromkeys(topics, 2))
+    result: dict[str, Any] = {}
+    threads = []
+
+    def start(name: str, work: Any) -> None:
+        thread = threading.Thread(target=lambda: result.__setitem__(name, work()))
+        thread.start()
+        threads.append(thread)
+
+    for i, topic in enumerate(topics):
+        if i % 2:
+            start(
+                f"consumed_{topic}",
+                lambda t=topic: realparts.consume_with_kafka_python(
+                    bootstrap, [t], f"{t}-group", per_producer, timeout_s=1500, client_id=f"{t}-kp-consumer"
+                ),
+            )
+        else:
+            start(
+                f"consumed_{topic}",
+                lambda t=topic: realparts.consume_with_confluent(
+                    bootstrap, [t], f"{t}-group", per_producer, timeout_s=1500, client_id=f"{t}-rd-consumer"
+                )[0],
+            )
+    time.sleep(8)  # every consumer in its group before the first record: they tail
+    for i, topic in enumerate(topics):
+        if i % 2:
+            start(
+                f"produced_{topic}",
+                lambda t=topic: _produce_kafka_python(
+                    bootstrap, t, per_producer, TAILING_VALUE, client_id=f"{t}-kp-producer"
+                ),
+            )
+        else:
+            start(
+                f"produced_{topic}",
+                lambda t=topic: realparts.produce_with_confluent(
+                    bootstrap,
+                    t,
+                    per_producer,
+                    TAILING_VALUE,
+                    flush_each=False,
+                    linger_ms=5,
+                    client_id=f"{t}-rd-producer",
+                    timeout_s=1500,
+                ),
+            )
+    for thread in threads:
+        thread.join(timeout=1600)
     return result
 
 

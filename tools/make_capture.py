@@ -27,16 +27,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_workloads  # noqa: E402
 
-WORKLOADS = ("quickstart", "bench-large", "bench-mtu1500", "bench-tailing", "bench-aiokafka")
+WORKLOADS = ("quickstart", "bench-large", "bench-mtu1500", "bench-tailing", "bench-aiokafka", "bench-many")
 DEFAULT_MB = {
     "quickstart": 0,
     "bench-large": 300,
     "bench-mtu1500": 100,
     "bench-tailing": 320,
     "bench-aiokafka": 320,
+    "bench-many": 2600,
 }
 # Workloads run inside a private namespace whose loopback has MTU 1500 (packets of network size).
-MTU_WORKLOADS = ("bench-mtu1500", "bench-tailing")
+MTU_WORKLOADS = ("bench-mtu1500", "bench-tailing", "bench-many")
 BENCH_VALUE_SIZE = 100_000
 # A Produce request carries about one batch per partition; 1 MB batches keep frames large.
 BENCH_BATCH_BYTES = 1_000_000
@@ -118,6 +119,8 @@ def run_workload(name: str, bootstrap: str, megabytes: int) -> dict[str, object]
         return quickstart(bootstrap)
     if name == "bench-tailing":
         return bench_workloads.tailing(bootstrap, megabytes)
+    if name == "bench-many":
+        return bench_workloads.many(bootstrap, megabytes)
     if name == "bench-aiokafka":
         return bench_workloads.aiokafka_tailing(bootstrap, megabytes)
     return bench(bootstrap, megabytes)

@@ -208,3 +208,16 @@ def test_range_count_is_one_per_core_within_bounds() -> None:
     assert range_count(10 * gib, 2) == 10
     assert range_count(10 * gib, 64) == 64
     assert range_count(1_000, 2, range_bytes=300) == 4
+
+
+def test_fine_buckets_are_grouped_by_bytes() -> None:
+    from collections import Counter
+
+    from kwsniff.spark.pipeline import balanced
+
+    # 16 connections of equal size in hash buckets that `% 2` would split 9 to 7; by bytes, 8 and 8.
+    load = Counter({b: 100 for b in (3, 5, 7, 9, 11, 13, 15, 17, 19, 2, 4, 6, 8, 10, 12, 14)})
+    assert [len(g) for g in balanced(load, 2)] == [8, 8]
+    assert balanced(Counter({1: 50, 2: 30, 3: 20, 4: 20, 5: 10}), 2) == [[1, 4], [2, 3, 5]]  # 70 / 60
+    assert balanced(Counter({7: 5}), 4) == [[7]]  # never more groups than buckets with traffic
+    assert balanced(Counter(), 4) == []

@@ -10,6 +10,7 @@ cross the JVM only as Arrow. ``binaryFile`` is not used: executors open the file
 from __future__ import annotations
 
 import glob
+import heapq
 import json
 import os
 import time
@@ -41,6 +42,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 T = TypeVar("T")
+# The index hashes connections into this many fine buckets, which the driver then groups by their
+# bytes into the --flow-buckets tasks: a few big connections no longer land in one task by chance.
+FINE_BUCKETS = 4096
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz")
 
 
@@ -92,7 +96,7 @@ class Task:
     name: str
     bucket: int = 0
     buckets: int = 1
-    offsets: bytes | None = None
+    offsets: list[bytes] | None = None  # int64 record offsets, one array per fine flow bucket
     date: str = ""
 
 
@@ -213,7 +217,7 @@ def _bucket_tasks(
     """The decode tasks of ``buckets`` flow buckets per capture, each with its records' offsets when
     the capture could be indexed; a capture that could not (a note says why) is read whole by every
     bucket task."""
-    index = _index(spark, [p for p, _ in named], buckets, range_bytes)
+    index = _index(spark, [p for p, _ in named], FINE_BUCKETS, range_bytes)
     tasks = []
     for path, name in named:
         rows = index.get(path, [])
@@ -236,14 +240,27 @@ def _bucket_tasks(
             continue
         first_ts = next((r["first_ts"] for r in summaries if r["first_ts"] is not None), None)
         date = capture_date(first_ts) if first_ts is not None else ""
-        parts: dict[int, list[tuple[int, bytes]]] = {}
+        fine: dict[int, list[tuple[int, bytes]]] = {}
+        load: Counter[int] = Counter()
         for r in rows:
             if r["bucket"] >= 0 and r["part"] < used:
-                parts.setdefault(r["bucket"], []).append((r["part"], r["offsets"]))
-        for bucket, chunks in sorted(parts.items()):
-            offsets = b"".join(data for _, data in sorted(chunks))
+                fine.setdefault(r["bucket"], []).append((r["part"], r["offsets"]))
+                load[r["bucket"]] += r["bytes"]
+        for bucket, group in enumerate(balanced(load, buckets)):
+            offsets = [data for b in group for _, data in sorted(fine[b])]
             tasks.append(Task(path, name, bucket, buckets, offsets, date))
     return tasks
+
+
+def balanced(load: Counter[int], tasks: int) -> list[list[int]]:
+    """Fine flow buckets grouped into at most ``tasks`` groups of nearly equal bytes: the largest
+    first, each to the group with the fewest bytes so far (LPT scheduling, within 4/3 of the best)."""
+    groups: list[tuple[int, int, list[int]]] = [(0, n, []) for n in range(min(tasks, len(load)))]
+    for bucket, size in sorted(load.items(), key=lambda item: (-item[1], item[0])):
+        total, n, members = heapq.heappop(groups)
+        members.append(bucket)
+        heapq.heappush(groups, (total + size, n, members))
+    return [sorted(members) for _, _, members in sorted(groups, key=lambda g: g[1])]
 
 
 def range_count(size: int, cores: int, range_bytes: int | None = None) -> int:

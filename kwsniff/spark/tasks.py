@@ -112,7 +112,7 @@ def flow_buckets(data: Any, frames: Frames, buckets: int) -> Any:
 
 # What an index task yields: per byte range, one summary row (bucket -1: where its walk started and
 # stopped, why it broke, why the file cannot be split) and one row per flow bucket holding the
-# offsets (int64, native order) of the bucket's records that start in the range.
+# offsets (int64, native order) of the bucket's records that start in the range, and their bytes.
 INDEX_SCHEMA = pa.schema(
     [
         ("path", pa.string()),
@@ -126,6 +126,7 @@ INDEX_SCHEMA = pa.schema(
         ("unsplittable", pa.string()),
         ("first_ts", pa.int64()),
         ("offsets", pa.binary()),
+        ("bytes", pa.int64()),
     ]
 )
 
@@ -156,10 +157,21 @@ def index_range(path: str, part: int, start: int, end: int, buckets: int) -> lis
         import numpy as np
 
         offsets = np.frombuffer(frames.offsets, dtype=np.int64)
+        caplens = np.frombuffer(frames.caplens, dtype=np.int64)
+        order = np.argsort(found, kind="stable")  # by bucket, file order kept within each
+        edges = np.searchsorted(found[order], np.arange(buckets + 1))
         for bucket in range(buckets):
-            mine = offsets[found == bucket]
+            mine = order[edges[bucket] : edges[bucket + 1]]
             if len(mine):
-                rows.append({"path": path, "part": part, "bucket": bucket, "offsets": mine.tobytes()})
+                rows.append(
+                    {
+                        "path": path,
+                        "part": part,
+                        "bucket": bucket,
+                        "offsets": offsets[mine].tobytes(),
+                        "bytes": int(caplens[mine].sum()),
+                    }
+                )
     return rows
 
 
@@ -238,11 +250,11 @@ def _numbered(packets: Iterator[tuple[int, int, bytes]]) -> Iterator[tuple[int, 
         yield n, ts, linktype, data
 
 
-def _records_at(path: str, offsets: bytes) -> Iterator[tuple[int, int, int, bytes]]:
-    from array import array
+def _records_at(path: str, offsets: list[bytes]) -> Iterator[tuple[int, int, int, bytes]]:
+    """The records at ``offsets`` (int64 arrays of several flow buckets), in file order."""
+    import numpy as np
 
-    wanted = array("q")
-    wanted.frombytes(offsets)
+    wanted = np.sort(np.frombuffer(b"".join(offsets), dtype=np.int64)).tolist()
     with SplitCapture(path) as capture:
         for off, (ts, linktype, data) in zip(wanted, capture.at(wanted), strict=True):
             yield off, ts, linktype, data
@@ -255,13 +267,13 @@ def decode_chunks(
     options: SessionOptions,
     tables: tuple[str, ...],
     name: str | None = None,
-    offsets: bytes | None = None,
+    offsets: list[bytes] | None = None,
     date: str = "",
 ) -> Iterator[tuple[str, str, str, int, bytes]]:
     """(table, capture, date, rows, IPC chunk) of one task. ``buckets`` 1 decodes the whole capture.
 
-    With ``offsets`` (the bucket's record offsets found by ``index_range``, and the capture's
-    ``date``) only those records are read; without, every record is read and hashed to its bucket.
+    With ``offsets`` (the task's record offsets found by ``index_range``, one array per flow bucket
+    it was given, and the capture's ``date``) only those records are read; without, every record is read and hashed to its bucket.
 
     A file that is not a readable capture yields one ``ERROR_TABLE`` chunk holding the one-line
     message (UTF-8), for the driver to report like `kwsniff read` does, instead of failing the job.

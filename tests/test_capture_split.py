@@ -204,8 +204,9 @@ def test_range_count_is_one_per_core_within_bounds() -> None:
     assert range_count(0, 16) == 1
     assert range_count(100 * mib, 16) == 1  # ranges of 64 MiB at least
     assert range_count(2_600 * mib, 16) == 16
-    assert range_count(2_600 * mib, 2) == 3  # ranges of 1 GiB at most
+    assert range_count(2_600 * mib, 2) == 4  # ranges of 1 GiB at most, in whole waves of 2
     assert range_count(10 * gib, 2) == 10
+    assert range_count(10 * gib, 4) == 12
     assert range_count(10 * gib, 64) == 64
     assert range_count(1_000, 2, range_bytes=300) == 4
 

@@ -265,10 +265,12 @@ def balanced(load: Counter[int], tasks: int) -> list[list[int]]:
 
 def range_count(size: int, cores: int, range_bytes: int | None = None) -> int:
     """Byte ranges a capture of ``size`` bytes is indexed in: ``size / range_bytes`` when given, else
-    one per core within ranges of MIN_RANGE_SIZE to MAX_RANGE_SIZE."""
+    one per core within ranges of MIN_RANGE_SIZE to MAX_RANGE_SIZE, and when there must be more
+    ranges than cores, a multiple of the cores."""
     if range_bytes:
         return max(1, -(-size // range_bytes))
-    return max(1, -(-size // MAX_RANGE_SIZE), min(cores, size // MIN_RANGE_SIZE))
+    count = max(1, -(-size // MAX_RANGE_SIZE), min(cores, size // MIN_RANGE_SIZE))
+    return -(-count // cores) * cores if count > cores else count  # whole waves of tasks
 
 
 def _index(

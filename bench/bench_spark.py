@@ -58,7 +58,8 @@ def timed(command: list[str]) -> float:
 def child(master: str, buckets: int, out: str, inputs: list[str]) -> None:
     """One `kwsniff spark` run in this process, its stages timed: Spark's start, the decode stage
     (every capture × bucket task, up to the persisted chunks), and unpacking and writing the tables."""
-    from kwsniff.spark.pipeline import decode, expand_inputs, spark_session, write
+    from kwsniff.spark.inputs import expand_inputs
+    from kwsniff.spark.pipeline import decode, spark_session, write
 
     started = time.perf_counter()
     spark = spark_session(master)

@@ -14,7 +14,8 @@ from kwsniff.cli import main
 from kwsniff.rows import ListSink
 from kwsniff.run import run_capture
 from kwsniff.session import SessionOptions
-from kwsniff.spark.pipeline import decode, expand_inputs, write
+from kwsniff.spark.inputs import expand_inputs
+from kwsniff.spark.pipeline import decode, write
 from kwsniff.spark.tasks import capture_date, flow_bucket
 from kwsniff.tables import DEFAULT_TABLES, SCHEMAS
 
@@ -126,7 +127,7 @@ def test_inputs_expand_files_dirs_and_globs(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["/nonexistent/*.pcap"], "/nonexistent/*.pcap: no such file, directory or matching capture"),
-        (["hdfs://nn/caps"], "hdfs://nn/caps: only local or mounted paths are read"),
+        (["nosuch://nn/caps"], "nosuch://nn/caps: Unrecognized filesystem type in URI: nosuch://nn/caps"),
     ],
 )
 def test_bad_inputs_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:

@@ -50,7 +50,8 @@ def spark(
 ) -> None:
     """Decode INPUTS (files, directories, globs) on Spark into OUT/<table>/date=YYYY-MM-DD/."""
     try:
-        from kwsniff.spark.pipeline import InputError, decode, expand_inputs, spark_session, write
+        from kwsniff.spark.inputs import InputError, expand_inputs
+        from kwsniff.spark.pipeline import decode, spark_session, write
     except ImportError as exc:
         messages.error(f"kwsniff spark needs the spark extra (pip install 'kwsniff[spark]'): {exc}")
         sys.exit(1)

@@ -9,13 +9,12 @@ cross the JVM only as Arrow. ``binaryFile`` is not used: executors open the file
 
 from __future__ import annotations
 
-import glob
 import heapq
 import json
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -25,6 +24,7 @@ import pyarrow as pa
 from kwsniff.capture.split import RangeScan, Unsplittable, byte_ranges, joined_ranges
 from kwsniff.defaults import MAX_RANGE_SIZE, MIN_RANGE_SIZE
 from kwsniff.session import SessionOptions
+from kwsniff.spark.inputs import is_uri, shown
 from kwsniff.spark.tasks import (
     CHUNK_SCHEMA,
     ERROR_TABLE,
@@ -45,37 +45,6 @@ T = TypeVar("T")
 # The index hashes connections into this many fine buckets, which the driver then groups by their
 # bytes into the --flow-buckets tasks: a few big connections no longer land in one task by chance.
 FINE_BUCKETS = 4096
-CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz")
-
-
-class InputError(Exception):
-    """An input names nothing readable; the message is one line for the user."""
-
-
-def expand_inputs(inputs: Iterable[str]) -> list[str]:
-    """Files, directories (their capture files, recursively) and globs, as sorted absolute paths.
-
-    Executors open the files themselves, so paths must be local or on a filesystem mounted at the
-    same place on every executor (NFS, a shared volume); ``file://`` URLs are accepted."""
-    found: list[str] = []
-    for raw in inputs:
-        item = raw.removeprefix("file://")
-        if "://" in item:
-            raise InputError(f"{raw}: only local or mounted paths are read (executors open files directly)")
-        if os.path.isdir(item):
-            found.extend(
-                str(p)
-                for p in sorted(Path(item).rglob("*"))
-                if p.is_file() and p.name.endswith(CAPTURE_SUFFIXES) and not p.name.startswith(".")
-            )
-        elif os.path.isfile(item):
-            found.append(item)
-        else:
-            matches = sorted(m for m in glob.glob(item, recursive=True) if os.path.isfile(m))
-            if not matches:
-                raise InputError(f"{raw}: no such file, directory or matching capture")
-            found.extend(matches)
-    return list(dict.fromkeys(os.path.abspath(p) for p in found))
 
 
 @dataclass
@@ -162,8 +131,8 @@ def decode(
     opts = options or SessionOptions()
     # As `kwsniff read`: inputs sharing a file name (a/cap.pcap, b/cap.pcap) are named by their path
     # in the `capture` column, so (capture, conn_id) stays a unique key.
-    names = Counter(os.path.basename(p) for p in paths)
-    named = [(p, p if names[os.path.basename(p)] > 1 else "") for p in paths]
+    names = Counter(os.path.basename(shown(p)) for p in paths)
+    named = [(p, shown(p) if names[os.path.basename(shown(p))] > 1 else "") for p in paths]
     notes: list[tuple[str, str]] = []
     started = time.perf_counter()
     if buckets > 1:
@@ -234,7 +203,10 @@ def _bucket_tasks(
         if why is not None:
             if why != UNREADABLE:
                 notes.append(
-                    (path, f"not indexed by byte range ({why}): each flow bucket task reads the whole file")
+                    (
+                        shown(path),
+                        f"not indexed by byte range ({why}): each flow bucket task reads the whole file",
+                    )
                 )
             tasks += [Task(path, name, b, buckets) for b in range(buckets)]
             continue
@@ -280,7 +252,7 @@ def _index(
     ranges = []
     for path in paths:
         try:
-            size = os.path.getsize(path)
+            size = 0 if is_uri(path) else os.path.getsize(path)
         except OSError:
             size = 0
         cuts = byte_ranges(0, size, range_count(size, spark.sparkContext.defaultParallelism, range_bytes))

@@ -25,6 +25,7 @@ import pyarrow as pa
 from kwsniff.capture.split import Frames, RangeScan, SplitCapture, Unsplittable
 from kwsniff.net import TcpPacket, parse_tcp
 from kwsniff.session import Session, SessionOptions
+from kwsniff.spark.inputs import is_uri, open_input, shown
 from kwsniff.tables import SCHEMAS
 
 CHUNK_ROWS = 10_000
@@ -139,6 +140,8 @@ def index_range(path: str, part: int, start: int, end: int, buckets: int) -> lis
     from kwsniff.capture import CaptureError
 
     summary: dict[str, Any] = {"path": path, "part": part, "start": start, "end": end, "bucket": -1}
+    if is_uri(path):
+        return [{**summary, "unsplittable": "not on a local filesystem"}]
     try:
         with SplitCapture(path) as capture:
             scan = RangeScan()
@@ -278,14 +281,14 @@ def decode_chunks(
     A file that is not a readable capture yields one ``ERROR_TABLE`` chunk holding the one-line
     message (UTF-8), for the driver to report like `kwsniff read` does, instead of failing the job.
     ``name`` is the tables' `capture` value (default: the file's name)."""
-    from kwsniff.capture import CaptureError, open_capture
+    from kwsniff.capture import CaptureError
 
     try:
-        reader = open_capture(path)
+        reader = open_input(path)
     except (CaptureError, OSError) as exc:
-        message = str(exc) if isinstance(exc, CaptureError) else f"{path}: {exc.strerror or exc}"
+        message = str(exc) if isinstance(exc, CaptureError) else f"{shown(path)}: {exc.strerror or exc}"
         if bucket == 0:
-            yield ERROR_TABLE, path, "", 0, message.encode()
+            yield ERROR_TABLE, shown(path), "", 0, message.encode()
         return
 
     bucketed = buckets > 1

@@ -222,3 +222,17 @@ def test_fine_buckets_are_grouped_by_bytes() -> None:
     assert balanced(Counter({1: 50, 2: 30, 3: 20, 4: 20, 5: 10}), 2) == [[1, 4], [2, 3, 5]]  # 70 / 60
     assert balanced(Counter({7: 5}), 4) == [[7]]  # never more groups than buckets with traffic
     assert balanced(Counter(), 4) == []
+
+
+def test_auto_buckets_split_only_captures_bigger_than_a_core_share() -> None:
+    from kwsniff.spark.pipeline import auto_buckets
+
+    mib = 1 << 20
+    assert auto_buckets([2_650 * mib], 2) == [2]  # one big capture: every core
+    assert auto_buckets([2_650 * mib], 16) == [16]
+    assert auto_buckets([82 * mib] * 52, 2) == [1] * 52  # a fleet of equals keeps the cores busy
+    assert auto_buckets([10_240 * mib] + [10 * mib] * 100, 16) == [15] + [1] * 100  # 10 GiB of 11,240 MiB
+    assert auto_buckets([300 * mib, 300 * mib], 4) == [2, 2]
+    assert auto_buckets([100 * mib], 8) == [1]  # under 256 MiB: never split
+    assert auto_buckets([0, 0], 2) == [1, 1]
+    assert auto_buckets([], 2) == []

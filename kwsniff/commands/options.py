@@ -40,6 +40,23 @@ class ByteSize(click.ParamType):
         return n
 
 
+class FlowBuckets(click.ParamType):
+    """`auto`, or a number of flow buckets from 1 to 4096 (returned as None for `auto`)."""
+
+    name = "auto|N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
+        if value is None or str(value).strip().lower() == "auto":
+            return None
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not `auto` or a number of flow buckets", param, ctx)
+        if not 1 <= n <= 4096:
+            self.fail(f"{value!r} is not 1 to 4096 flow buckets", param, ctx)
+        return n
+
+
 class Port(click.ParamType):
     """A TCP port, 1 to 65535."""
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from kwsniff.commands import messages
-from kwsniff.commands.options import ByteSize, broker_port_option, broker_ports
+from kwsniff.commands.options import ByteSize, FlowBuckets, broker_port_option, broker_ports
 from kwsniff.session import SessionOptions
 from kwsniff.tables import DEFAULT_TABLES
 
@@ -22,17 +22,17 @@ from kwsniff.tables import DEFAULT_TABLES
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
 @click.option(
     "--flow-buckets",
-    type=click.IntRange(1, 4096),
-    default=1,
+    type=FlowBuckets(),
+    default="auto",
     show_default=True,
-    help="Split each capture into this many tasks by TCP flow; an index pass over byte ranges finds "
-    "each task's records.",
+    help="Split each capture into this many tasks by TCP flow (an index job over byte ranges finds "
+    "each task's records); auto splits a capture holding more than a core's share of the bytes.",
 )
 @click.option(
     "--range-size",
     type=ByteSize(),
     default=None,
-    help="Bytes of a capture indexed per task when --flow-buckets is over 1 "
+    help="Bytes of a capture indexed per task when it is split by flow "
     "[default: one range per executor core, 64 MiB to 1 GiB each].",
 )
 @click.option("--overwrite", is_flag=True, help="Replace the datasets already in --out.")
@@ -42,7 +42,7 @@ def spark(
     inputs: tuple[str, ...],
     out: Path,
     master: str,
-    flow_buckets: int,
+    flow_buckets: int | None,
     range_size: int | None,
     overwrite: bool,
     records: bool,
@@ -81,7 +81,8 @@ def spark(
         messages.error(message)
     for capture, note in decoded.notes:
         messages.warnings(capture, [note])
-    click.echo(f"{len(paths)} captures × {flow_buckets} flow buckets on {master} in {seconds:.1f} s")
+    split = "".join(f"; {name} split into {n} flow buckets" for name, n in sorted(decoded.split_into.items()))
+    click.echo(f"{len(paths)} captures on {master} in {seconds:.1f} s{split}")
     click.echo("  tables: " + ", ".join(f"{out / t}/ ({n:,} rows)" for t, n in counts.items()))
     if decoded.errors:
         sys.exit(1)

@@ -55,6 +55,7 @@ class Decoded:
     # (capture, why) of each capture whose flow-bucket tasks could not be given their own records
     notes: list[tuple[str, str]] = field(default_factory=list)
     index_seconds: float = 0.0  # the byte-range index job's wall time (bucketed decoding)
+    split_into: dict[str, int] = field(default_factory=dict)  # flow buckets of each split capture, by name
 
 
 @dataclass
@@ -114,7 +115,7 @@ def decode(
     spark: SparkSession,
     paths: Sequence[str],
     *,
-    buckets: int = 1,
+    buckets: int | None = 1,
     options: SessionOptions | None = None,
     tables: tuple[str, ...] = DEFAULT_TABLES,
     range_bytes: int | None = None,
@@ -122,9 +123,10 @@ def decode(
     """One DataFrame per table (its columns plus ``date``) for ``paths``, each decoded once, and the
     rows of each table (counted from the decoded chunks).
 
-    With ``buckets`` > 1 each capture is first indexed in byte ranges of ``range_bytes`` (default:
-    one per executor core, see ``range_count``; one task: where every record lies and which flow bucket it belongs to), then each bucket task reads
-    just its own records."""
+    ``buckets`` flow buckets per capture, or None for ``auto_buckets``. A capture of more than one
+    is first indexed in byte ranges of ``range_bytes`` (default: one per executor core, see
+    ``range_count``), one task each, which finds where every record lies and which connection it
+    belongs to; then each bucket task reads just its own records."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -134,12 +136,14 @@ def decode(
     names = Counter(os.path.basename(shown(p)) for p in paths)
     named = [(p, shown(p) if names[os.path.basename(shown(p))] > 1 else "") for p in paths]
     notes: list[tuple[str, str]] = []
+    cores = spark.sparkContext.defaultParallelism
+    counts = [buckets] * len(paths) if buckets else auto_buckets([_size(p) for p in paths], cores)
+    tasks = [Task(p, name) for (p, name), n in zip(named, counts, strict=True) if n == 1]
+    split = [(p, name, n) for (p, name), n in zip(named, counts, strict=True) if n > 1]
     started = time.perf_counter()
-    if buckets > 1:
-        tasks = _bucket_tasks(spark, named, buckets, range_bytes, notes)
-    else:
-        tasks = [Task(p, name) for p, name in named]
-    index_seconds = time.perf_counter() - started if buckets > 1 else 0.0
+    if split:
+        tasks += _bucket_tasks(spark, split, range_bytes, notes)
+    index_seconds = time.perf_counter() - started if split else 0.0
 
     def run_task(task: Task) -> Iterator[pa.RecordBatch]:
         for table, capture, date, rows, chunk in decode_chunks(
@@ -173,22 +177,45 @@ def decode(
         fix.rank()
     packed = chunks.coalesce(spark.sparkContext.defaultParallelism)
     frames = {t: _unpack(packed, t, fixes) for t in tables}
-    return Decoded(frames, rows, sorted(errors), notes, index_seconds)
+    split_into = {name or os.path.basename(shown(p)): n for p, name, n in split}
+    return Decoded(frames, rows, sorted(errors), notes, index_seconds, split_into)
+
+
+# A capture smaller than this is never split by auto_buckets: its index and bucket tasks would cost
+# more Spark overhead (about 1 s) than its decoding (under 1 s).
+MIN_SPLIT_SIZE = 256 * 1024 * 1024
+
+
+def auto_buckets(sizes: Sequence[int], cores: int) -> list[int]:
+    """Flow buckets per capture when not told: a capture holding more than a core's fair share of
+    the bytes (all bytes ÷ cores) is split into about as many shares as it holds, at most one per
+    core, so one big capture keeps every core busy and a fleet of similar captures is not split."""
+    share = sum(sizes) / max(1, cores)
+    return [
+        min(cores, max(1, round(size / share))) if size >= MIN_SPLIT_SIZE and share else 1 for size in sizes
+    ]
+
+
+def _size(path: str) -> int:
+    """Bytes of a local capture (0 for a URI or a path the driver cannot see: not split)."""
+    try:
+        return 0 if is_uri(path) else os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def _bucket_tasks(
     spark: SparkSession,
-    named: list[tuple[str, str]],
-    buckets: int,
+    split: list[tuple[str, str, int]],
     range_bytes: int | None,
     notes: list[tuple[str, str]],
 ) -> list[Task]:
-    """The decode tasks of ``buckets`` flow buckets per capture, each with its records' offsets when
-    the capture could be indexed; a capture that could not (a note says why) is read whole by every
-    bucket task."""
-    index = _index(spark, [p for p, _ in named], FINE_BUCKETS, range_bytes)
+    """The decode tasks of each (path, name, flow buckets) capture, each with its records' offsets
+    when the capture could be indexed; a capture that could not (a note says why) is read whole by
+    every bucket task."""
+    index = _index(spark, [p for p, _, _ in split], FINE_BUCKETS, range_bytes)
     tasks = []
-    for path, name in named:
+    for path, name, buckets in split:
         rows = index.get(path, [])
         summaries = sorted((r for r in rows if r["bucket"] < 0), key=lambda r: r["part"])
         why = next((r["unsplittable"] for r in summaries if r["unsplittable"]), None)
@@ -251,10 +278,7 @@ def _index(
     """``index_range`` of every byte range of every capture, run as one task per range; by path."""
     ranges = []
     for path in paths:
-        try:
-            size = 0 if is_uri(path) else os.path.getsize(path)
-        except OSError:
-            size = 0
+        size = _size(path)
         cuts = byte_ranges(0, size, range_count(size, spark.sparkContext.defaultParallelism, range_bytes))
         ranges += [(path, k, start, end, buckets) for k, (start, end) in enumerate(cuts)]
 

@@ -10,7 +10,7 @@ default bench/captures/tailing-80mb.pcap, else bench_memory's bench-tailing capt
 if missing), so every task is the same work and the figures show scheduling, not luck. Big: one
 capture (``--big-capture``, default bench/captures/tailing-1280mb.pcap, else made the same way)
 decoded by `kwsniff read`, by Spark on local[1] unsplit and on local[N] (each ``--cores`` over 1)
-with each of ``--buckets`` flow buckets: an index job over byte ranges, then one task per bucket
+unsplit and with each of ``--buckets`` flow buckets: an index job over byte ranges, then one task per bucket
 reading just its own records. ``--copies 0`` skips the fleet.
 
 Every Spark run is a fresh process with its own JVM, timed whole and by stage: Spark's start (the
@@ -155,7 +155,7 @@ def main() -> None:
         print(f"  tshark: {ts_big:.1f} s;  kwsniff read: {read_big:.1f} s ({big_mb / read_big:.0f} MB/s)")
         expected = row_counts(work / "read-big")
         runs = [("local[1]", 1)]
-        runs += [(f"local[{n}]", b) for n in cores if n > 1 for b in buckets]
+        runs += [(f"local[{n}]", b) for n in cores if n > 1 for b in (1, *buckets)]
         first: dict[str, float] = {}
         for master, b in runs:
             out = work / f"big-{master}-{b}"

@@ -233,6 +233,32 @@ def test_report_prints_every_question_and_plots(out: Path, tmp_path: Path, spark
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
+def test_throughput_lines_start_at_each_topic_first_produce() -> None:
+    """quickstart.pcap's bursts, as `kwsniff report --plots` draws them (throughput.png)."""
+    from datetime import datetime, timedelta
+
+    from kwsniff.spark.plots import cumulative_series
+
+    t0 = datetime(2026, 11, 22, 17, 39, 27, 872000)
+    ms = timedelta(milliseconds=1)
+    rows = [
+        {"topic": "orders", "millisecond": t0 + 3 * ms, "records": 21},
+        {"topic": "orders", "millisecond": t0, "records": 51},
+        {"topic": "events", "millisecond": t0 + 7 * ms, "records": 60},
+        {"topic": "orders", "millisecond": t0 + ms, "records": 29},
+        {"topic": "orders", "millisecond": t0 + 4 * ms, "records": 39},
+        {"topic": None, "millisecond": t0 + 2 * ms, "records": 5},
+    ]
+    start, lines = cumulative_series(rows, "millisecond")
+    assert start == t0
+    assert lines == {
+        "(unnamed)": ([0.002, 0.002], [0, 5]),
+        "events": ([0.007, 0.007], [0, 60]),  # from its own first Produce, not flat from 0 s
+        "orders": ([0.0, 0.0, 0.001, 0.003, 0.004], [0, 51, 80, 101, 140]),
+    }
+    assert cumulative_series([], "minute") == (None, {})
+
+
 def test_report_refuses_what_is_not_a_tables_directory(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["report", str(tmp_path / "nope")])
     assert (result.exit_code, result.output) == (

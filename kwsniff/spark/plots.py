@@ -47,24 +47,38 @@ def latency_distribution(requests: Any, path: Path, *, max_points: int = 200_000
     return path
 
 
+def cumulative_series(rows: Any, unit: str) -> tuple[Any, dict[str, tuple[list[float], list[int]]]]:
+    """(first time, {topic: (seconds since it, cumulative records)}) of throughput_per_minute rows at
+    ``unit`` resolution. Each line starts at 0 records at its topic's first Produce: no flat line
+    before a topic existed."""
+    series: dict[str, list[tuple[Any, int]]] = defaultdict(list)
+    for row in rows:
+        series[row["topic"] or "(unnamed)"].append((row[unit], row["records"]))
+    if not series:
+        return None, {}
+    start = min(t for points in series.values() for t, _ in points)
+    lines = {}
+    for topic, points in sorted(series.items()):
+        points.sort()
+        xs, ys, total = [(points[0][0] - start).total_seconds()], [0], 0
+        for t, n in points:
+            total += n
+            xs.append((t - start).total_seconds())
+            ys.append(total)
+        lines[topic] = (xs, ys)
+    return start, lines
+
+
 def throughput_over_time(throughput: Any, path: Path, unit: str) -> Path:
     """Cumulative records produced per topic against seconds since the first Produce (rows of
     analytics.throughput_per_minute at ``unit`` resolution): the slope is the throughput, and a
     capture whose producers finish within a second still shows its bursts."""
-    series: dict[str, list[tuple[Any, int]]] = defaultdict(list)
-    for row in throughput.collect():
-        series[row["topic"] or "(unnamed)"].append((row[unit], row["records"]))
+    start, lines = cumulative_series(throughput.collect(), unit)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 4))
-    if series:
-        start = min(t for points in series.values() for t, _ in points)
-        for topic, points in sorted(series.items()):
-            xs, total, ys = [0.0], 0, [0]
-            for t, n in sorted(points):
-                total += n
-                xs.append((t - start).total_seconds())
-                ys.append(total)
-            ax.plot(xs, ys, marker=".", drawstyle="steps-post", label=f"{topic} ({total:,} records)")
+    if lines:
+        for topic, (xs, ys) in lines.items():
+            ax.plot(xs, ys, marker=".", drawstyle="steps-post", label=f"{topic} ({ys[-1]:,} records)")
         ax.set_title(f"Records produced per topic since {start:%Y-%m-%d %H:%M:%S} UTC (per {unit})")
         ax.legend()
     ax.set_xlabel("seconds since the first Produce request")

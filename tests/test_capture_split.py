@@ -236,3 +236,36 @@ def test_auto_buckets_split_only_captures_bigger_than_a_core_share() -> None:
     assert auto_buckets([100 * mib], 8) == [1]  # under 256 MiB: never split
     assert auto_buckets([0, 0], 2) == [1, 1]
     assert auto_buckets([], 2) == []
+
+
+def relinked(capture: Path, out: Path, linktype: int) -> Path:
+    """``capture``'s Ethernet frames behind another link header: Linux cooked v1 (113) or v2
+    (276), raw IP (101), or 802.1Q-tagged Ethernet (1, which numpy leaves to the per-packet path)."""
+    records = []
+    for ts, _lt, frame in read_packets(capture):
+        ethertype, ip = frame[12:14], frame[14:]
+        if linktype == 113:
+            frame = struct.pack(">HHH", 0, 1, 6) + frame[6:12] + b"\0\0" + ethertype + ip
+        elif linktype == 276:
+            frame = ethertype + b"\0\0" + struct.pack(">IHBB", 1, 1, 0, 6) + frame[6:12] + b"\0\0" + ip
+        elif linktype == 101:
+            frame = ip
+        else:
+            frame = frame[:12] + b"\x81\x00\x00\x07" + frame[12:]
+        records.append(struct.pack("<IIII", ts // 10**6, ts % 10**6, len(frame), len(frame)) + frame)
+    out.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, linktype) + b"".join(records))
+    return out
+
+
+@pytest.mark.parametrize(("linktype", "name"), [(113, "sll"), (276, "sll2"), (101, "raw"), (1, "vlan")])
+def test_a_flow_keeps_its_bucket_whatever_the_link_header(tmp_path: Path, linktype: int, name: str) -> None:
+    def buckets(path: Path) -> list[int]:
+        with SplitCapture(str(path)) as split:
+            frames = split.walk(0, split.size, RangeScan())
+            vector = flow_buckets(split.data, frames, 4096).tolist()
+            assert vector == [flow_bucket(lt, d, 4096) for _ts, lt, d in split.at(frames.offsets)]
+            return vector
+
+    ethernet = buckets(CAPTURES[-1])
+    assert buckets(relinked(CAPTURES[-1], tmp_path / f"{name}.pcap", linktype)) == ethernet
+    assert len(set(ethernet)) == 16  # quickstart's 16 connections, each its own fine bucket

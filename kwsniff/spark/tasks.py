@@ -49,7 +49,17 @@ CHUNK_SCHEMA = pa.schema(
 # land in one bucket, and computable the same way in numpy for a whole range of frames at once.
 _GOLDEN = 0x9E3779B97F4A7C15
 _MASK64 = (1 << 64) - 1
-_ETHERNET = 1
+# LINKTYPE -> (offset of its 2-byte protocol field, which must say IPv4, or -1 for none; offset of
+# the IP header): Ethernet, Linux cooked v1 (`tcpdump -i any`) and v2, raw IP.
+_VECTOR_LINKS = {
+    1: (12, 14),
+    113: (14, 16),
+    276: (0, 20),
+    101: (-1, 0),
+    12: (-1, 0),
+    14: (-1, 0),
+    228: (-1, 0),
+}
 _VECTOR_ROWS = 1 << 16  # frames per numpy gather: 2.5 MB of index arrays, whatever the range
 
 
@@ -73,37 +83,40 @@ def flow_bucket(linktype: int, data: bytes, buckets: int) -> int:
 def flow_buckets(data: Any, frames: Frames, buckets: int) -> Any:
     """``flow_bucket`` of every frame of ``frames`` (a numpy array), ``data`` the mapped file.
 
-    Ethernet frames of IPv4 without options carrying TCP are hashed in numpy from fixed offsets;
-    every other frame goes through ``flow_bucket``, which gives the same bucket for the same flow."""
+    IPv4 without options carrying TCP, after a link header of fixed size (``_VECTOR_LINKS``), is
+    hashed in numpy from fixed offsets; every other frame goes through ``flow_bucket``, which gives
+    the same bucket for the same flow."""
     import numpy as np
 
     offsets = np.frombuffer(frames.offsets, dtype=np.int64) + frames.header
     caplens = np.frombuffer(frames.caplens, dtype=np.int64)
     linktypes = frames.linktypes
     if isinstance(linktypes, int):
-        ethernet = np.full(len(offsets), linktypes == _ETHERNET)
+        kinds = np.full(len(offsets), linktypes)
     else:
-        ethernet = np.frombuffer(linktypes, dtype=np.dtype(f"i{linktypes.itemsize}")) == _ETHERNET
+        kinds = np.frombuffer(linktypes, dtype=np.dtype(f"i{linktypes.itemsize}"))
     out = np.zeros(len(offsets), dtype=np.int64)
     done = np.zeros(len(offsets), dtype=bool)
     buf = np.frombuffer(data, dtype=np.uint8)
-    for lo in range(0, len(offsets), _VECTOR_ROWS):
-        rows = np.nonzero(ethernet[lo : lo + _VECTOR_ROWS] & (caplens[lo : lo + _VECTOR_ROWS] >= 54))[0] + lo
-        at = offsets[rows]
-        # Ethertype IPv4, a 20-byte IP header, TCP, not a fragment.
-        tcp4 = (
-            (buf[at + 12] == 8) & (buf[at + 13] == 0) & (buf[at + 14] == 0x45) & (buf[at + 23] == 6)
-            & ((buf[at + 20] & 0x3F) == 0) & (buf[at + 21] == 0)
-        )  # fmt: skip
-        rows, at = rows[tcp4], at[tcp4]
-        # Each endpoint as 48 bits, address then port: bytes 26-29 and 34-35, and 30-33 and 36-37.
-        src = np.zeros(len(at), dtype=np.uint64)
-        dst = np.zeros(len(at), dtype=np.uint64)
-        for src_byte, dst_byte in ((26, 30), (27, 31), (28, 32), (29, 33), (34, 36), (35, 37)):
-            src = src << np.uint64(8) | buf[at + src_byte]
-            dst = dst << np.uint64(8) | buf[at + dst_byte]
-        out[rows] = (((src ^ dst) * np.uint64(_GOLDEN)) >> np.uint64(32)) % np.uint64(buckets)
-        done[rows] = True
+    for linktype, (proto, ip) in _VECTOR_LINKS.items():
+        for lo in range(0, len(offsets), _VECTOR_ROWS):
+            hi = lo + _VECTOR_ROWS
+            rows = np.nonzero((kinds[lo:hi] == linktype) & (caplens[lo:hi] >= ip + 40))[0] + lo
+            at = offsets[rows]
+            # A 20-byte IPv4 header, TCP, not a fragment (and the link's protocol field says IPv4).
+            tcp4 = (buf[at + ip] == 0x45) & (buf[at + ip + 9] == 6)
+            tcp4 &= ((buf[at + ip + 6] & 0x3F) == 0) & (buf[at + ip + 7] == 0)
+            if proto >= 0:
+                tcp4 &= (buf[at + proto] == 8) & (buf[at + proto + 1] == 0)
+            rows, at = rows[tcp4], at[tcp4] + ip
+            # Each endpoint as 48 bits, address then port: IP bytes 12-15 and TCP 0-1, 16-19 and 2-3.
+            src = np.zeros(len(at), dtype=np.uint64)
+            dst = np.zeros(len(at), dtype=np.uint64)
+            for src_byte, dst_byte in ((12, 16), (13, 17), (14, 18), (15, 19), (20, 22), (21, 23)):
+                src = src << np.uint64(8) | buf[at + src_byte]
+                dst = dst << np.uint64(8) | buf[at + dst_byte]
+            out[rows] = (((src ^ dst) * np.uint64(_GOLDEN)) >> np.uint64(32)) % np.uint64(buckets)
+            done[rows] = True
     linktype_of = (lambda i: linktypes) if isinstance(linktypes, int) else linktypes.__getitem__
     for i in np.nonzero(~done)[0].tolist():
         start = int(offsets[i])

@@ -37,6 +37,7 @@ from kwsniff.tables import DEFAULT_TABLES
 )
 @click.option("--overwrite", is_flag=True, help="Replace the datasets already in --out.")
 @click.option("--records", is_flag=True, help="Also write the `records` table.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 @broker_port_option
 def spark(
     inputs: tuple[str, ...],
@@ -46,6 +47,7 @@ def spark(
     range_size: int | None,
     overwrite: bool,
     records: bool,
+    quiet: bool,
     broker_port: tuple[int, ...],
 ) -> None:
     """Decode INPUTS (files, directories, globs) on Spark into OUT/<table>/date=YYYY-MM-DD/."""
@@ -67,7 +69,7 @@ def spark(
     tables = (*DEFAULT_TABLES, "records") if records else DEFAULT_TABLES
     options = SessionOptions(broker_ports=broker_ports(broker_port), records=records)
     started = time.perf_counter()
-    session = spark_session(master)
+    session = spark_session(master, progress=not quiet and sys.stderr.isatty())
     try:
         decoded = decode(
             session, paths, buckets=flow_buckets, options=options, tables=tables, range_bytes=range_size
@@ -81,8 +83,11 @@ def spark(
         messages.error(message)
     for capture, note in decoded.notes:
         messages.warnings(capture, [note])
-    split = "".join(f"; {name} split into {n} flow buckets" for name, n in sorted(decoded.split_into.items()))
-    click.echo(f"{len(paths)} captures on {master} in {seconds:.1f} s{split}")
-    click.echo("  tables: " + ", ".join(f"{out / t}/ ({n:,} rows)" for t, n in counts.items()))
+    if not quiet:
+        split = "".join(
+            f"; {name} split into {n} flow buckets" for name, n in sorted(decoded.split_into.items())
+        )
+        click.echo(f"{len(paths)} captures on {master} in {seconds:.1f} s{split}")
+        click.echo("  tables: " + ", ".join(f"{out / t}/ ({n:,} rows)" for t, n in counts.items()))
     if decoded.errors:
         sys.exit(1)

@@ -70,14 +70,16 @@ class Task:
     date: str = ""
 
 
-def spark_session(master: str = "local[*]", app: str = "kwsniff") -> SparkSession:
+def spark_session(master: str = "local[*]", app: str = "kwsniff", progress: bool = False) -> SparkSession:
+    """A session for kwsniff's jobs; ``progress`` shows Spark's console progress bar of each stage
+    (tasks done of all) on stderr, for a long run watched in a terminal."""
     from pyspark.sql import SparkSession
 
     return (
         SparkSession.builder.master(master)
         .appName(app)
         .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.ui.showConsoleProgress", "true" if progress else "false")
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
     )

@@ -10,7 +10,11 @@ paces 8 KB records at RATE MB/s for --seconds while `kwsniff capture lo` (this c
 reference seeing the same packets, `tcpdump -w /dev/null` run on the same interface. Per rate it
 prints packets/s captured, kwsniff's kernel and queue drops (from its capture_stats table), tcpdump's
 count and drops, and kwsniff's peak RSS (sampled from /proc every 0.5 s). The namespace is removed
-afterwards, every process stopped by PID.
+afterwards, every process stopped by PID (also when interrupted).
+
+tansu keeps what it is sent in memory (its RSS grew to 7 GB in 11 minutes at 10 MB/s), so a
+soak's length times its rate is bounded by the machine's RAM: 24 GB here allows about 30 minutes at
+10 MB/s, or an hour at 4 MB/s.
 """
 
 from __future__ import annotations
@@ -98,6 +102,7 @@ def run_rate(
     )
     peak = 0
     samples = []
+    producer: subprocess.Popen[str] | None = None
     try:
         deadline = time.monotonic() + 15
         while b"capturing on" not in err.read_bytes() and time.monotonic() < deadline:
@@ -117,6 +122,8 @@ def run_rate(
         acked = (producer.communicate(timeout=60)[0] or "0 0").split()
         time.sleep(1.0)
     finally:
+        if producer is not None:  # interrupted mid-run: the producer too is stopped by PID
+            realparts.stop_process(producer)  # type: ignore[arg-type]
         realparts.stop_process(capture, signal.SIGINT)
         realparts.stop_process(tcpdump, signal.SIGINT)
     tcpdump_err = tcpdump.stderr.read().decode() if tcpdump.stderr else ""

@@ -16,6 +16,7 @@ from segments import ACK, FIN, RST, SYN, ipv4_tcp, segments
 from kwsniff.capture import CaptureError, open_capture_file
 from kwsniff.kafka import Conversation, ConversationHandler
 from kwsniff.net import parse_tcp
+from kwsniff.pipeline.session import Session
 from kwsniff.protocol import (
     DecodeError,
     decode_request,
@@ -28,7 +29,6 @@ from kwsniff.protocol import (
 )
 from kwsniff.records import counts_v2, summarize_records
 from kwsniff.rows import ListSink
-from kwsniff.session import Session
 from kwsniff.tcp import SNAPLEN, TcpReassembler
 
 LINKTYPE_IPV4 = 228

@@ -7,14 +7,6 @@ import click
 from kwsniff import __version__
 
 
-def run() -> None:
-    """The console script of installs made before kwsniff.entry (which refuses numpy too)."""
-    from kwsniff.entry import refuse_unused_imports
-
-    refuse_unused_imports()
-    main()
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="kwsniff")
 def main() -> None:

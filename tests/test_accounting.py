@@ -22,9 +22,9 @@ from kafkawire import (
 
 from kwsniff.capture import CaptureError
 from kwsniff.cli import main
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.session import Session, SessionOptions, accounting_difference
 from kwsniff.rows import ListSink
-from kwsniff.run import run_capture
-from kwsniff.session import Session, SessionOptions, accounting_difference
 
 TESTS = Path(__file__).parent
 CAPTURES = sorted(

@@ -20,8 +20,8 @@ from kafkawire import (
 )
 
 from kwsniff.cli import main
+from kwsniff.pipeline.session import Session, SessionOptions, accounting_difference
 from kwsniff.rows import ListSink
-from kwsniff.session import Session, SessionOptions, accounting_difference
 
 BIG = 3_000_000  # a large Fetch-sized response
 SEEN = 55_000

@@ -1,6 +1,6 @@
-"""`kwsniff` in a process of its own refuses the pyarrow extras it never uses (numpy, pandas) and
-writes the same tables: the import hook of kwsniff.entry is what `python -m kwsniff` and the console
-script run, while the tests that call kwsniff.cli.main in-process keep numpy and pandas."""
+"""`kwsniff` in a process of its own: `--help` and usage errors import nothing heavy (no pyarrow, numpy,
+pandas or pyspark: every sub-command imports those lazily, when it runs), no import hook changes what
+other code may import, and a run writes its tables."""
 
 from __future__ import annotations
 
@@ -12,28 +12,49 @@ import pyarrow.dataset as ds
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_pcaps" / "quickstart.pcap"
+HEAVY = ("numpy", "pandas", "pyarrow", "pyspark")
 
 
-def test_command_line_writes_tables_without_numpy_or_pandas(tmp_path: Path) -> None:
-    out = tmp_path / "tables"
+def _imported(args: list[str]) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "kwsniff", "read", str(SAMPLE), "--out", str(out), "-q"],
+        [sys.executable, "-X", "importtime", "-m", "kwsniff", *args],
         capture_output=True,
         text=True,
         timeout=120,
     )
+    return done, {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
+
+
+def test_help_imports_neither_numpy_nor_pandas_nor_pyarrow() -> None:
+    done, imported = _imported(["--help"])
+    assert done.returncode == 0 and "Commands:" in done.stdout, done.stderr[-2000:]
+    assert "kwsniff.cli" in imported and "kwsniff.commands.read" in imported
+    assert sorted(name for name in imported if name.split(".")[0] in HEAVY) == []
+
+
+def test_every_sub_command_help_stays_light() -> None:
+    for command in ("read", "show", "capture", "spark", "report"):
+        done, imported = _imported([command, "--help"])
+        assert done.returncode == 0 and f"kwsniff {command} [OPTIONS]" in done.stdout, (command, done.stdout)
+        assert sorted(name for name in imported if name.split(".")[0] in HEAVY) == [], command
+
+
+def test_command_line_writes_tables(tmp_path: Path) -> None:
+    out = tmp_path / "tables"
+    done, imported = _imported(["read", str(SAMPLE), "--out", str(out), "-q"])
     assert done.returncode == 0, done.stderr[-2000:]
-    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
     assert "pyarrow" in imported and "kwsniff.sinks.parquet" in imported
-    # -X importtime lists a refused import too, but a real numpy or pandas import brings submodules.
-    assert not {name for name in imported if name.startswith(("numpy.", "pandas."))}
     rows = {
         table: ds.dataset(out / table).count_rows() for table in ("requests", "connections", "partitions")
     }
     assert rows == {"requests": 75, "connections": 16, "partitions": 97}
 
 
-def test_library_users_keep_numpy() -> None:
-    code = "import kwsniff.cli, pyarrow, numpy; print(numpy.__name__)"
+def test_no_import_hook_is_installed() -> None:
+    code = "import sys, kwsniff.entry, kwsniff.cli; print(len(sys.meta_path)); import numpy; print(numpy.__name__)"
+    bare = subprocess.run(
+        [sys.executable, "-c", "import sys; print(len(sys.meta_path))"], capture_output=True, text=True
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and done.stdout.strip() == "numpy", done.stderr
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [bare.stdout.strip(), "numpy"]

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 from kafkawire import LINKTYPE_RAW_IPV4, Flow, i8, i16, i32, i64, request, response, string, write_pcap
 
 from kwsniff.cli import main
+from kwsniff.pipeline.session import Session
 from kwsniff.rows import ListSink
-from kwsniff.session import Session
 from kwsniff.sinks import output_name
 
 CAPTURES = Path(__file__).parent / "data" / "captures"

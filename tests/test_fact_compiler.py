@@ -16,12 +16,12 @@ from typing import Any
 import fact_oracle
 import pytest
 
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.session import SessionOptions
 from kwsniff.protocol import message_fields, schema_triples
 from kwsniff.rows import ListSink
 from kwsniff.rows.extract import error_rows
 from kwsniff.rows.partitions import REQUEST, RESPONSE, partition_facts
-from kwsniff.run import run_capture
-from kwsniff.session import SessionOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURES = sorted((ROOT / "tests" / "data" / "captures").glob("*.pcap")) + [

@@ -74,8 +74,8 @@ def test_response_with_an_unknown_tagged_field_is_decoded_and_walked_for_errors(
     # stopping the whole run.
     from kafkawire import Flow, response
 
+    from kwsniff.pipeline.session import Session
     from kwsniff.rows import ListSink
-    from kwsniff.session import Session
 
     header = struct.pack(">hhih", 18, 3, 1, 1) + b"t" + b"\x00"  # ApiVersions v3, header v2, no tags
     body = b"\x03kw\x021\x00"  # client_software_name "kw", version "1", no tags

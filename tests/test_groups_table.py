@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 from click.testing import CliRunner
 
 from kwsniff.cli import main
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
-from kwsniff.run import run_capture
-from kwsniff.session import SessionOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "sample_pcaps/quickstart.pcap"

@@ -40,10 +40,10 @@ from kafkawire import (
 from kwsniff.capture import open_capture
 from kwsniff.cli import main
 from kwsniff.kafka import Conversation, ConversationHandler
+from kwsniff.pipeline.run import CaptureResult, run_capture
+from kwsniff.pipeline.session import Session, SessionOptions
 from kwsniff.records import summarize_records
 from kwsniff.rows import ListSink
-from kwsniff.run import CaptureResult, run_capture
-from kwsniff.session import Session, SessionOptions
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS.parent / "fuzz"))
@@ -478,8 +478,8 @@ PEAK_SCRIPT = textwrap.dedent(
     """
     import resource, sys
     from kwsniff.rows import ListSink
-    from kwsniff.run import run_capture
-    from kwsniff.session import SessionOptions
+    from kwsniff.pipeline.run import run_capture
+    from kwsniff.pipeline.session import SessionOptions
     sink = ListSink()
     result = run_capture(sys.argv[1], sink, SessionOptions())
     statuses = sorted(r["status"] for r in sink.tables["requests"])

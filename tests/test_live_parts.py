@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 
 from kwsniff.capture import open_capture, open_stream
 from kwsniff.capture.live import CaptureCounters
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.run_live import LiveDecoder, LiveOptions
+from kwsniff.pipeline.session import Session, SessionOptions
 from kwsniff.rows import ListSink
-from kwsniff.run import run_capture
-from kwsniff.run_live import LiveDecoder, LiveOptions
-from kwsniff.session import Session, SessionOptions
 from kwsniff.sinks import ParquetSink
 from kwsniff.sinks.rotating import RotatingSink
 from kwsniff.tables import DEFAULT_TABLES

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
-from kwsniff.run import run_capture
-from kwsniff.session import SessionOptions
 
 CAPTURES = Path(__file__).parent / "data" / "captures"
 

@@ -28,8 +28,8 @@ from kafkawire import (
 from otherwire import BUILDERS, Messages
 
 from kwsniff.cli import main
+from kwsniff.pipeline.session import Session, SessionOptions
 from kwsniff.rows import ListSink
-from kwsniff.session import Session, SessionOptions
 
 SERVER_IP = bytes([10, 0, 0, 2])
 CAPTURES = Path(__file__).parent / "data" / "captures"

@@ -13,8 +13,8 @@ from kafkawire import (
     response,
 )
 
+from kwsniff.pipeline.session import Session, SessionOptions, SessionStats, accounting_difference
 from kwsniff.rows import ListSink
-from kwsniff.session import Session, SessionOptions, SessionStats, accounting_difference
 
 
 def run(f: Flow) -> tuple[dict, SessionStats, ListSink]:

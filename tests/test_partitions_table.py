@@ -14,11 +14,11 @@ import pytest
 from kafkawire import LINKTYPE_RAW_IPV4, Flow, uvarint
 from test_records_oracle import GZIP, build_v2
 
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.session import Session, SessionOptions
 from kwsniff.protocol import _schema
 from kwsniff.rows import ListSink
 from kwsniff.rows.partitions import TopicNames
-from kwsniff.run import run_capture
-from kwsniff.session import Session, SessionOptions
 
 CAPTURES = Path(__file__).parent / "data" / "captures"
 NAMES = ("acks_modes", "kafka_python", "legacy_msgset", "produce_codecs")

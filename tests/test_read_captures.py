@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
-from kwsniff.run import run_capture
-from kwsniff.session import SessionOptions
 
 ROOT = Path(__file__).parent.parent
 CAPTURES = sorted((ROOT / "tests" / "data" / "captures").glob("*.pcap")) + [

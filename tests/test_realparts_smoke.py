@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from realparts import CapturedTraffic, consume_with_kafka_python, pcap_packet_count, produce_with_confluent
 
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
-from kwsniff.run import run_capture
-from kwsniff.session import SessionOptions
 
 PRODUCED = 5
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.session import SessionOptions
 from kwsniff.records import counts_v2, summarize_records
 from kwsniff.rows import ListSink
-from kwsniff.run import run_capture
-from kwsniff.session import SessionOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURES = sorted((ROOT / "tests" / "data" / "captures").glob("*.pcap"))

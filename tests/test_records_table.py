@@ -19,9 +19,9 @@ from test_partitions_table import FETCH, RECORDS, run
 from test_records_oracle import build_v2
 
 from kwsniff.cli import main
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
-from kwsniff.run import run_capture
-from kwsniff.session import SessionOptions
 from kwsniff.sinks import parquet
 from kwsniff.tables import DEFAULT_TABLES
 

@@ -25,8 +25,8 @@ from kafkawire import (
 )
 from realparts import CapturedTraffic
 
+from kwsniff.pipeline.session import Session, SessionOptions, accounting_difference
 from kwsniff.rows import ListSink
-from kwsniff.session import Session, SessionOptions, accounting_difference
 
 PASSWORD = "s3cr3t-Pa55word"
 PLAIN_TOKEN = b"\x00alice\x00" + PASSWORD.encode()

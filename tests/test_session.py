@@ -24,8 +24,8 @@ from kafkawire import (
     response,
 )
 
+from kwsniff.pipeline.session import Session, SessionOptions
 from kwsniff.rows import ListSink
-from kwsniff.session import Session, SessionOptions
 
 
 def run(packets: list[tuple[int, bytes]], **options: Any) -> tuple[ListSink, Session]:

@@ -63,8 +63,8 @@ from kafkawire import (
 
 from kwsniff.cli import main
 from kwsniff.commands.show import PrintingSink
-from kwsniff.render import ExchangeFilter, endpoint, plain
-from kwsniff.session import Session
+from kwsniff.pipeline.session import Session
+from kwsniff.view.render import ExchangeFilter, endpoint, plain
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "data" / "golden"

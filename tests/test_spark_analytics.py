@@ -1,4 +1,4 @@
-"""kwsniff.analytics on the repository's real captures, each answer checked against an independent
+"""kwsniff.report.analytics on the repository's real captures, each answer checked against an independent
 computation with pandas over the tables `kwsniff read` wrote (not with Spark)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pyarrow.dataset as ds
 import pytest
 from click.testing import CliRunner
 
-from kwsniff import analytics as a
 from kwsniff.cli import main
+from kwsniff.report import analytics as a
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURES = sorted((ROOT / "tests/data/captures").glob("*.pcap")) + [ROOT / "sample_pcaps/quickstart.pcap"]
@@ -220,7 +220,7 @@ def test_report_prints_every_question_and_plots(out: Path, tmp_path: Path, spark
 
     titles = [t for t, _ in questions(a.load_tables(spark, out))]
     assert len(titles) == 10
-    from kwsniff.spark.plots import latency_distribution, throughput_over_time
+    from kwsniff.report.plots import latency_distribution, throughput_over_time
 
     t = a.load_tables(spark, out)
     lat = latency_distribution(t["requests"], tmp_path / "lat.png")
@@ -237,7 +237,7 @@ def test_throughput_lines_start_at_each_topic_first_produce() -> None:
     """quickstart.pcap's bursts, as `kwsniff report --plots` draws them (throughput.png)."""
     from datetime import datetime, timedelta
 
-    from kwsniff.spark.plots import cumulative_series
+    from kwsniff.report.plots import cumulative_series
 
     t0 = datetime(2026, 11, 22, 17, 39, 27, 872000)
     ms = timedelta(milliseconds=1)

@@ -12,13 +12,14 @@ import pytest
 from click.testing import CliRunner
 
 from kwsniff.cli import main
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
-from kwsniff.run import run_capture
-from kwsniff.session import SessionOptions
 from kwsniff.spark.inputs import expand_inputs
 from kwsniff.spark.pipeline import decode, write
 from kwsniff.spark.tasks import capture_date, flow_bucket
-from kwsniff.tables import DEFAULT_TABLES, SCHEMAS
+from kwsniff.tables import DEFAULT_TABLES
+from kwsniff.tables.schemas import SCHEMAS
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURES = sorted((ROOT / "tests/data/captures").glob("*.pcap")) + [ROOT / "sample_pcaps/quickstart.pcap"]

@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
-from kwsniff.run import run_capture
-from kwsniff.session import SessionOptions
 from kwsniff.spark.inputs import InputError, expand_inputs, open_input
-from kwsniff.tables import SCHEMAS
+from kwsniff.tables.schemas import SCHEMAS
 from tests.realparts import free_port, stop_process, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,9 +14,9 @@ from kafkawire import LINKTYPE_RAW_IPV4, Flow
 from realparts import LOOPBACK, free_port, tcpdump_capture
 
 from kwsniff.kafka.tls import TlsHellos, guess_protocol, looks_like_tls
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.session import Session, SessionOptions, accounting_difference
 from kwsniff.rows import ListSink
-from kwsniff.run import run_capture
-from kwsniff.session import Session, SessionOptions, accounting_difference
 
 SNI = "broker-1.kafka.test"
 TIMEOUT_S = 10.0

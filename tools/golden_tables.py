@@ -27,8 +27,8 @@ import pyarrow.dataset as ds
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kwsniff.run import run_capture  # noqa: E402
-from kwsniff.session import SessionOptions  # noqa: E402
+from kwsniff.pipeline.run import run_capture  # noqa: E402
+from kwsniff.pipeline.session import SessionOptions  # noqa: E402
 from kwsniff.sinks import ParquetSink  # noqa: E402
 from kwsniff.tables import DEFAULT_TABLES  # noqa: E402
 

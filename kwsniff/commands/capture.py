@@ -9,21 +9,22 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
 from kwsniff.capture.live import LiveCapture, LiveCaptureError, open_interface
 from kwsniff.commands import messages
 from kwsniff.commands.options import BYTE_SIZE, PORT, broker_port_option, broker_ports
-from kwsniff.commands.read import _size, print_summary
-from kwsniff.run import capture_result
-from kwsniff.run_live import LiveDecoder, LiveOptions
-from kwsniff.session import SessionOptions
-from kwsniff.sinks import ExistingOutput, OutputError, prepare_output
+from kwsniff.pipeline.run import capture_result
+from kwsniff.pipeline.session import SessionOptions
 from kwsniff.tables import DEFAULT_TABLES
-from kwsniff.view.metrics import Metrics
 from kwsniff.view.screen import log_line, render
 from kwsniff.view.stats import LiveStats
+from kwsniff.view.summary import human_size, print_summary
+
+if TYPE_CHECKING:
+    from kwsniff.pipeline.run_live import LiveDecoder
 
 VIEW_INTERVAL_S = 1.0  # live view refresh on a terminal
 LOG_INTERVAL_S = 10.0  # one log line this often when stderr is not a terminal
@@ -92,6 +93,11 @@ def capture(
     quiet: bool,
 ) -> None:
     """Capture Kafka traffic on IFACE into Parquet tables under --out, until Ctrl-C (or --duration/--count)."""
+    # pyarrow and prometheus_client only when a capture starts: `kwsniff --help` stays light.
+    from kwsniff.pipeline.run_live import LiveDecoder, LiveOptions
+    from kwsniff.sinks import ExistingOutput, OutputError, prepare_output
+    from kwsniff.view.metrics import Metrics
+
     ports = broker_ports(broker_port)
     bpf = bpf if bpf is not None else default_filter(ports)
     tables = (*DEFAULT_TABLES, "capture_stats")
@@ -222,6 +228,6 @@ def _summary(name: str, live: LiveCapture, decoder: LiveDecoder, out: Path, seco
     )
     print_summary(result, out, decoder.sink.counts)
     click.echo(
-        f"  capture: {c.captured:,} packets ({_size(c.captured_bytes)}), drops: kernel {c.kernel_drops:,}, "
+        f"  capture: {c.captured:,} packets ({human_size(c.captured_bytes)}), drops: kernel {c.kernel_drops:,}, "
         f"interface {c.if_drops:,}, queue {c.queue_drops:,}; {decoder.sink.seq} rotation periods"
     )

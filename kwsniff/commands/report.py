@@ -1,4 +1,4 @@
-"""`kwsniff report`: the fleet questions of kwsniff.analytics over a tables directory, printed."""
+"""`kwsniff report`: the fleet questions of kwsniff.report.analytics over a tables directory, printed."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def print_table(title: str, columns: list[str], rows: list[Any], total: int) -> 
 
 
 def questions(t: dict[str, Any]) -> list[tuple[str, Callable[[], Any]]]:
-    from kwsniff import analytics as a
+    from kwsniff.report import analytics as a
 
     r, c, e, p, g = (t[n] for n in NEEDED)
     return [
@@ -67,9 +67,9 @@ def report(tables: Path, master: str, plots: Path | None) -> None:
         messages.error(f"{tables}: no {', '.join(missing)} table (written by kwsniff read or spark)")
         sys.exit(1)
     try:
-        from kwsniff.analytics import load_tables, throughput_per_minute
+        from kwsniff.report.analytics import load_tables, throughput_per_minute
+        from kwsniff.report.plots import latency_distribution, throughput_over_time
         from kwsniff.spark.pipeline import spark_session
-        from kwsniff.spark.plots import latency_distribution, throughput_over_time
     except ImportError as exc:
         messages.error(f"kwsniff report needs the spark extra (pip install 'kwsniff[spark]'): {exc}")
         sys.exit(1)

@@ -12,9 +12,9 @@ import click
 from kwsniff.capture import CaptureError
 from kwsniff.commands import messages
 from kwsniff.commands.options import API, broker_port_option, broker_ports
-from kwsniff.render import ExchangeFilter, json_line, tree_text
-from kwsniff.run import run_capture
-from kwsniff.session import SessionOptions
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.session import SessionOptions
+from kwsniff.view.render import ExchangeFilter, json_line, tree_text
 
 
 class PrintingSink:

@@ -10,7 +10,7 @@ import click
 
 from kwsniff.commands import messages
 from kwsniff.commands.options import ByteSize, FlowBuckets, broker_port_option, broker_ports
-from kwsniff.session import SessionOptions
+from kwsniff.pipeline.session import SessionOptions
 from kwsniff.tables import DEFAULT_TABLES
 
 

@@ -2,7 +2,7 @@
 
 The request's facts are kept in its small summary while it waits for the response (like every
 request, kwsniff/rows/builder.py); the row merges both. A rebalance is derived from these rows in
-:func:`kwsniff.analytics.rebalances`: the first JoinGroup request of a generation to the last
+:func:`kwsniff.report.analytics.rebalances`: the first JoinGroup request of a generation to the last
 SyncGroup response of that generation.
 """
 

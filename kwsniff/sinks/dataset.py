@@ -14,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 
 from kwsniff.sinks.parquet import TEMP_SUFFIX, safe_file_stem
-from kwsniff.tables import SCHEMAS
+from kwsniff.tables.schemas import SCHEMAS
 
 
 class OutputError(Exception):

@@ -26,7 +26,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kwsniff.tables import DEFAULT_TABLES, SCHEMAS
+from kwsniff.tables import DEFAULT_TABLES
+from kwsniff.tables.schemas import SCHEMAS
 
 # Rows held per table before they are written out as one record batch (bounded memory: 10,000
 # `partitions` rows are about 20 MB as dicts).

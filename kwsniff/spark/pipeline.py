@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from kwsniff.capture.split import RangeScan, Unsplittable, byte_ranges, joined_ranges
 from kwsniff.defaults import MAX_RANGE_SIZE, MIN_RANGE_SIZE
-from kwsniff.session import SessionOptions
+from kwsniff.pipeline.session import SessionOptions
 from kwsniff.spark.inputs import is_uri, shown
 from kwsniff.spark.tasks import (
     CHUNK_SCHEMA,
@@ -36,7 +36,8 @@ from kwsniff.spark.tasks import (
     from_ipc,
     index_range,
 )
-from kwsniff.tables import DEFAULT_TABLES, SCHEMAS
+from kwsniff.tables import DEFAULT_TABLES
+from kwsniff.tables.schemas import SCHEMAS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

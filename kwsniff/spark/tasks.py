@@ -1,7 +1,7 @@
 """One decode task of the fleet pipeline: a capture file, or one flow bucket of it, to Arrow chunks.
 
 Runs inside Spark's Python workers but imports nothing of Spark: the task is the same core
-(:class:`kwsniff.session.Session`) that `kwsniff read` runs, with a sink that turns rows into
+(:class:`kwsniff.pipeline.session.Session`) that `kwsniff read` runs, with a sink that turns rows into
 Arrow IPC chunks, one chunk per table per ``CHUNK_ROWS`` rows, so the JVM moves Arrow bytes and
 never a Python row.
 
@@ -24,9 +24,9 @@ import pyarrow as pa
 
 from kwsniff.capture.split import Frames, RangeScan, SplitCapture, Unsplittable
 from kwsniff.net import TcpPacket, parse_tcp
-from kwsniff.session import Session, SessionOptions
+from kwsniff.pipeline.session import Session, SessionOptions
 from kwsniff.spark.inputs import is_uri, open_input, shown
-from kwsniff.tables import SCHEMAS
+from kwsniff.tables.schemas import SCHEMAS
 
 CHUNK_ROWS = 10_000
 ERROR_TABLE = "_error"  # chunks of this name hold the message of an input that could not be read

@@ -1,5 +1,6 @@
-"""Arrow schemas of the kwsniff tables, defined in one place (pyiceberg habit)."""
+"""The kwsniff tables: their names (kwsniff.tables.names, no pyarrow) and their Arrow schemas
+(kwsniff.tables.schemas), defined in one place (pyiceberg habit)."""
 
-from kwsniff.tables.schemas import DEFAULT_TABLES, OPT_IN_TABLES, SCHEMAS, TABLES
+from kwsniff.tables.names import DEFAULT_TABLES, OPT_IN_TABLES, TABLES
 
-__all__ = ["DEFAULT_TABLES", "OPT_IN_TABLES", "SCHEMAS", "TABLES"]
+__all__ = ["DEFAULT_TABLES", "OPT_IN_TABLES", "TABLES"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from kwsniff.tables.names import TABLES
+
 TS = pa.timestamp("us", tz="UTC")
 
 _EXCHANGE = [
@@ -227,8 +229,5 @@ SCHEMAS: dict[str, pa.Schema] = {
     "groups": GROUPS,
     "capture_stats": CAPTURE_STATS,
 }
-TABLES = tuple(SCHEMAS)
-# Tables written only when asked for; every other table is always written, empty or not.
-# (`capture_stats` only by live capture.)
-OPT_IN_TABLES = frozenset({"records", "capture_stats"})
-DEFAULT_TABLES = tuple(t for t in SCHEMAS if t not in OPT_IN_TABLES)
+# The light list of names (kwsniff.tables.names) must name exactly these, in this order.
+assert tuple(SCHEMAS) == TABLES, (tuple(SCHEMAS), TABLES)

@@ -11,8 +11,8 @@ from pathlib import Path
 import click
 
 from kwsniff.capture import CaptureError, open_capture
+from kwsniff.pipeline.session import Session, SessionOptions, SessionStats
 from kwsniff.rows import RowSink
-from kwsniff.session import Session, SessionOptions, SessionStats
 
 PROGRESS_EVERY = 8192  # packets between progress-bar updates
 

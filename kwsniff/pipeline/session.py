@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import cast
 
-from kwsniff.connection import B2C, C2B, Connection, accounting_difference
 from kwsniff.defaults import DEFAULT_BROKER_PORT, MAX_DECOMPRESSED, MAX_FRAME_SIZE
 from kwsniff.net import ACK, SYN, TcpPacket, parse_tcp
+from kwsniff.pipeline.connection import B2C, C2B, Connection, accounting_difference
 from kwsniff.rows import ExchangeRows, RecordOptions, RowSink, TableBuilder
 
 # Closed connections are forgotten once the capture clock has moved this far past them, so a

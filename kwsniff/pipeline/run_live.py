@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kwsniff.capture.live import CaptureCounters, LiveCapture
 from kwsniff.capture.pcap_writer import PcapWriter
-from kwsniff.session import Session, SessionOptions, SessionStats
+from kwsniff.pipeline.session import Session, SessionOptions, SessionStats
 from kwsniff.sinks.rotating import RotatingSink
 from kwsniff.view.metrics import Metrics
 from kwsniff.view.stats import LiveStats, StatsSink

@@ -30,7 +30,7 @@ DIRECTIONS = ("to_broker", "to_client")
 
 
 class ConnectionOptions(Protocol):
-    """The settings a connection reads (kwsniff.session.SessionOptions has them all)."""
+    """The settings a connection reads (kwsniff.pipeline.session.SessionOptions has them all)."""
 
     @property
     def broker_ports(self) -> frozenset[int]: ...

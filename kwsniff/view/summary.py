@@ -1,0 +1,118 @@
+"""The summary printed after `kwsniff read` and `kwsniff capture`: packets, connections, requests by
+status, gaps and skips, notes, and the accounting line (README "Reading the summary")."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any, Protocol
+
+import click
+
+
+class CaptureResult(Protocol):
+    """What the summary reads of a run (kwsniff.pipeline.run.CaptureResult has it); a protocol, so
+    the rendering layer never imports the pipeline it sits below."""
+
+    name: str
+    file_bytes: int
+    seconds: float
+    stats: Any
+    status: Counter[str]
+    totals: Counter[str]
+    decode_errors: Counter[str]
+    notes: Counter[str]
+    record_damage: Counter[str]
+    undecodable_frames: int
+    truncated: bool
+
+
+STATUSES = ("ok", "no_response_expected", "unanswered", "response_cut", "decode_error")
+_DIRS = ("to_broker", "to_client")
+_ACCOUNTED = (
+    ("frame", "framed"),
+    ("gap", "gaps"),
+    ("skipped", "skipped"),
+    ("sasl", "SASL tokens"),
+    ("encrypted", "encrypted"),
+    ("not_kafka", "not Kafka"),
+)
+
+
+def human_size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def accounting_line(r: CaptureResult) -> str:
+    """The accounting invariant over the capture (README "Accounting"), with a verdict."""
+    t = r.totals
+    wire = sum(t[f"stream_bytes_{d}"] for d in _DIRS)
+    terms = [(label, sum(t[f"{kind}_bytes_{d}"] for d in _DIRS)) for kind, label in _ACCOUNTED]
+    rhs = " + ".join(f"{n:,} {label}" for label, n in terms)
+    diff = wire - sum(n for _, n in terms)
+    bad = r.stats.accounting_mismatches
+    verdict = "✓" if not diff and not bad else f"✗ off by {diff:,} bytes, {bad:,} connections do not add up"
+    return f"accounting: {wire:,} bytes on the wire = {rhs} {verdict}"
+
+
+def strict_reasons(r: CaptureResult) -> list[str]:
+    """What `--strict` counts as not decoded. Orphan responses, unanswered requests and acks=0
+    Produce requests are capture edges, not decode failures; SASL tokens are understood; TCP
+    connections on ports no broker uses are someone else's traffic."""
+    t, st = r.totals, r.stats
+    found = [
+        (r.status.get("decode_error", 0), "requests with status decode_error"),
+        (r.undecodable_frames, "frames whose header could not be read"),
+        (t["skipped_bytes"], "bytes skipped by the frame splitter"),
+        (t["kafka_gap_bytes"], "bytes of Kafka connections the capture lost (gaps)"),
+        (t["kafka_encrypted_bytes"], "bytes encrypted by TLS on Kafka connections"),
+        (st.not_kafka_on_broker_ports, "connections to a broker port that did not speak Kafka"),
+        (st.accounting_mismatches, "connections whose bytes do not add up"),
+        (int(r.truncated), "capture file cut short"),
+        (r.record_damage["crc_errors"], "record batches whose CRC did not match"),
+        (r.record_damage["capped_batches"], "record batches not decompressed (over --max-decompressed)"),
+        (r.record_damage["record_errors"], "damaged record batches or message sets"),
+    ]
+    return [f"{n:,} {what}" for n, what in found if n]
+
+
+def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> None:
+    t, st = r.totals, r.stats
+    mbps = r.file_bytes / 1e6 / r.seconds if r.seconds else 0.0
+    echo = click.echo
+    echo(
+        f"{r.name}: {st.packets:,} packets, {human_size(r.file_bytes)} in {r.seconds:.2f} s ({mbps:.1f} MB/s)"
+    )
+    skipped = ", ".join(f"{k} {v:,}" for k, v in sorted(st.skipped_packets.items())) or "none"
+    echo(f"  packets skipped (not Kafka/TCP): {skipped}")
+    echo(
+        f"  connections {t['connections']:,} (Kafka {t['kafka_connections']:,})   "
+        f"frames {t['frames_to_broker']:,} to broker, {t['frames_to_client']:,} to client"
+    )
+    total = sum(r.status.values())
+    parts = ", ".join(f"{s} {r.status.get(s, 0):,}" for s in STATUSES)
+    echo(f"  requests {total:,}: {parts}")
+    echo(
+        f"  orphan responses {t['orphan_responses']:,}   gaps {t['gaps']:,} ({human_size(t['gap_bytes'])})   "
+        f"skipped {human_size(t['skipped_bytes'])}   not Kafka {human_size(t['not_kafka_bytes'])}   "
+        f"retransmitted {human_size(t['duplicate_bytes'])}"
+    )
+    if r.decode_errors:
+        echo("  decode errors: " + ", ".join(f"{k} {v}" for k, v in r.decode_errors.most_common(5)))
+    damage = ", ".join(f"{k} {v:,}" for k, v in r.record_damage.items() if v)
+    if damage:
+        echo(f"  record damage: {damage}")
+    if r.notes:
+        echo("  notes: " + ", ".join(f"{k} ({v})" for k, v in r.notes.most_common(5)))
+    if t["held_rows_overflow"] or t["unresolved_topic_rows"]:
+        echo(
+            f"  topic ids without a name: {t['unresolved_topic_rows']:,} rows"
+            f" (+{t['held_rows_overflow']:,} written before a name could be learned)"
+        )
+    echo("  " + accounting_line(r))
+    if out is not None:
+        echo("  tables: " + ", ".join(f"{out / k}/ ({v:,} rows)" for k, v in rows.items()))

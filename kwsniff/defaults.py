@@ -11,3 +11,8 @@ MAX_DECOMPRESSED = 64 * 1024 * 1024
 # of 64 MiB is about 0.05 s of indexing) nor larger than the second (about 1 s).
 MIN_RANGE_SIZE = 64 * 1024 * 1024
 MAX_RANGE_SIZE = 1024 * 1024 * 1024
+# The timestamps Python's datetime, Arrow's timestamp[us] and Spark's TimestampType can all hold:
+# 0001-01-01 to 9999-12-31 UTC, in microseconds. Anything a capture or a record says beyond them is
+# damage (a broker refuses such record timestamps: message.timestamp.difference.max.ms).
+TS_MIN_US = -62_135_596_800_000_000
+TS_MAX_US = 253_402_300_799_999_999

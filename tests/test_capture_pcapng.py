@@ -154,6 +154,28 @@ def test_simple_packet_block_uses_interface_zero_and_the_last_timestamp() -> Non
     assert packets == [(77, 113, b"timed"), (77, 1, b"abcd"), (77, 1, b"xy")]
 
 
+def test_timestamps_beyond_year_9999_keep_the_time_before_and_are_counted() -> None:
+    # Interface 1 counts whole seconds (if_tsresol 2^0) and interface 2 starts 2^62 s after 1970: both
+    # overflow every timestamp column. The packets are good traffic and are kept, with the last good time.
+    blob = (
+        shb()
+        + idb(1)
+        + idb(1, tsresol=0x80)
+        + idb(1, tsoffset=1 << 62)
+        + epb(0, 5, b"a")
+        + epb(1, 1 << 63, b"b")
+        + packet_block(2, 7, b"c")
+        + epb(0, 9, b"d")
+    )
+    packets, reader = read_all(blob)
+    assert packets == [(5, 1, b"a"), (5, 1, b"b"), (5, 1, b"c"), (9, 1, b"d")]
+    assert reader.stats["ts_out_of_range"] == 2
+    assert reader.warnings == [
+        "2 packets have timestamps outside the years 1-9999 (interface if_tsresol or if_tsoffset damaged?):"
+        " kept, with the time of the packet before"
+    ]
+
+
 def test_obsolete_packet_block_is_read() -> None:
     blob = shb() + idb(1, tsresol=9) + packet_block(0, 3_000_000_000, b"old")
     assert read_all(blob)[0] == [(3_000_000, 1, b"old")]

@@ -229,8 +229,26 @@ def test_report_prints_every_question_and_plots(out: Path, tmp_path: Path, spark
         tmp_path / "thr.png",
         "millisecond",
     )
+    assert lat is not None
     for png in (lat, thr):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_no_answered_request_means_no_latency_plot_rather_than_a_matplotlib_error(
+    tmp_path: Path, spark: Any
+) -> None:
+    """acks_modes.pcap's requests as if no response was captured: a box plot of nothing used to raise
+    matplotlib's ValueError under `kwsniff report --plots`."""
+    from pyspark.sql import functions as F
+
+    from kwsniff.report.plots import latency_distribution
+
+    out = tmp_path / "tables"
+    done = CliRunner().invoke(main, ["read", "-q", str(CAPTURES[0]), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    requests = a.load_tables(spark, out)["requests"].withColumn("latency_ms", F.lit(None).cast("double"))
+    assert latency_distribution(requests, tmp_path / "lat.png") is None
+    assert not (tmp_path / "lat.png").exists()
 
 
 def test_throughput_lines_start_at_each_topic_first_produce() -> None:

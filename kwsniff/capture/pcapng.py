@@ -20,6 +20,7 @@ from kwsniff.capture.reader import (
     Readable,
     read_exact,
 )
+from kwsniff.defaults import TS_MAX_US, TS_MIN_US
 
 SHB = 0x0A0D0D0A  # a palindrome, so it reads the same before the byte order is known
 IDB = 1
@@ -125,6 +126,7 @@ class PcapngReader(CaptureReader):
         interfaces: list[Interface] = []
         last_ts = 0
         backwards = 0
+        out_of_range = 0
         # Left over from an earlier block when a short block sits at the buffer end; the length checks
         # below reject such a block before these are used.
         ifid = ts_high = ts_low = caplen = 0
@@ -159,7 +161,13 @@ class PcapngReader(CaptureReader):
                         else:
                             linktype, _snap, multiplier, divisor, offset_us = interfaces[ifid]
                             ts = (ts_high << 32 | ts_low) * multiplier // divisor + offset_us
-                            if ts < last_ts:
+                            if not TS_MIN_US <= ts <= TS_MAX_US:
+                                # An extreme if_tsresol (2^0 s) or if_tsoffset (int64 seconds): the bytes
+                                # are good traffic, so the packet is kept with the last time seen (as a
+                                # Simple Packet Block is); dropping it would tear a gap in its TCP stream.
+                                ts = last_ts
+                                out_of_range += 1
+                            elif ts < last_ts:
                                 backwards += 1
                             last_ts = ts
                             yield ts, linktype, buf[off + 28 : off + 28 + caplen]
@@ -199,7 +207,10 @@ class PcapngReader(CaptureReader):
                         else:
                             linktype, _snap, multiplier, divisor, offset_us = interfaces[ifid]
                             ts = (ts_high << 32 | ts_low) * multiplier // divisor + offset_us
-                            if ts < last_ts:
+                            if not TS_MIN_US <= ts <= TS_MAX_US:
+                                ts = last_ts
+                                out_of_range += 1
+                            elif ts < last_ts:
                                 backwards += 1
                             last_ts = ts
                             yield ts, linktype, buf[off + 28 : off + 28 + caplen]
@@ -220,6 +231,12 @@ class PcapngReader(CaptureReader):
         finally:
             self.stats["records"] += count
             self._note_backwards(backwards)
+            if out_of_range:
+                self.stats["ts_out_of_range"] = out_of_range
+                self._warn(
+                    f"{out_of_range} packets have timestamps outside the years 1-9999 (interface if_tsresol or"
+                    " if_tsoffset damaged?): kept, with the time of the packet before"
+                )
             unknown = self.stats["unknown_block_types"]
             if unknown:
                 self._warn(f"{unknown} blocks of unknown type skipped")

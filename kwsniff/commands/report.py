@@ -82,8 +82,9 @@ def report(tables: Path, master: str, plots: Path | None) -> None:
             print_table(title, df.columns, df.limit(ROWS_SHOWN).collect(), df.count())
         if plots is not None:
             plots.mkdir(parents=True, exist_ok=True)
+            latency = latency_distribution(t["requests"], plots / "latency_by_api.png")
             made = [
-                latency_distribution(t["requests"], plots / "latency_by_api.png"),
+                *([latency] if latency else []),
                 throughput_over_time(
                     throughput_per_minute(t["partitions"], t["requests"], unit="millisecond"),
                     plots / "throughput.png",
@@ -91,5 +92,7 @@ def report(tables: Path, master: str, plots: Path | None) -> None:
                 ),
             ]
             click.echo("\nplots: " + ", ".join(str(p) for p in made))
+            if latency is None:
+                click.echo("latency_by_api.png not drawn: no request in the tables was answered")
     finally:
         spark.stop()

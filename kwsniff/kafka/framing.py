@@ -18,11 +18,13 @@ import struct
 from collections.abc import Callable
 
 from kwsniff.defaults import MAX_FRAME_SIZE
+from kwsniff.kafka.frame_chain import chain_start
 
 GAP = "gap"  # a partial frame dropped because the stream lost bytes inside it
 RESYNC = "resync"  # bytes scanned over while looking for a frame boundary
 OVERSIZE = "oversize"  # an impossible size prefix, and the bytes scanned over after it
 TRUNCATED_AT_END = "truncated_at_end"  # a frame the stream ended in the middle of
+DAMAGED_SIZE = "damaged_size"  # a size prefix that ran past whole frames, and the bytes up to them
 
 # Kafka sizes are signed int32 (a negative size can only mean we are out of step).
 _SIZE = struct.Struct(">i")
@@ -70,6 +72,8 @@ class FrameSplitter:
         "_resyncing",
         "_prefix",
         "_body",
+        "_body_ts",
+        "damaged_sizes",
         "_size",
         "_need",
         "_ts_first",
@@ -116,6 +120,8 @@ class FrameSplitter:
         # In step: a partial frame is either a partial size prefix or a size plus body pieces.
         self._prefix = b""
         self._body: list[memoryview] = []
+        self._body_ts: list[int] = []  # each body piece's timestamp, to replay it if its size was damaged
+        self.damaged_sizes = 0  # frames whose size prefix ran past the frames that follow it
         self._size = 0  # body length of the partial frame
         self._need = -1  # body bytes it still needs, -1 while at a boundary or in a prefix
         self._ts_first = 0
@@ -151,6 +157,7 @@ class FrameSplitter:
             # The middle of a frame that began in an earlier chunk (most packets of a large frame on
             # an MTU-sized link): keep the piece and wait for the rest. _need > 0 means in step.
             self._body.append(view)
+            self._body_ts.append(ts)
             self._need -= n
             return
         if self._resyncing:
@@ -162,27 +169,79 @@ class FrameSplitter:
 
     def gap(self, ts: int, nbytes: int) -> None:
         """The stream lost ``nbytes`` here: drop any partial frame and look for the next boundary."""
-        if self._resyncing:
-            # Nothing will follow the bytes waiting for a verdict: a complete frame among them still counts.
-            self._scan_and_replay([], final=True)
-        if self._resyncing:
-            self._drop_scan(len(self._scan))
-            self._flush_skip()
-            self._skip_reason = RESYNC
-        else:
-            self._drop_partial(GAP)
-            self._enter_resync(RESYNC)
+        # A loop: frames replayed after a damaged size may end in a partial frame of their own.
+        while True:
+            if self._resyncing:
+                # Nothing will follow the bytes waiting for a verdict: a complete frame among them still counts.
+                self._scan_and_replay([], final=True)
+            if self._resyncing:
+                self._drop_scan(len(self._scan))
+                self._flush_skip()
+                self._skip_reason = RESYNC
+                return
+            if not self.recover_damaged_size():
+                self._drop_partial(GAP)
+                self._enter_resync(RESYNC)
+                return
 
     def finish(self, ts: int) -> None:
         """End of stream: whatever is buffered is reported as skipped."""
-        if self._resyncing:
-            self._scan_and_replay([], final=True)
-        if self._resyncing:
-            self._drop_scan(len(self._scan))  # fewer than 4 bytes: no frame can start there
-            self._flush_skip()
-            self._skip_reason = RESYNC
-        else:
-            self._drop_partial(TRUNCATED_AT_END)
+        while True:
+            if self._resyncing:
+                self._scan_and_replay([], final=True)
+            if self._resyncing:
+                self._drop_scan(len(self._scan))  # fewer than 4 bytes: no frame can start there
+                self._flush_skip()
+                self._skip_reason = RESYNC
+                return
+            if not self.recover_damaged_size():
+                self._drop_partial(TRUNCATED_AT_END)
+                return
+
+    def recover_damaged_size(self, proof: BoundaryCheck | None = None) -> bool:
+        """The partial frame's held bytes hold a chain of whole frames: its size prefix was damaged (a
+        flipped byte made 67 bytes read as 65,347) and swallowed the frames after it. Skip the prefix
+        and the bytes up to the chain (reason DAMAGED_SIZE) and replay the chain in step, each piece
+        with its own timestamp, so the later frames still count.
+
+        Called when a gap or the stream's end cuts the frame short (the chain must then be two frames
+        long), or by the caller with ``proof``, a frame start the chain must hold (a request whose
+        response the other direction already carries: one frame is then enough)."""
+        if self._need < 0 or not self._body or self._boundary_ok is None:
+            return False
+        held = b"".join(self._body)  # one copy, only for a frame cut short
+        base = self.offset + 4  # stream offset of held[0]
+
+        def judge(view: memoryview, at: int) -> bool:
+            self.candidate_offset = base + at
+            return self._boundary_ok(view)  # type: ignore[misc]
+
+        start = chain_start(held, self._min, self._max, judge, self._candidate, self._max_scan, proof)
+        if start is None:
+            return False
+        pieces = list(zip(self._body_ts, self._body, strict=True))
+        self._body = []
+        self._body_ts = []
+        self._need = -1
+        self.damaged_sizes += 1
+        self.resyncs += 1
+        self._skip_pending = 4 + start
+        self._skip_reason = DAMAGED_SIZE
+        self._flush_skip()
+        while start:
+            ts, piece = pieces[0]
+            if len(piece) <= start:
+                start -= len(piece)
+                del pieces[0]
+            else:
+                pieces[0] = (ts, piece[start:])
+                start = 0
+        for i, (ts, piece) in enumerate(pieces):
+            rest = self._split(ts, piece)
+            if rest is not None:
+                self._scan_and_replay([(ts, rest), *pieces[i + 1 :]])
+                break
+        return True
 
     # -- in step -------------------------------------------------------------------------------------
     def _split(self, ts: int, view: memoryview) -> memoryview | None:
@@ -202,6 +261,7 @@ class FrameSplitter:
             if left < need:
                 if left:
                     self._body.append(view[pos:])
+                    self._body_ts.append(ts)
                 self._need = need - left
                 return None
             body = self._body
@@ -210,6 +270,7 @@ class FrameSplitter:
                 body.append(view[pos : pos + need])
                 frame = b"".join(body)  # the one copy of a frame that spans chunks
                 self._body = []
+                self._body_ts = []
             else:
                 frame = view[pos : pos + need]  # only the size prefix was split: still one chunk
             self._need = -1
@@ -239,6 +300,7 @@ class FrameSplitter:
                 self._need = end - n
                 if left > 4:
                     self._body.append(view[pos + 4 :])
+                    self._body_ts.append(ts)
                 break
             on_frame(view[pos + 4 : end], ts, ts, offset)
             offset += 4 + size
@@ -278,6 +340,7 @@ class FrameSplitter:
                 self._on_cut(self._cut_head(), nbytes, 4 + self._size, self._ts_first, self.offset, reason)
         self._prefix = b""
         self._body = []
+        self._body_ts = []
         self._need = -1
         if in_frame and reason == TRUNCATED_AT_END:
             # The stream ended inside a frame: its bytes were a frame, cut by the capture's edge, not

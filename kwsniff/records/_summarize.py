@@ -8,10 +8,10 @@ import zlib
 import cramjam
 from crc32c import crc32c
 
-from kwsniff.defaults import MAX_DECOMPRESSED
+from kwsniff.defaults import MAX_DECOMPRESSED, TS_MAX_US
 from kwsniff.records._batch_v2 import BATCH_HEADER, BATCH_HEADER_SIZE, read_batch_v2
 from kwsniff.records._message_set import MIN_MESSAGE_SIZE, read_message
-from kwsniff.records._model import RecordSetSummary
+from kwsniff.records._model import RecordInfo, RecordSetSummary
 from kwsniff.records._reading import Reading
 from kwsniff.records._varint import MalformedRecords
 
@@ -25,6 +25,7 @@ _READERS = (read_message, read_message, read_batch_v2)
 _CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 _CRC_START = 21  # the magic 2 CRC covers the batch from its attributes on (KIP-98, KIP-101)
 _CONTROL = 0x20
+_TS_MAX_MS = TS_MAX_US // 1000
 # What counts_v2 answers: record_count, record_bytes, batch_count, compression, crc_errors,
 # partial_bytes, control_batches, base_offset, last_offset.
 BatchCounts = tuple[int, int, int, str, int, int, int, "int | None", "int | None"]
@@ -119,6 +120,7 @@ def summarize_records(
             break
         if summary.magic is None:
             summary.magic = magic
+        before = len(summary.records) if summary.records is not None else 0
         try:
             _READERS[magic](view, pos, reading)
         except (
@@ -130,7 +132,21 @@ def summarize_records(
             cramjam.DecompressionError,
         ) as exc:
             reading.error(f"{type(exc).__name__}: {exc}", pos)  # a reader missed a check: keep going
+        if summary.records is not None:
+            _null_impossible_timestamps(summary.records, before, pos, reading)
         pos += _LOG_OVERHEAD + length
     seen = reading.codecs_seen
     summary.compression = seen.pop() if len(seen) == 1 else ("mixed" if seen else "")
     return summary
+
+
+def _null_impossible_timestamps(records: list[RecordInfo], start: int, pos: int, reading: Reading) -> None:
+    """Timestamps past 9999-12-31 (a baseTimestamp of 2^62, say) fit no timestamp column: they become
+    -1, "no timestamp" (null in the records table), counted as one error of the batch at pos."""
+    bad = [r for r in records[start:] if r.timestamp > _TS_MAX_MS]
+    if bad:
+        reading.error(
+            f"{len(bad)} record timestamps after year 9999 (first {bad[0].timestamp} ms): left null", pos
+        )
+        for r in bad:
+            r.timestamp = -1

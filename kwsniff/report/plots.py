@@ -16,8 +16,9 @@ def _pyplot() -> Any:
     return plt
 
 
-def latency_distribution(requests: Any, path: Path, *, max_points: int = 200_000) -> Path:
-    """Box plot of answered-request latencies per API (log scale), Fetch included and labelled."""
+def latency_distribution(requests: Any, path: Path, *, max_points: int = 200_000) -> Path | None:
+    """Box plot of answered-request latencies per API (log scale), Fetch included and labelled; None,
+    and no file, when no request was answered (a box plot of nothing is an error in matplotlib)."""
     from pyspark.sql import functions as F
 
     rows = (
@@ -29,6 +30,8 @@ def latency_distribution(requests: Any, path: Path, *, max_points: int = 200_000
     by_api: dict[str, list[float]] = defaultdict(list)
     for row in rows:
         by_api[row["api_name"]].append(max(row["latency_ms"], 1e-3))
+    if not by_api:
+        return None
     apis = sorted(by_api, key=lambda a: -len(by_api[a]))
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(apis) + 1.5))

@@ -1,0 +1,196 @@
+"""Bad input that used to crash or mislead (issue 22, items 5 and 6): each case ends in exact counts and
+reasons, or one clear line, never a traceback."""
+
+from __future__ import annotations
+
+import struct
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+from click.testing import CliRunner
+from kafka.record.util import calc_crc32c, encode_varint
+from kafkawire import Flow, request, response, write_pcap
+from test_capture_pcapng import epb, idb, shb
+
+from kwsniff.capture import open_capture
+from kwsniff.cli import main
+from kwsniff.kafka import Conversation, ConversationHandler
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.session import SessionOptions
+from kwsniff.rows import ListSink
+
+ROOT = Path(__file__).resolve().parent.parent
+CAPTURES = ROOT / "tests/data/captures"
+QUICKSTART = ROOT / "sample_pcaps/quickstart.pcap"
+
+
+def table(out: Path, name: str) -> list[dict[str, Any]]:
+    return ds.dataset(out / name).to_table().to_pylist()
+
+
+# -- item 5: timestamps no column can hold -----------------------------------------------------------
+def test_pcapng_timestamps_past_year_9999_keep_every_request_and_warn_once(tmp_path: Path) -> None:
+    """quickstart.pcap as pcapng, its packets from the 101st on sent through an interface whose
+    if_tsoffset is 2^62 seconds: pyarrow used to raise OverflowError. Every request still decodes;
+    those packets carry the last good time."""
+    with open_capture(QUICKSTART) as reader:
+        packets = [(ts, bytes(data)) for ts, _, data in reader.packets()]
+    blob = shb() + idb(1) + idb(1, tsoffset=1 << 62)
+    blob += b"".join(epb(0 if i < 100 else 1, ts, data) for i, (ts, data) in enumerate(packets))
+    capture = tmp_path / "far_future.pcapng"
+    capture.write_bytes(blob)
+    done = CliRunner().invoke(main, ["read", str(capture), "--out", str(tmp_path / "t")])
+    assert done.exit_code == 0, done.output
+    assert done.stderr.splitlines()[-1] == (
+        "kwsniff: warning: far_future.pcapng: 206 packets have timestamps outside the years 1-9999"
+        " (interface if_tsresol or if_tsoffset damaged?): kept, with the time of the packet before"
+    )
+    requests = table(tmp_path / "t", "requests")
+    assert (len(requests), {r["status"] for r in requests}) == (75, {"ok"})
+    last_good = packets[99][0]
+    assert max(r["ts_response"].timestamp() * 1e6 for r in requests) == last_good
+
+
+def _batch(base_timestamp: int, deltas: list[int]) -> bytes:
+    """A magic 2 batch of one-byte records with these timestamp deltas."""
+    records = b""
+    for i, delta in enumerate(deltas):
+        fields = bytearray(b"\x00")
+        for v in (delta, i, 1):
+            encode_varint(v, fields.append)
+        fields += b"k"
+        encode_varint(1, fields.append)
+        fields += b"v"
+        encode_varint(0, fields.append)
+        size = bytearray()
+        encode_varint(len(fields), size.append)
+        records += bytes(size + fields)
+    after_crc = struct.pack(
+        ">hiqqqhii", 0, len(deltas) - 1, base_timestamp, base_timestamp, -1, -1, -1, len(deltas)
+    )
+    after_crc += records
+    return struct.pack(">qiiBI", 0, 9 + len(after_crc), 0, 2, calc_crc32c(after_crc)) + after_crc
+
+
+def _produce_v3(corr: int, batch: bytes) -> bytes:
+    # transactional id null, acks 1, timeout, topic "t" partition 0 with the batch
+    body = struct.pack(">hhii", -1, 1, 1000, 1) + struct.pack(">h", 1) + b"t"
+    body += struct.pack(">iii", 1, 0, len(batch)) + batch
+    return request(0, 3, corr, body)
+
+
+def _produce_v3_response(corr: int) -> bytes:
+    # topic "t", partition 0, no error, base offset 40, log append time -1; throttle 0
+    return response(corr, struct.pack(">ih", 1, 1) + b"t" + struct.pack(">iihqqi", 1, 0, 0, 40, -1, 0))
+
+
+def test_record_timestamps_past_year_9999_are_null_and_counted(tmp_path: Path) -> None:
+    """baseTimestamp 2^62 ms used to raise OverflowError under --records. Now the records get no
+    timestamp and the partition row says why; the sane batch's records keep theirs."""
+    t0 = 1_700_000_000_000
+    flow = Flow().handshake()
+    flow.send(0, _produce_v3(1, _batch(1 << 62, [0, 5])), mss=9000)
+    flow.send(1, _produce_v3_response(1))
+    flow.send(0, _produce_v3(2, _batch(t0, [0, 7])), mss=9000)
+    flow.send(1, _produce_v3_response(2))
+    flow.close()
+    capture = write_pcap(tmp_path / "far.pcap", flow.packets)
+    done = CliRunner().invoke(main, ["read", str(capture), "--records", "--out", str(tmp_path / "t")])
+    assert done.exit_code == 0, done.output
+    records = table(tmp_path / "t", "records")
+    assert [(r["correlation_id"], r["offset"], r["timestamp"]) for r in records] == [
+        (1, 40, None),
+        (1, 41, None),
+        (2, 40, datetime.fromtimestamp(t0 / 1000, UTC)),
+        (2, 41, datetime.fromtimestamp((t0 + 7) / 1000, UTC)),
+    ]
+    parts = table(tmp_path / "t", "partitions")
+    assert [(p["correlation_id"], p["record_errors"], p["record_error"]) for p in parts] == [
+        (1, 1, f"2 record timestamps after year 9999 (first {1 << 62} ms): left null at offset 0"),
+        (2, 0, None),
+    ]
+    assert "  record damage: record_errors 1\n" in done.output
+
+
+# -- item 6: a damaged size prefix in the middle of a stream ----------------------------------------
+def frame_prefixes(blob: bytes, port_from: int, port_to: int) -> list[int]:
+    """File offsets of every frame's size prefix in one direction of an Ethernet/IPv4 pcap whose
+    stream has no loss or retransmission (the repository's loopback captures)."""
+    where: list[int] = []
+    stream = bytearray()
+    pos = 24
+    while pos + 16 <= len(blob):
+        caplen = struct.unpack_from("<I", blob, pos + 8)[0]
+        ip = pos + 16 + 14
+        if blob[ip - 2 : ip] == b"\x08\x00" and blob[ip + 9] == 6:
+            tcp = ip + (blob[ip] & 15) * 4
+            start, end = tcp + (blob[tcp + 12] >> 4) * 4, ip + struct.unpack_from(">H", blob, ip + 2)[0]
+            if struct.unpack_from(">HH", blob, tcp) == (port_from, port_to):
+                where.extend(range(start, end))
+                stream += blob[start:end]
+        pos += 16 + caplen
+    offsets, at = [], 0
+    while at + 4 <= len(stream):
+        offsets.append(where[at])
+        at += 4 + struct.unpack_from(">i", stream, at)[0]
+    return offsets
+
+
+def decoded(capture: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    sink = ListSink()
+    run_capture(capture, sink, SessionOptions())
+    return sink.tables["requests"], sink.tables["connections"]
+
+
+def test_a_flipped_size_byte_mid_stream_skips_that_request_only(tmp_path: Path) -> None:
+    """produce_codecs.pcap with one byte of the 9th request's size prefix flipped on the consumer's
+    connection (port 45982): 67 reads as 65,347, more than the rest of the connection. The splitter
+    used to wait for it to the end and lose 18 requests. Now the broker's answer to request 10 proves
+    the size wrong: the 71 bytes of request 9 are skipped and every later request pairs as before."""
+    original = CAPTURES / "produce_codecs.pcap"
+    blob = bytearray(original.read_bytes())
+    prefix = frame_prefixes(bytes(blob), 45982, 19101)[8]
+    assert blob[prefix : prefix + 4] == b"\x00\x00\x00\x43"
+    blob[prefix + 2] ^= 0xFF
+    damaged = tmp_path / "damaged.pcap"
+    damaged.write_bytes(blob)
+    before, before_conns = decoded(original)
+    after, after_conns = decoded(damaged)
+
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (
+            r["conn_id"],
+            r["correlation_id"],
+            r["api_name"],
+            r["status"],
+            r["ts_request"],
+            r["ts_response"],
+        )
+
+    lost = [key(r) for r in before if r["conn_id"] == 15 and r["correlation_id"] == 9]
+    assert lost == [(15, 9, "ListOffsets", "ok", lost[0][4], lost[0][5])]
+    assert [key(r) for r in after] == [key(r) for r in before if key(r) not in lost]
+    (conn,) = [c for c in after_conns if c["conn_id"] == 15]
+    assert (conn["skipped_bytes_to_broker"], conn["skipped_bytes_to_client"], conn["resyncs"]) == (71, 0, 1)
+    assert (conn["requests"], conn["orphan_responses"], conn["frames_to_broker"]) == (26, 1, 26)
+    assert sum(c["skipped_bytes"] for c in after_conns) == 71
+    assert sum(c["skipped_bytes"] for c in before_conns) == 0
+
+
+def test_a_damaged_size_is_skipped_with_its_reason_at_the_end_of_the_stream() -> None:
+    """No answer proves it (the broker's side was not captured): when the stream ends inside the
+    claimed frame, a chain of whole frames in its bytes does, and they are replayed with their times."""
+    skips: list[tuple[int, int, str]] = []
+    conv = Conversation(ConversationHandler())
+    conv.on_skip = lambda d, n, offset, reason: skips.append((n, offset, reason))
+    first, second, third = (request(3, 0, corr, struct.pack(">i", 0)) for corr in (1, 2, 3))
+    damaged = struct.pack(">i", 0x10000 + len(second) - 4) + second[4:]
+    conv.client.data(10, first + damaged)
+    conv.client.data(20, third)
+    conv.client.data(30, request(3, 0, 4, struct.pack(">i", 0))[:12])  # the capture ends inside it
+    conv.close(40)
+    assert skips == [(len(second), len(first), "damaged_size")]
+    assert (conv.client.damaged_sizes, conv.client.frames, conv.client.cut_frames) == (1, 2, 1)
+    assert conv.client.frame_bytes == len(first + third) + 12

@@ -194,3 +194,53 @@ def test_a_damaged_size_is_skipped_with_its_reason_at_the_end_of_the_stream() ->
     assert skips == [(len(second), len(first), "damaged_size")]
     assert (conv.client.damaged_sizes, conv.client.frames, conv.client.cut_frames) == (1, 2, 1)
     assert conv.client.frame_bytes == len(first + third) + 12
+
+
+# -- item 7: gaps only as large as sequence numbers can prove -----------------------------------------
+def _metadata(corr: int, topics: int = 0) -> tuple[bytes, bytes]:
+    """A Metadata v0 request asking for ``topics`` topics of 1000-letter names, and its empty answer."""
+    body = struct.pack(">i", topics) + b"".join(struct.pack(">h", 1000) + b"t" * 1000 for _ in range(topics))
+    return request(3, 0, corr, body), response(corr, struct.pack(">ii", 0, 0))
+
+
+def _reused_port_capture(path: Path, *, syn_seen: bool) -> Path:
+    """A connection that loses one 1460-byte segment (the broker's ACK proves it was sent), then
+    loses its FIN, and a new connection on the same ports with ISNs 2^31 away, with or without
+    its handshake in the capture (kernel drops)."""
+    old = Flow(isn_c=1000, isn_b=5000).handshake()
+    ask, answer = _metadata(1, topics=3)  # 3,025 bytes: segments of 1460, 1460, 105
+    old.send(0, ask)
+    old.send(1, answer)
+    del old.packets[4]  # the request's second segment
+    new = Flow(isn_c=1000 + (1 << 31) - 7, isn_b=5000 + (1 << 31) + 9)
+    new.ts = old.ts + 1_000_000
+    if syn_seen:
+        new.handshake()
+    else:
+        new.seq = {0: new.seq[0] + 1, 1: new.seq[1] + 1}  # after a handshake the capture lost
+    for corr in (2, 3):
+        ask, answer = _metadata(corr)
+        new.send(0, ask)
+        new.send(1, answer)
+    new.close()
+    return write_pcap(path, old.packets + new.packets)
+
+
+def test_port_reuse_after_drops_gives_only_the_gap_bytes_acknowledgements_prove(tmp_path: Path) -> None:
+    """The gap of 2^31 to the new ISNs used to be summed as 4,294,965,717 gap bytes (and the last
+    request left unanswered). Now it restarts the stream, once per direction, and is counted."""
+    for syn_seen in (True, False):
+        capture = _reused_port_capture(tmp_path / f"reuse_{syn_seen}.pcap", syn_seen=syn_seen)
+        requests, connections = decoded(capture)
+        (conn,) = connections
+        assert (conn["gaps"], conn["gap_bytes"], conn["gap_bytes_to_broker"]) == (1, 1460, 1460)
+        assert conn["implausible_gaps"] == 2
+        assert [(r["correlation_id"], r["status"], r["reason"]) for r in requests] == [
+            (1, "decode_error", "request: cut by a gap after 1460 of 3025 bytes"),
+            (2, "ok", None),
+            (3, "ok", None),
+        ]
+        # The cut request's bytes around the hole; the rest is framed, and it all adds up.
+        assert (conn["skipped_bytes_to_broker"], conn["frame_bytes_to_broker"]) == (1460 + 105, 2 * 19)
+        assert conn["stream_bytes_to_broker"] == 3025 + 2 * 19
+        assert (conn["orphan_responses"], conn["skipped_bytes_to_client"]) == (0, 0)

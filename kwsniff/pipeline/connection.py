@@ -139,7 +139,7 @@ class Connection:
         self.packets[d] += 1
         rs = self.rs[d]
         if flags & SYN:
-            rs.syn(seq)
+            rs.syn(seq, ts)
             self.syn_seen = True
             seq = (seq + 1) & 0xFFFFFFFF
         if flags & ACK:
@@ -399,6 +399,7 @@ class Connection:
             "duplicate_bytes": rc.bytes_duplicate + rb.bytes_duplicate,
             "gaps": rc.gaps + rb.gaps,
             "gap_bytes": rc.gap_bytes + rb.gap_bytes,
+            "implausible_gaps": rc.implausible_gaps + rb.implausible_gaps,
             "ooo_overflows": rc.ooo_overflows + rb.ooo_overflows,
             "not_kafka_bytes": self.not_kafka_bytes[C2B] + self.not_kafka_bytes[B2C],
             "frames_to_broker": conv.client.frames - sasl_tokens[C2B] if conv else 0,

@@ -42,6 +42,7 @@ _TOTALLED = (
     "duplicate_bytes",
     "gaps",
     "gap_bytes",
+    "implausible_gaps",
     "skipped_bytes",
     "not_kafka_bytes",
     "resyncs",

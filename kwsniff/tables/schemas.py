@@ -68,6 +68,7 @@ CONNECTIONS = pa.schema(
         ("duplicate_bytes", pa.int64()),
         ("gaps", pa.int64()),
         ("gap_bytes", pa.int64()),
+        ("implausible_gaps", pa.int64()),
         ("ooo_overflows", pa.int64()),
         ("skipped_bytes", pa.int64()),
         ("not_kafka_bytes", pa.int64()),

@@ -22,6 +22,16 @@ _WRAP = 1 << 32
 LOST_SEGMENT = "lost_segment"
 OOO_OVERFLOW = "ooo_overflow"
 SNAPLEN = "snaplen"
+# A zero-byte gap: the sequence numbers jumped further than any window allows with no acknowledgement
+# proving the bytes between were sent (or a SYN came with a new ISN): a new connection on a reused
+# port whose FIN/RST the capture lost, or a sequence number damaged. The bytes between are not
+# counted as lost; the stream restarts at the new sequence number.
+IMPLAUSIBLE_GAP = "implausible_gap"
+# The most bytes a sender can have in flight: a receive window (RFC 7323 allows up to 1 GiB, but
+# Linux's largest default tcp_rmem is 6 MiB and tuned hosts stay far below 64 MiB). A hole larger
+# than this in one step is not a loss sequence numbers can prove: a capture that lost more than a
+# window at once shows an implausible gap, not gap bytes.
+MAX_WINDOW = 64 * 1024 * 1024
 
 DataCallback = Callable[[int, memoryview | bytes], None]
 GapCallback = Callable[[int, int, str], None]
@@ -58,6 +68,8 @@ class TcpReassembler:
         "_ooo_bytes",
         "_fin_offset",
         "_last_ack",
+        "_syn_seq",
+        "implausible_gaps",
     )
 
     def __init__(
@@ -85,16 +97,24 @@ class TcpReassembler:
         self._ooo_bytes = 0
         self._fin_offset: int | None = None
         self._last_ack: int | None = None  # the peer's latest acknowledgement of this direction
+        self._syn_seq: int | None = None
+        self.implausible_gaps = 0  # restarts: sequence jumps no window or acknowledgement explains
 
     @property
     def buffered_bytes(self) -> int:
         """Captured bytes held back waiting for a hole to fill."""
         return self._ooo_bytes
 
-    def syn(self, seq: int) -> None:
+    def syn(self, seq: int, ts: int = 0) -> None:
         # The SYN itself consumes one sequence number; data starts right after it.
-        if self.next_seq is None:
-            self.next_seq = (seq + 1) & _SEQ_MASK
+        if seq == self._syn_seq:
+            return  # a retransmitted SYN
+        if self.next_seq is not None:
+            # A SYN with another ISN on a stream already under way: a new connection on the same
+            # ports (the old one's FIN or RST was not captured).
+            self._restart(ts, (seq + 1) & _SEQ_MASK)
+        self._syn_seq = seq
+        self.next_seq = (seq + 1) & _SEQ_MASK
 
     def segment(self, ts: int, seq: int, payload: memoryview | bytes, missing: int = 0) -> None:
         n = len(payload)
@@ -116,6 +136,11 @@ class TcpReassembler:
             self.next_seq = next_seq = seq
         here = self._next_offset()
         start = here + seq_distance(seq, next_seq)
+        if abs(start - here) > MAX_WINDOW:
+            # An acknowledgement cannot prove such a hole either: the peer's own acknowledgements
+            # move by at most a window at a time, so one that jumps as far belongs to the new stream.
+            self._restart(ts, seq)
+            here = start = self._next_offset()
         if start > here:
             self._buffer(ts, start, payload, missing)
             return
@@ -131,6 +156,8 @@ class TcpReassembler:
         # lost them (the peer did not), so they will never be retransmitted. Declare them gone.
         here = self._next_offset()
         acked = here + seq_distance(ack, self.next_seq)  # type: ignore[arg-type]
+        if acked - here > MAX_WINDOW:
+            return  # no evidence: an acknowledgement from another connection on the same ports
         heap = self._ooo_heap
         while heap and acked > here:
             self._declare_gap(ts, min(acked, heap[0]) - here, LOST_SEGMENT)
@@ -158,10 +185,25 @@ class TcpReassembler:
             # are a gap. Checked only at the end, as a capture may show an ACK before its data. One
             # sequence number past the data is a FIN the capture did not show, not a byte.
             missing = seq_distance(self._last_ack, self.next_seq)
-            if 1 < missing < _HALF:
+            if 1 < missing <= MAX_WINDOW:
                 self._declare_gap(ts, missing, LOST_SEGMENT)
+            elif missing > MAX_WINDOW:
+                self.implausible_gaps += 1  # an acknowledgement no window explains: not a loss
 
     # -- internals ---------------------------------------------------------------------------------
+    def _restart(self, ts: int, seq: int) -> None:
+        """Start the stream afresh at ``seq``: what waits in the buffer is delivered (with the holes
+        before it, which the buffer proves), the jump is counted, not declared as lost bytes."""
+        heap = self._ooo_heap
+        while heap:
+            self._declare_gap(ts, heap[0] - self._next_offset(), LOST_SEGMENT)
+            self._drain()
+        self.implausible_gaps += 1
+        self.next_seq = seq
+        self._last_ack = None
+        self._fin_offset = None
+        self.on_gap(ts, 0, IMPLAUSIBLE_GAP)  # the frame splitter must look for a boundary again
+
     def _next_offset(self) -> int:
         # Every byte before next_seq was either delivered or declared a gap, so their sum is the
         # stream offset of next_seq; this keeps the hot path free of a second position counter.

@@ -100,6 +100,11 @@ def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> N
         f"  orphan responses {t['orphan_responses']:,}   gaps {t['gaps']:,} ({human_size(t['gap_bytes'])})   "
         f"skipped {human_size(t['skipped_bytes'])}   not Kafka {human_size(t['not_kafka_bytes'])}   "
         f"retransmitted {human_size(t['duplicate_bytes'])}"
+        + (
+            f"   implausible gaps {t['implausible_gaps']:,} (sequence jumps past any window: not counted)"
+            if t["implausible_gaps"]
+            else ""
+        )
     )
     if r.decode_errors:
         echo("  decode errors: " + ", ".join(f"{k} {v}" for k, v in r.decode_errors.most_common(5)))

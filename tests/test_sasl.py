@@ -22,6 +22,7 @@ from kafkawire import (
     request,
     response,
     string,
+    write_pcap,
 )
 from realparts import CapturedTraffic
 
@@ -134,6 +135,63 @@ def test_sasl_authenticate_tokens_are_redacted_in_kept_messages() -> None:
     (conn,) = sink.tables["connections"]
     assert sasl_columns(conn) == ("PLAIN", "ok", 0, True)
     assert PASSWORD not in repr(sink.tables)
+
+
+def _flexible_authenticate(tmp_path: Path) -> Path:
+    """SaslAuthenticate v2 (flexible, KIP-482) whose request and response each carry an unknown
+    tagged field holding the password, as a client newer than the schema might send."""
+    secret = PASSWORD.encode()
+
+    def tag(number: int, data: bytes) -> bytes:
+        return bytes([1, number, len(data)]) + data
+
+    f = Flow().handshake()
+    f.send(0, request(17, 1, 1, string("PLAIN")))
+    f.send(1, response(1, handshake_response(0, "PLAIN")))
+    header = struct.pack(">hhih", 36, 2, 2, 1) + b"c" + b"\x00"  # request header v2
+    body = bytes([len(PLAIN_TOKEN) + 1]) + PLAIN_TOKEN + tag(7, secret)
+    f.send(0, struct.pack(">i", len(header + body)) + header + body)
+    # response header v1; error 0, null message, empty auth bytes, lifetime 3600000, unknown tag 9
+    answer = struct.pack(">i", 2) + b"\x00" + struct.pack(">hBB", 0, 0, 1) + struct.pack(">q", 3_600_000)
+    answer += tag(9, b"pw=" + secret)
+    f.send(1, struct.pack(">i", len(answer)) + answer)
+    f.send(0, request(3, 0, 3, METADATA_V0_REQUEST))
+    f.send(1, response(3, METADATA_V0_RESPONSE))
+    f.close()
+    return write_pcap(tmp_path / "sasl_tagged.pcap", f.packets)
+
+
+def test_unknown_tagged_fields_of_sasl_authenticate_are_redacted_everywhere(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from kwsniff.cli import main
+
+    capture = _flexible_authenticate(tmp_path)
+    runner = CliRunner()
+    text = runner.invoke(main, ["show", str(capture)])
+    as_json = runner.invoke(main, ["show", "--json", str(capture)])
+    read = runner.invoke(main, ["read", str(capture), "--out", str(tmp_path / "t")])
+    assert (text.exit_code, as_json.exit_code, read.exit_code) == (0, 0, 0)
+    auth = json.loads(as_json.output.splitlines()[1])
+    assert (auth["api_name"], auth["status"]) == ("SaslAuthenticate", "ok")
+    assert auth["request"] == {
+        "auth_bytes": {"redacted": len(PLAIN_TOKEN)},
+        "_unknown_tags": {"redacted": 15},
+    }
+    assert auth["response"] == {
+        "error_code": 0,
+        "error_message": None,
+        "auth_bytes": {"redacted": 0},
+        "session_lifetime_ms": 3_600_000,
+        "_unknown_tags": {"redacted": 18},
+    }
+    for output in (text.output, as_json.output, read.output):
+        assert PASSWORD not in output and PASSWORD.encode().hex() not in output
+    files = list((tmp_path / "t").rglob("*.parquet"))
+    assert len(files) == 5
+    for file in files:
+        assert PASSWORD.encode() not in file.read_bytes()
+        assert PASSWORD not in repr(ds.dataset(file).to_table().to_pylist())
 
 
 def test_a_rejected_sasl_authenticate_is_a_failed_outcome() -> None:

@@ -33,6 +33,11 @@ SECRET_FIELDS = {
 }
 
 
+# The SaslAuthenticate fields that never carry a credential (SaslAuthenticateResponse.json).
+SAFE_AUTHENTICATE_FIELDS = frozenset({"error_code", "error_message", "session_lifetime_ms"})
+UNKNOWN_TAGS = "_unknown_tags"  # where the decoder keeps tagged fields the schema does not know
+
+
 def looks_like_gssapi_token(view: memoryview | bytes, max_size: int = 64 * 1024) -> bool:
     """A size-prefixed GSS-API initial token (Kafka 0.9 clients sent one before any request)."""
     if len(view) < 5:
@@ -42,18 +47,39 @@ def looks_like_gssapi_token(view: memoryview | bytes, max_size: int = 64 * 1024)
 
 
 def redact(api_key: int, msg: Any) -> Any:
-    """``msg`` with every credential field replaced by ``{"redacted": <byte count>}`` (in place)."""
+    """``msg`` with every credential replaced by ``{"redacted": <byte count>}`` (in place).
+
+    SaslAuthenticate is an authentication message through and through: every field but the known
+    safe ones (error code and message, session lifetime) is redacted, unknown tagged fields (KIP-482)
+    included, as a client or broker newer than our schema may put a credential in one. Other
+    messages that carry credentials lose their secret fields and every unknown tagged field."""
+    if api_key == SASL_AUTHENTICATE:
+        for key, item in msg.items():
+            if key not in SAFE_AUTHENTICATE_FIELDS:
+                msg[key] = {"redacted": _size(item)}
+        return msg
     fields = SECRET_FIELDS.get(api_key)
     if fields:
         _redact(msg, fields)
     return msg
 
 
+def _size(value: Any) -> int:
+    """Bytes a redacted value held (unknown tags: their raw values together)."""
+    if isinstance(value, (bytes, bytearray, memoryview, str)):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_size(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_size(v) for v in value)
+    return 0
+
+
 def _redact(value: Any, fields: tuple[str, ...]) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
-            if key in fields and isinstance(item, (bytes, bytearray, memoryview)):
-                value[key] = {"redacted": len(item)}
+            if key == UNKNOWN_TAGS or (key in fields and isinstance(item, (bytes, bytearray, memoryview))):
+                value[key] = {"redacted": _size(item)}
             else:
                 _redact(item, fields)
     elif isinstance(value, list):

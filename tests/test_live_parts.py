@@ -144,10 +144,10 @@ def test_metrics_scrape_names_and_counts() -> None:
     port = free_port()
     metrics.serve(port, "127.0.0.1")
     try:
+        metrics.update(CaptureCounters(10, 1500, 2, 0, 1), ([("Produce", 0.003), ("Fetch", 0.4)], []), 3)
         metrics.update(
-            CaptureCounters(10, 1500, 2, 0, 1), [("Produce", 0.003, None), ("Fetch", 0.4, None)], 3
+            CaptureCounters(25, 4000, 5, 0, 1), ([("Produce", 0.002)], ["NOT_LEADER_OR_FOLLOWER"]), 2
         )
-        metrics.update(CaptureCounters(25, 4000, 5, 0, 1), [("Produce", 0.002, "NOT_LEADER_OR_FOLLOWER")], 2)
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:
         metrics.close()
@@ -256,7 +256,15 @@ def test_view_stats_from_rows() -> None:
             "throttle_time_ms": 20,
         },
     )
+    # The view counts the errors table's rows: this top-level error and one of a partition.
+    for path in ("error_code", "responses[].partitions[].error_code"):
+        sink.add(
+            "errors",
+            {"api_name": "Fetch", "path": path, "error_code": 6, "error_name": "NOT_LEADER_OR_FOLLOWER"},
+        )
     sink.add("partitions", {"api_name": "Produce", "record_bytes": 1234, "topic": "t", "topic_id": None})
+    sink.add("partitions", {"api_name": "Fetch", "record_bytes": 3000, "topic": "t", "topic_id": None})
+    sink.add("connections", {"gaps": 2, "gap_bytes": 2920})
     # Rows carry only the columns known for their exchange (seen live when a request was dropped).
     sink.add("partitions", {"api_name": "Produce", "topic": "t"})
     sink.add("requests", {"api_key": 0, "api_name": "Produce", "status": "orphan"})
@@ -266,16 +274,19 @@ def test_view_stats_from_rows() -> None:
         ("Produce", 10.1, 50.0, 99.0),
         ("Fetch", 0.1, 500.0, 500.0),
     ]
-    assert stats.totals.errors == {"NOT_LEADER_OR_FOLLOWER": 1}
-    assert stats.totals.topic_bytes == {"t": 1234}
+    assert stats.totals.errors == {"NOT_LEADER_OR_FOLLOWER": 2}
+    assert (stats.totals.produced_bytes, stats.totals.fetched_bytes) == ({"t": 1234}, {"t": 3000})
     assert stats.totals.throttled == {"c": 1}
-    assert len(stats.take_pending()) == 102 and stats.take_pending() == []
+    requests, errors = stats.take_pending()
+    assert (len(requests), errors) == (102, ["NOT_LEADER_OR_FOLLOWER"] * 2)
+    assert stats.take_pending() == ([], [])
     line = log_line("lo", 10.0, window, 10.0, stats.totals, CaptureCounters(7, 700, 1, 0, 2), 3)
     assert line.startswith(
-        "kwsniff: lo 10s packets=7 kernel_drops=1 if_drops=0 queue_drops=2 connections=3 requests=102 "
+        "kwsniff: lo 10s packets=7 dropped_packets_kernel=1 dropped_packets_interface=0 dropped_packets_queue=2"
+        " stream_gaps=2 stream_gap_bytes=2920 connections_open=3 connections_closed=1 requests=102 "
         "Produce=10.1/s(p50 50.0 p99 99.0 ms) Fetch=0.1/s(p50 500.0 p99 500.0 ms)"
     )
-    assert line.endswith(" errors NOT_LEADER_OR_FOLLOWER=1")
+    assert line.endswith(" errors NOT_LEADER_OR_FOLLOWER=2")
 
 
 def test_sigterm_and_duration_stop_cleanly(tmp_path: Path) -> None:
@@ -301,3 +312,69 @@ def test_sigterm_and_duration_stop_cleanly(tmp_path: Path) -> None:
     timed = kwsniff("capture", "lo", "--out", str(tmp_path / "b"), "-p", port, "--duration", "1", "-q")
     assert (timed.returncode, timed.stdout) == (0, "")
     assert [r["packets"] for r in dataset(tmp_path / "b", "capture_stats")] == [0]
+
+
+def test_view_and_metrics_count_every_row_of_the_errors_table() -> None:
+    """kafka_python.pcap has a top-level error code, legacy_msgset.pcap two per partition: the Errors
+    panel and kwsniff_errors_total used to show only the first. Topics keep produced and fetched
+    bytes apart, and the connection count is every connection, not only the open ones."""
+    from collections import Counter
+
+    from prometheus_client import generate_latest
+
+    from kwsniff.view.screen import render, top_topics
+
+    stats = LiveStats(collect_pending=True)
+    tables = ListSink()
+    for name in ("kafka_python.pcap", "legacy_msgset.pcap", "produce_codecs.pcap"):
+        run_capture(CAPTURES / name, StatsSink(tables, stats), SessionOptions())
+    errors = tables.tables["errors"]
+    assert sorted({r["path"] for r in errors}) == [
+        "error_code",
+        "responses[].partition_responses[].error_code",
+    ]
+    assert sum(stats.totals.errors.values()) == len(errors) == 4
+    assert stats.totals.errors == Counter(r["error_name"] for r in errors)
+    metrics = Metrics()
+    metrics.update(CaptureCounters(), stats.take_pending(), 0)
+    scraped = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in generate_latest(metrics.registry).decode().splitlines()
+        if line.startswith("kwsniff_errors_total")
+    }
+    assert scraped == {
+        f'kwsniff_errors_total{{error="{k}"}}': float(v) for k, v in stats.totals.errors.items()
+    }
+    partitions = tables.tables["partitions"]
+    for api, counted in (("Produce", stats.totals.produced_bytes), ("Fetch", stats.totals.fetched_bytes)):
+        want: Counter[str] = Counter()
+        for p in partitions:
+            if p["api_name"] == api and p["record_bytes"]:
+                want[p["topic"] or p["topic_id"]] += p["record_bytes"]
+        assert counted == want and counted, api
+    assert top_topics(stats.totals)[0] == "codec-none"
+    connections = len(tables.tables["connections"])
+    assert connections == stats.totals.connections_closed == 32
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(render("lo", 1.0, stats.take_window(), 1.0, stats.totals, CaptureCounters(), 0))
+    screen = console.export_text()
+    assert f"connections {connections} (0 open)" in screen
+    for name, n in stats.totals.errors.items():
+        assert f"{name}" in screen and f" {n} " in screen
+
+
+def test_a_capture_that_fails_to_start_leaves_no_table_directories(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = kwsniff("capture", "lo", "--out", str(tmp_path / "out" / "t"), "--metrics-port", str(port))
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"kwsniff: error: --metrics-port {port}: Address already in use\n",
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -95,7 +95,7 @@ def capture(
     """Capture Kafka traffic on IFACE into Parquet tables under --out, until Ctrl-C (or --duration/--count)."""
     # pyarrow and prometheus_client only when a capture starts: `kwsniff --help` stays light.
     from kwsniff.pipeline.run_live import LiveDecoder, LiveOptions
-    from kwsniff.sinks import ExistingOutput, OutputError, prepare_output
+    from kwsniff.sinks import ExistingOutput, OutputError, prepare_output, remove_empty_dirs
     from kwsniff.view.metrics import Metrics
 
     ports = broker_ports(broker_port)
@@ -113,7 +113,8 @@ def capture(
         messages.error(str(err))
         sys.exit(1)
     try:
-        prepare_output(out, tables, existing)
+        # What this makes is removed again if the capture then fails to start (or stops at once).
+        made = prepare_output(out, tables, existing)
     except OutputError as err:
         handle.close()
         messages.error(str(err))
@@ -125,6 +126,7 @@ def capture(
             metrics.serve(metrics_port, metrics_addr)
         except OSError as err:
             handle.close()
+            remove_empty_dirs(made)
             messages.error(f"--metrics-port {metrics_port}: {err.strerror or err}")
             sys.exit(1)
     name = f"{iface}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
@@ -141,6 +143,7 @@ def capture(
         )
     except OSError as err:
         handle.close()
+        remove_empty_dirs(made)
         messages.error(f"--write-pcap {write_pcap}: {err.strerror or err}")
         sys.exit(1)
 
@@ -163,8 +166,10 @@ def capture(
     if metrics is not None:
         metrics.close()
     if live.error:
+        remove_empty_dirs(made)  # only those nothing was written into
         messages.error(f"{iface}: {live.error}")
     if decoder.error is not None or decoder.result is None:
+        remove_empty_dirs(made)
         failure = decoder.error
         messages.error(f"{iface}: decoding stopped: {type(failure).__name__}: {failure}")
         sys.exit(1)
@@ -228,6 +233,7 @@ def _summary(name: str, live: LiveCapture, decoder: LiveDecoder, out: Path, seco
     )
     print_summary(result, out, decoder.sink.counts)
     click.echo(
-        f"  capture: {c.captured:,} packets ({human_size(c.captured_bytes)}), drops: kernel {c.kernel_drops:,}, "
-        f"interface {c.if_drops:,}, queue {c.queue_drops:,}; {decoder.sink.seq} rotation periods"
+        f"  capture: {c.captured:,} packets ({human_size(c.captured_bytes)}); packets dropped before decoding"
+        f" (their bytes are among the gaps above): by the kernel {c.kernel_drops:,}, by the interface"
+        f" {c.if_drops:,}, by kwsniff's queue {c.queue_drops:,}; {decoder.sink.seq} rotation periods"
     )

@@ -11,6 +11,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from kwsniff.capture.live import CaptureCounters
+from kwsniff.view.stats import Pending
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -31,7 +32,12 @@ class Metrics:
             "kwsniff_queue_drops", "Packets dropped because decoding fell behind", registry=r
         )
         self.requests = Counter("kwsniff_requests", "Kafka requests decoded", ["api"], registry=r)
-        self.errors = Counter("kwsniff_errors", "Responses with a non-zero error code", ["error"], registry=r)
+        self.errors = Counter(
+            "kwsniff_errors",
+            "Non-zero error codes anywhere in responses (top level, topic, partition...): errors table rows",
+            ["error"],
+            registry=r,
+        )
         self.latency = Histogram(
             "kwsniff_request_latency_seconds",
             "Time from request to response",
@@ -50,10 +56,11 @@ class Metrics:
     def update(
         self,
         counters: CaptureCounters,
-        rows: list[tuple[str, float | None, str | None]],
+        pending: Pending,
         open_connections: int,
     ) -> None:
-        """One batch: capture counters (cumulative, turned into increments) and the requests decoded."""
+        """One batch: capture counters (cumulative, turned into increments), the requests decoded and
+        the error codes found in their responses."""
         last = self._last
         self.packets.inc(counters.captured - last.captured)
         self.bytes.inc(counters.captured_bytes - last.captured_bytes)
@@ -61,12 +68,13 @@ class Metrics:
         self.if_drops.inc(max(0, counters.if_drops - last.if_drops))
         self.queue_drops.inc(counters.queue_drops - last.queue_drops)
         self._last = counters
-        for api, latency_s, error in rows:
+        requests, errors = pending
+        for api, latency_s in requests:
             self.requests.labels(api).inc()
             if latency_s is not None:
                 self.latency.labels(api).observe(latency_s)
-            if error:
-                self.errors.labels(error).inc()
+        for error in errors:
+            self.errors.labels(error).inc()
         self.connections.set(open_connections)
 
     def close(self) -> None:

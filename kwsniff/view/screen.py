@@ -34,6 +34,13 @@ def api_lines(window: Window, seconds: float) -> list[ApiLine]:
     return lines
 
 
+def top_topics(totals: Totals) -> list[str]:
+    """The topics with the most record bytes, produced and fetched together, for ranking only: the
+    view shows the two apart (a byte fetched by three consumers was produced once)."""
+    both = totals.produced_bytes + totals.fetched_bytes
+    return [name for name, _ in both.most_common(TOP)]
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -41,15 +48,18 @@ def _ms(value: float | None) -> str:
 def log_line(
     iface: str, elapsed: float, window: Window, seconds: float, totals: Totals, c: CaptureCounters, conns: int
 ) -> str:
-    """One plain line per interval (stderr that is not a terminal: logs, journald)."""
+    """One plain line per interval (stderr that is not a terminal: logs, journald). ``conns`` is the
+    number of connections open; closed ones are in totals."""
     apis = " ".join(
         f"{a.api}={a.per_s:.1f}/s(p50 {_ms(a.p50_ms)} p99 {_ms(a.p99_ms)} ms)"
         for a in api_lines(window, seconds)[:TOP]
     )
     errors = ",".join(f"{k}={v}" for k, v in totals.errors.most_common(3))
     return (
-        f"kwsniff: {iface} {elapsed:.0f}s packets={c.captured} kernel_drops={c.kernel_drops} "
-        f"if_drops={c.if_drops} queue_drops={c.queue_drops} connections={conns} "
+        f"kwsniff: {iface} {elapsed:.0f}s packets={c.captured} dropped_packets_kernel={c.kernel_drops} "
+        f"dropped_packets_interface={c.if_drops} dropped_packets_queue={c.queue_drops} "
+        f"stream_gaps={totals.gaps} stream_gap_bytes={totals.gap_bytes} "
+        f"connections_open={conns} connections_closed={totals.connections_closed} "
         f"requests={sum(totals.requests.values())} {apis}" + (f" errors {errors}" if errors else "")
     )
 
@@ -61,20 +71,24 @@ def render(
     from rich.console import Group
     from rich.table import Table
 
+    # Packets dropped (the capture's own losses, counted by libpcap and our queue) and gaps (bytes
+    # missing from TCP streams, whatever lost them) are different units: each says which it is.
     head = (
         f"[bold]kwsniff capture {iface}[/]  {elapsed:.0f} s  packets {c.captured:,}  "
-        f"connections {conns:,}  drops: kernel {c.kernel_drops:,} interface {c.if_drops:,} "
-        f"queue {c.queue_drops:,}"
+        f"connections {conns + totals.connections_closed:,} ({conns:,} open)\n"
+        f"packets dropped: by the kernel {c.kernel_drops:,}, by the interface {c.if_drops:,}, "
+        f"by kwsniff's queue {c.queue_drops:,}   "
+        f"stream gaps (closed connections): {totals.gaps:,} ({totals.gap_bytes:,} bytes)"
     )
     apis = Table("API", "req/s", "p50 ms", "p99 ms", title="Requests (Fetch waits by design)")
     for a in api_lines(window, seconds)[:TOP]:
         apis.add_row(a.api, f"{a.per_s:.1f}", _ms(a.p50_ms), _ms(a.p99_ms))
-    errors = Table("error", "responses", title="Errors")
+    errors = Table("error", "error codes", title="Errors (anywhere in a response, as the errors table)")
     for name, n in totals.errors.most_common(TOP):
         errors.add_row(name, f"{n:,}")
-    topics = Table("topic", "record bytes", title="Top topics")
-    for name, n in totals.topic_bytes.most_common(TOP):
-        topics.add_row(name, f"{n:,}")
+    topics = Table("topic", "produced bytes", "fetched bytes", title="Top topics (record bytes)")
+    for name in top_topics(totals):
+        topics.add_row(name, f"{totals.produced_bytes[name]:,}", f"{totals.fetched_bytes[name]:,}")
     throttled = Table("client_id", "throttled", title="Throttled clients")
     for name, n in totals.throttled.most_common(TOP):
         throttled.add_row(name, f"{n:,}")

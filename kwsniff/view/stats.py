@@ -31,10 +31,20 @@ class Totals:
     """Everything since the capture started."""
 
     requests: Counter[str] = field(default_factory=Counter)
+    # error name -> rows of the `errors` table: every non-zero error code anywhere in a response
+    # (per topic, partition, group...), not only the top-level one that `requests.error_code` holds.
     errors: Counter[str] = field(default_factory=Counter)
-    topic_bytes: Counter[str] = field(default_factory=Counter)
+    produced_bytes: Counter[str] = field(default_factory=Counter)  # topic -> record bytes in Produce requests
+    fetched_bytes: Counter[str] = field(default_factory=Counter)  # topic -> record bytes in Fetch responses
     throttled: Counter[str] = field(default_factory=Counter)  # client_id -> throttled responses
-    connections_closed: int = 0
+    connections_closed: int = 0  # rows of the `connections` table
+    gaps: int = 0  # of closed connections: holes in their TCP streams (the capture lost the bytes)
+    gap_bytes: int = 0
+
+
+# What the metrics have not yet seen: (api, latency_s or None) per request, the error name per
+# `errors` row.
+Pending = tuple[list[tuple[str, float | None]], list[str]]
 
 
 class LiveStats:
@@ -45,8 +55,8 @@ class LiveStats:
         self.collect_pending = collect_pending
         self.window = Window()
         self.totals = Totals()
-        # Per-batch deltas for the metrics: (api, latency_s or None, error_name or None).
-        self.pending: list[tuple[str, float | None, str | None]] = []
+        # Per-batch deltas for the metrics.
+        self.pending: Pending = ([], [])
 
     def row(self, table: str, row: dict[str, Any]) -> None:
         # Rows are read with .get: a table's rows carry only the columns known for that exchange
@@ -55,7 +65,6 @@ class LiveStats:
         if table == "requests":
             api = get("api_name") or f"api_{get('api_key')}"
             latency = get("latency_ms")
-            error = get("error_name") if get("error_code") else None
             throttle = get("throttle_time_ms")
             with self.lock:
                 self.window.requests[api] += 1
@@ -64,29 +73,40 @@ class LiveStats:
                     kept = self.window.latencies_ms[api]
                     if len(kept) < MAX_LATENCIES:
                         kept.append(latency)
-                if error:
-                    self.totals.errors[error] += 1
                 if throttle:
                     self.totals.throttled[get("client_id") or "?"] += 1
                 if self.collect_pending:
-                    self.pending.append((api, None if latency is None else latency / 1000, error))
+                    self.pending[0].append((api, None if latency is None else latency / 1000))
+        elif table == "errors":
+            # Counted like the table counts them, so the view never disagrees with it.
+            error = get("error_name") or f"error_{get('error_code')}"
+            with self.lock:
+                self.totals.errors[error] += 1
+                if self.collect_pending:
+                    self.pending[1].append(error)
         elif table == "partitions":
             record_bytes = get("record_bytes")
-            if record_bytes and get("api_name") in ("Produce", "Fetch"):
+            api = get("api_name")
+            if record_bytes and api in ("Produce", "Fetch"):
+                topic = get("topic") or get("topic_id") or "?"
                 with self.lock:
-                    self.totals.topic_bytes[get("topic") or get("topic_id") or "?"] += record_bytes
+                    (self.totals.produced_bytes if api == "Produce" else self.totals.fetched_bytes)[
+                        topic
+                    ] += record_bytes
         elif table == "connections":
             with self.lock:
                 self.totals.connections_closed += 1
+                self.totals.gaps += get("gaps") or 0
+                self.totals.gap_bytes += get("gap_bytes") or 0
 
     def take_window(self) -> Window:
         with self.lock:
             window, self.window = self.window, Window()
         return window
 
-    def take_pending(self) -> list[tuple[str, float | None, str | None]]:
+    def take_pending(self) -> Pending:
         with self.lock:
-            pending, self.pending = self.pending, []
+            pending, self.pending = self.pending, ([], [])
         return pending
 
 

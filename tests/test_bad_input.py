@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
+import pytest
 from click.testing import CliRunner
 from kafka.record.util import calc_crc32c, encode_varint
 from kafkawire import Flow, request, response, write_pcap
@@ -144,16 +145,24 @@ def decoded(capture: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return sink.tables["requests"], sink.tables["connections"]
 
 
-def test_a_flipped_size_byte_mid_stream_skips_that_request_only(tmp_path: Path) -> None:
-    """produce_codecs.pcap with one byte of the 9th request's size prefix flipped on the consumer's
-    connection (port 45982): 67 reads as 65,347, more than the rest of the connection. The splitter
-    used to wait for it to the end and lose 18 requests. Now the broker's answer to request 10 proves
-    the size wrong: the 71 bytes of request 9 are skipped and every later request pairs as before."""
+@pytest.mark.parametrize("byte", [1, 2, 3])
+@pytest.mark.parametrize("direction", ["request", "response"])
+def test_a_flipped_size_byte_mid_stream_loses_that_frame_only(
+    tmp_path: Path, direction: str, byte: int
+) -> None:
+    """produce_codecs.pcap with one byte of the 9th frame's size prefix flipped on the consumer's
+    connection (port 45982 to the broker's 19101). ListOffsets request 9 is 67 bytes; flipped it reads
+    as 16,711,747, 65,347 or 188: the splitter used to wait for those bytes and lose up to 18 later
+    requests. Now the evidence (the broker answering request 10, whole frames chained inside the
+    claimed bytes, or no frame start where the claimed frame ends) shows the size is wrong: that
+    frame's bytes are skipped and every other exchange pairs as it did, at the same times."""
     original = CAPTURES / "produce_codecs.pcap"
     blob = bytearray(original.read_bytes())
-    prefix = frame_prefixes(bytes(blob), 45982, 19101)[8]
-    assert blob[prefix : prefix + 4] == b"\x00\x00\x00\x43"
-    blob[prefix + 2] ^= 0xFF
+    ports = (45982, 19101) if direction == "request" else (19101, 45982)
+    prefix = frame_prefixes(bytes(blob), *ports)[8]
+    size = struct.unpack_from(">i", blob, prefix)[0]
+    assert size == (67 if direction == "request" else 51)
+    blob[prefix + byte] ^= 0xFF
     damaged = tmp_path / "damaged.pcap"
     damaged.write_bytes(blob)
     before, before_conns = decoded(original)
@@ -169,13 +178,25 @@ def test_a_flipped_size_byte_mid_stream_skips_that_request_only(tmp_path: Path) 
             r["ts_response"],
         )
 
-    lost = [key(r) for r in before if r["conn_id"] == 15 and r["correlation_id"] == 9]
-    assert lost == [(15, 9, "ListOffsets", "ok", lost[0][4], lost[0][5])]
-    assert [key(r) for r in after] == [key(r) for r in before if key(r) not in lost]
+    (lost,) = [r for r in before if r["conn_id"] == 15 and r["correlation_id"] == 9]
+    assert (lost["api_name"], lost["status"]) == ("ListOffsets", "ok")
+    if direction == "request":
+        # The request is gone, its answer an orphan.
+        assert [key(r) for r in after] == [key(r) for r in before if r is not lost]
+    else:
+        # The request stays, unanswered (its row written when the connection closes).
+        assert sorted(map(key, after)) == sorted(
+            key(r) if r is not lost else (15, 9, "ListOffsets", "unanswered", r["ts_request"], None)
+            for r in before
+        )
     (conn,) = [c for c in after_conns if c["conn_id"] == 15]
-    assert (conn["skipped_bytes_to_broker"], conn["skipped_bytes_to_client"], conn["resyncs"]) == (71, 0, 1)
-    assert (conn["requests"], conn["orphan_responses"], conn["frames_to_broker"]) == (26, 1, 26)
-    assert sum(c["skipped_bytes"] for c in after_conns) == 71
+    skipped = (4 + size, 0) if direction == "request" else (0, 4 + size)
+    assert (conn["skipped_bytes_to_broker"], conn["skipped_bytes_to_client"], conn["resyncs"]) == (
+        *skipped,
+        1,
+    )
+    assert conn["orphan_responses"] == (1 if direction == "request" else 0)
+    assert sum(c["skipped_bytes"] for c in after_conns) == 4 + size
     assert sum(c["skipped_bytes"] for c in before_conns) == 0
 
 

@@ -198,7 +198,9 @@ class FrameSplitter:
                 self._drop_partial(TRUNCATED_AT_END)
                 return
 
-    def recover_damaged_size(self, proof: BoundaryCheck | None = None) -> bool:
+    def recover_damaged_size(
+        self, proof: BoundaryCheck | None = None, after: tuple[int, memoryview] | None = None
+    ) -> bool:
         """The partial frame's held bytes hold a chain of whole frames: its size prefix was damaged (a
         flipped byte made 67 bytes read as 65,347) and swallowed the frames after it. Skip the prefix
         and the bytes up to the chain (reason DAMAGED_SIZE) and replay the chain in step, each piece
@@ -206,10 +208,15 @@ class FrameSplitter:
 
         Called when a gap or the stream's end cuts the frame short (the chain must then be two frames
         long), or by the caller with ``proof``, a frame start the chain must hold (a request whose
-        response the other direction already carries: one frame is then enough)."""
+        response the other direction already carries: one frame is then enough), or when a frame
+        spread over chunks is complete but what follows it in the chunk is no frame start: ``after`` is
+        that chunk's rest from the frame's remaining bytes on, judged and replayed with the frame."""
         if self._need < 0 or not self._body or self._boundary_ok is None:
             return False
-        held = b"".join(self._body)  # one copy, only for a frame cut short
+        body, stamps = self._body, self._body_ts
+        if after is not None:
+            body, stamps = [*body, after[1]], [*stamps, after[0]]
+        held = b"".join(body)  # one copy, only for a frame cut short or out of step
         base = self.offset + 4  # stream offset of held[0]
 
         def judge(view: memoryview, at: int) -> bool:
@@ -219,7 +226,7 @@ class FrameSplitter:
         start = chain_start(held, self._min, self._max, judge, self._candidate, self._max_scan, proof)
         if start is None:
             return False
-        pieces = list(zip(self._body_ts, self._body, strict=True))
+        pieces = list(zip(stamps, body, strict=True))
         self._body = []
         self._body_ts = []
         self._need = -1
@@ -265,6 +272,16 @@ class FrameSplitter:
                 self._need = need - left
                 return None
             body = self._body
+            if (
+                body
+                and n - pos - need >= 4
+                and not self._next_is_frame(view[pos + need :])
+                and self.recover_damaged_size(after=(ts, view[pos:]))
+            ):
+                # A frame spread over chunks ended where no frame starts, and its bytes held whole
+                # frames: its size was damaged. They were replayed to the chunk's end; if that lost
+                # step, the caller's next chunks join the scan.
+                return view[n:] if self._resyncing else None
             frame: bytes | memoryview
             if body:
                 body.append(view[pos : pos + need])
@@ -311,6 +328,16 @@ class FrameSplitter:
         if rest is not None:
             self._lose_step()
         return rest
+
+    def _next_is_frame(self, view: memoryview) -> bool:
+        """Whether the bytes after a frame (at least a size prefix) may start the next one."""
+        (size,) = _SIZE.unpack_from(view, 0)
+        if not self._min <= size <= self._max:
+            return False
+        if self._boundary_ok is None or len(view) - 4 < min(size, BOUNDARY_LOOKAHEAD):
+            return True  # too little to judge: trust the stream, as in step
+        self.candidate_offset = self.offset + 4 + self._size
+        return self._boundary_ok(view)
 
     def _take_prefix(self, view: memoryview) -> int:
         """Complete a size prefix split across chunks; returns how many bytes of ``view`` it took."""

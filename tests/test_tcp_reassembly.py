@@ -5,7 +5,15 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kwsniff.tcp import LOST_SEGMENT, OOO_OVERFLOW, SNAPLEN, TcpReassembler, seq_distance
+from kwsniff.tcp import (
+    IMPLAUSIBLE_GAP,
+    LOST_SEGMENT,
+    MAX_WINDOW,
+    OOO_OVERFLOW,
+    SNAPLEN,
+    TcpReassembler,
+    seq_distance,
+)
 
 ISN = 1000
 DATA = bytes(range(256)) * 4  # 1024 distinct-looking bytes
@@ -397,3 +405,44 @@ def test_every_sequence_number_comes_out_once_as_its_own_byte_or_as_a_gap(
     # Every byte the capture carried (or said it cut) was delivered, dropped as a duplicate, or a snaplen gap.
     snaplen_bytes = sum(n for _, n, reason in s.gaps if reason == SNAPLEN)
     assert fed == s.r.bytes_delivered + s.r.bytes_duplicate + snaplen_bytes
+
+
+def test_a_jump_past_any_window_restarts_the_stream_instead_of_a_gap() -> None:
+    """A new connection on reused ports (its SYN lost) is not 2 GiB of lost bytes: the segment
+    waiting behind a provable hole is delivered, the jump is counted and the stream goes on there."""
+    s = Stream()
+    s.r.syn(ISN)
+    s.send(1, 0, 100)
+    s.send(2, 200, 300)  # 100..199 missing, proven by the bytes after it
+    new_isn = ISN + (1 << 31) + 12345
+    s.send(3, 0, 50, isn=new_isn)
+    s.r.peer_ack(4, ISN + 1 + MAX_WINDOW + 1000)  # an acknowledgement no window explains proves nothing
+    s.r.flush(5)
+    assert s.events == [
+        ("data", 1, DATA[0:100]),
+        (LOST_SEGMENT, 3, 100),
+        ("data", 2, DATA[200:300]),
+        (IMPLAUSIBLE_GAP, 3, 0),
+        ("data", 3, DATA[0:50]),
+    ]
+    assert (s.r.gaps, s.r.gap_bytes, s.r.implausible_gaps) == (1, 100, 1)
+
+
+def test_a_syn_with_a_new_isn_restarts_the_stream_a_retransmitted_one_does_not() -> None:
+    s = Stream()
+    s.r.syn(ISN)
+    s.send(1, 0, 100)
+    s.r.syn(ISN, 2)  # the same SYN again
+    s.r.syn(ISN + 5000, 3)  # a new connection on the same ports, 4,900 bytes on: no gap either
+    s.send(4, 0, 10, isn=ISN + 5000)
+    assert s.events == [("data", 1, DATA[0:100]), (IMPLAUSIBLE_GAP, 3, 0), ("data", 4, DATA[0:10])]
+    assert (s.r.gap_bytes, s.r.implausible_gaps) == (0, 1)
+
+
+def test_an_acknowledgement_past_any_window_at_the_end_is_no_gap() -> None:
+    s = Stream()
+    s.r.syn(ISN)
+    s.send(1, 0, 100)
+    s.r.peer_ack(2, ISN + 1 + 100 + MAX_WINDOW + 1)
+    s.r.flush(3)
+    assert (s.r.gap_bytes, s.r.implausible_gaps) == (0, 1)

@@ -1,5 +1,21 @@
 """TCP stream reassembly, one direction of one connection at a time (no I/O)."""
 
-from kwsniff.tcp.reassembly import LOST_SEGMENT, OOO_OVERFLOW, SNAPLEN, TcpReassembler, seq_distance
+from kwsniff.tcp.reassembly import (
+    IMPLAUSIBLE_GAP,
+    LOST_SEGMENT,
+    MAX_WINDOW,
+    OOO_OVERFLOW,
+    SNAPLEN,
+    TcpReassembler,
+    seq_distance,
+)
 
-__all__ = ["LOST_SEGMENT", "OOO_OVERFLOW", "SNAPLEN", "TcpReassembler", "seq_distance"]
+__all__ = [
+    "IMPLAUSIBLE_GAP",
+    "LOST_SEGMENT",
+    "MAX_WINDOW",
+    "OOO_OVERFLOW",
+    "SNAPLEN",
+    "TcpReassembler",
+    "seq_distance",
+]

@@ -12,11 +12,28 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable
+from functools import lru_cache
 
 _SIZE = struct.Struct(">i")
 MIN_CHAIN = 2  # frame starts in a row, the second proving the first one's size
 # boundary_ok sees at least this many bytes of a frame (all of it when shorter), like a resync's.
 _LOOKAHEAD = 8
+# The search looks this far into the held bytes for the chain's first frame, so a gap inside a large
+# frame (kernel drops in a Produce) costs a few milliseconds, not a scan of all of it. A damaged
+# prefix whose real frame is longer is not recovered: its stream resynchronises as after a gap.
+MAX_CHAIN_SCAN = 16 * 1024
+# Held bytes past which no chain is looked for (joining them would copy a large frame at every gap).
+MAX_CHAIN_HELD = 8 * 1024 * 1024
+
+
+@lru_cache(maxsize=8)
+def _candidates(max_size: int, min_size: int) -> re.Pattern[bytes]:
+    """Positions whose 4 bytes may be a size in [min_size, max_size]: a small high byte, and not
+    three zero bytes before a too-small last one, so the C regex engine, not Python, runs over the
+    zero padding and small integers record data is full of."""
+    high = min(max(max_size, 0) >> 24, 0x7F)
+    small = rb"(?!\x00\x00\x00[\x00-\x%02x])" % min(min_size - 1, 0xFF) if min_size > 0 else b""
+    return re.compile(rb"(?=[\x00-\x%02x])" % high + small)
 
 
 def chain_start(
@@ -24,9 +41,8 @@ def chain_start(
     min_size: int,
     max_size: int,
     judge: Callable[[memoryview, int], bool],
-    candidate: re.Pattern[bytes],
-    max_scan: int,
     proof: Callable[[memoryview], bool] | None = None,
+    max_scan: int = MAX_CHAIN_SCAN,
 ) -> int | None:
     """The first offset in ``held`` from which frames chain to its end (the last one may be cut), each
     accepted by ``judge(view, offset)``: at least MIN_CHAIN of them, or with ``proof`` any number
@@ -34,17 +50,12 @@ def chain_start(
     n = len(held)
     view = memoryview(held)
     limit = min(n - 4, max_scan)
-    p = 0
-    while p < limit:
-        m = candidate.search(held, p, limit + 4)
-        if m is None:
-            return None
+    for m in _candidates(max_size, min_size).finditer(held, 0, limit + 4):
         p = m.start()
         if p >= limit:
             return None
         if _chains(view, p, n, min_size, max_size, judge, proof):
             return p
-        p += 1
     return None
 
 

@@ -18,7 +18,7 @@ import struct
 from collections.abc import Callable
 
 from kwsniff.defaults import MAX_FRAME_SIZE
-from kwsniff.kafka.frame_chain import chain_start
+from kwsniff.kafka.frame_chain import MAX_CHAIN_HELD, chain_start
 
 GAP = "gap"  # a partial frame dropped because the stream lost bytes inside it
 RESYNC = "resync"  # bytes scanned over while looking for a frame boundary
@@ -213,6 +213,8 @@ class FrameSplitter:
         that chunk's rest from the frame's remaining bytes on, judged and replayed with the frame."""
         if self._need < 0 or not self._body or self._boundary_ok is None:
             return False
+        if self._size - self._need > MAX_CHAIN_HELD:
+            return False
         body, stamps = self._body, self._body_ts
         if after is not None:
             body, stamps = [*body, after[1]], [*stamps, after[0]]
@@ -223,7 +225,7 @@ class FrameSplitter:
             self.candidate_offset = base + at
             return self._boundary_ok(view)  # type: ignore[misc]
 
-        start = chain_start(held, self._min, self._max, judge, self._candidate, self._max_scan, proof)
+        start = chain_start(held, self._min, self._max, judge, proof)
         if start is None:
             return False
         pieces = list(zip(stamps, body, strict=True))

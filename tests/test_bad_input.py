@@ -265,3 +265,14 @@ def test_port_reuse_after_drops_gives_only_the_gap_bytes_acknowledgements_prove(
         assert (conn["skipped_bytes_to_broker"], conn["frame_bytes_to_broker"]) == (1460 + 105, 2 * 19)
         assert conn["stream_bytes_to_broker"] == 3025 + 2 * 19
         assert (conn["orphan_responses"], conn["skipped_bytes_to_client"]) == (0, 0)
+
+
+def test_strict_read_fails_on_implausible_gaps(tmp_path: Path) -> None:
+    capture = _reused_port_capture(tmp_path / "reuse.pcap", syn_seen=False)
+    done = CliRunner().invoke(main, ["read", str(capture), "--strict", "--out", str(tmp_path / "t")])
+    assert (done.exit_code, done.stderr) == (
+        3,
+        "kwsniff: strict: reuse.pcap: 1 requests with status decode_error; 1,565 bytes skipped by the frame"
+        " splitter; 1,460 bytes of Kafka connections the capture lost (gaps); 2 sequence number jumps past"
+        " any TCP window (implausible gaps)\n",
+    )

@@ -69,6 +69,7 @@ def strict_reasons(r: CaptureResult) -> list[str]:
         (r.undecodable_frames, "frames whose header could not be read"),
         (t["skipped_bytes"], "bytes skipped by the frame splitter"),
         (t["kafka_gap_bytes"], "bytes of Kafka connections the capture lost (gaps)"),
+        (t["implausible_gaps"], "sequence number jumps past any TCP window (implausible gaps)"),
         (t["kafka_encrypted_bytes"], "bytes encrypted by TLS on Kafka connections"),
         (st.not_kafka_on_broker_ports, "connections to a broker port that did not speak Kafka"),
         (st.accounting_mismatches, "connections whose bytes do not add up"),

@@ -8,7 +8,7 @@ from typing import Protocol
 from kwsniff.kafka import Conversation, plausible_request
 from kwsniff.kafka.opening import kafka_evidence
 from kwsniff.kafka.sasl import looks_like_gssapi_token
-from kwsniff.kafka.tls import TlsHellos, guess_protocol, looks_like_tls
+from kwsniff.kafka.tls import TlsHellos, guess_protocol, looks_like_tls, looks_like_tls_record
 from kwsniff.net import ACK, FIN, RST, SYN, format_ip
 from kwsniff.rows import ExchangeRows
 from kwsniff.tcp import TcpReassembler
@@ -243,8 +243,12 @@ class Connection:
         if owner.is_broker(self.broker):
             if not self.syn_seen or self.prebuf_gap:
                 # The stream's first bytes are not in the capture: its opening cannot be judged,
-                # so the broker port is trusted and the splitter resynchronises.
-                self._start_kafka()
+                # so the broker port is trusted and the splitter resynchronises; TLS records there
+                # are a TLS connection whose handshake the capture missed.
+                if any(chunks and looks_like_tls_record(chunks[0][1]) for chunks in self.prebuf):
+                    self._start_tls(True)
+                else:
+                    self._start_kafka()
             else:
                 self._judge_opening(final)
         elif not owner.options.auto_detect:

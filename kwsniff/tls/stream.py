@@ -193,7 +193,6 @@ class TlsStream:
                     side.undecryptable += keep - pos
                     pos = keep
                     break
-                side.undecryptable += found - pos
                 pos = found
                 if side.resync:
                     break  # a candidate whose record is not complete yet
@@ -470,8 +469,9 @@ class TlsStream:
 
     # -- after a gap ---------------------------------------------------------------------------------
     def _resync(self, d: int, ts: int, start: int) -> int:
-        """The offset of the next record that decrypts (and process it), or of a candidate still
-        incomplete (resync stays on), or -1 when none starts before the last 4 bytes."""
+        """The offset after the next record that decrypts (processed), or of a candidate still
+        incomplete (resync stays on), or -1 when none starts before the last 4 bytes. Bytes passed
+        over before the offset returned are counted undecryptable here."""
         side = self.dirs[d]
         buf = side.buf
         protection = side.protection
@@ -481,13 +481,13 @@ class TlsStream:
             if buf[pos] == APPLICATION_DATA and buf[pos + 1] == 3 and buf[pos + 2] == 3:
                 length = (buf[pos + 3] << 8) | buf[pos + 4]
                 if 17 <= length <= MAX_RECORD:
-                    if pos + 5 + length > n:
-                        return pos
-                    if protection is None:
-                        side.resync = False
+                    if pos + 5 + length > n or protection is None:
+                        side.undecryptable += pos - start
+                        side.resync = protection is not None
                         return pos
                     rec = bytes(buf[pos : pos + 5 + length])
                     if self._try_sequences(d, ts, rec, protection):
+                        side.undecryptable += pos - start
                         side.resync = False
                         return pos + 5 + length
             pos += 1

@@ -261,3 +261,32 @@ def test_without_the_key_log_tls_connections_are_marked_and_nothing_fails(traffi
     assert requests_by_connection(sink, traffic.proxy_port) == []
     # Each TLS connection's plaintext twin still decodes.
     assert len(requests_by_connection(sink, traffic.broker_port)) == len(tls_conns)
+
+
+def test_spark_decrypts_with_the_key_log_shipped_to_its_executors(
+    spark: Any, traffic: TlsTraffic, tmp_path: Path
+) -> None:
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    from kwsniff.spark.pipeline import decode as spark_decode
+    from kwsniff.spark.pipeline import write
+    from kwsniff.tables.schemas import SCHEMAS
+
+    keys = load_keylog([traffic.keylog])
+    options = SessionOptions(broker_ports=frozenset({traffic.proxy_port, traffic.broker_port}), keylog=keys)
+    # Two flow buckets in small byte ranges: several executor tasks, each with the pickled key log.
+    decoded = spark_decode(
+        spark, [str(traffic.pcap)], buckets=2, options=options, tables=("requests",), range_bytes=1 << 16
+    )
+    write(decoded.frames, tmp_path)
+    got = ds.dataset(tmp_path / "requests", partitioning="hive").to_table().drop_columns(["date"]).to_pylist()
+    sink = ListSink()
+    run_capture(traffic.pcap, sink, options)
+    expected = pa.Table.from_pylist(sink.tables["requests"], schema=SCHEMAS["requests"]).to_pylist()
+
+    def key(row: dict[str, Any]) -> tuple[str, ...]:
+        return tuple(repr(row[k]) for k in sorted(row))
+
+    assert sorted(got, key=key) == sorted(expected, key=key)
+    assert sum(1 for r in got if r["client_id"] == "tls-aiokafka" and r["api_key"] == 0) >= 1

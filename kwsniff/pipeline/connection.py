@@ -199,7 +199,7 @@ class Connection:
         else:
             self._plain(d, ts, chunk)
 
-    def _tls_plain(self, d: int, ts: int, chunk: bytes) -> None:
+    def _tls_plain(self, d: int, ts: int, chunk: bytes | memoryview) -> None:
         if self.conv is None and self.kafka is not None and not self.prebuf_len[C2B] + self.prebuf_len[B2C]:
             # The first plaintext of a TLS connection: judge it as the start of any stream.
             self.kafka = None

@@ -200,6 +200,78 @@ def test_tls12_suite_decrypts_as_tshark_does(
     assert (stream.state, stream.cipher, stream.version) == ("decrypted", TLS12_SUITES[cipher], 0x0303)
 
 
+def test_hello_retry_request_and_a_resumed_session_decrypt_as_tshark_does(
+    certificate: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The server takes only P-256 while the clients offer an X25519 key share first: each handshake
+    goes through a HelloRetryRequest. The second client resumes the first one's session (PSK)."""
+    port = free_port()
+    pcap, keylog, session = tmp_path / "hrr.pcap", tmp_path / "keys.log", tmp_path / "session.pem"
+    server = subprocess.Popen(
+        ["openssl", "s_server", "-quiet", "-accept", f"{LOOPBACK}:{port}", "-cert", str(certificate[0])]
+        + ["-key", str(certificate[1]), "-keylogfile", str(keylog), "-groups", "P-256"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    reused = []
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex((LOOPBACK, port)) == 0:
+                    break
+            time.sleep(0.05)
+        time.sleep(0.3)
+        with tcpdump_capture(pcap, port):
+            for line, sess in ((b"first\n", "-sess_out"), (b"second\n", "-sess_in")):
+                client = subprocess.Popen(
+                    ["openssl", "s_client", "-connect", f"{LOOPBACK}:{port}", "-groups", "X25519:P-256"]
+                    + [sess, str(session)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                )
+                assert client.stdin is not None
+                client.stdin.write(line)
+                client.stdin.flush()
+                time.sleep(1.0)
+                out, _ = client.communicate(timeout=TIMEOUT_S)  # end of input: s_client closes
+                reused.append(b"Reused, TLSv1.3" in out)
+    finally:
+        stop_process(server)  # type: ignore[arg-type]
+    assert reused == [False, True]
+    done = subprocess.run(
+        [
+            "tshark",
+            "-r",
+            str(pcap),
+            "-Y",
+            "tls.handshake.type == 2",
+            "-T",
+            "fields",
+            "-e",
+            "tls.handshake.random",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    randoms = done.stdout.split()
+    assert randoms.count("cf21ad74e59a6111be1d8c021e65b891c2a211167abb8c5e079e09e2c8a8339c") == 2  # two HRRs
+    sink = ListSink()
+    run_capture(pcap, sink, SessionOptions(broker_ports=frozenset({port}), keylog=load_keylog([keylog])))
+    conns = sorted(sink.tables["connections"], key=lambda c: c["ts_first"])
+    assert [(c["tls_state"], c["decrypted_bytes_to_broker"]) for c in conns] == [
+        ("decrypted", 6),
+        ("decrypted", 7),
+    ]
+    assert [accounting_difference(c, d) for c in conns for d in ("to_broker", "to_client")] == [0, 0, 0, 0]
+    tshark_plain = decrypt_with_tshark(pcap, keylog, port)
+    assert tshark_plain == [b"first\nsecond\n", b""]
+
+
 def echo_over_tls(
     tmp: Path, certificate: tuple[Path, Path], payload: bytes, keylog: Path, piece: int = 0, port: int = 0
 ) -> tuple[Path, int]:

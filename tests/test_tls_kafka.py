@@ -290,3 +290,50 @@ def test_spark_decrypts_with_the_key_log_shipped_to_its_executors(
 
     assert sorted(got, key=key) == sorted(expected, key=key)
     assert sum(1 for r in got if r["client_id"] == "tls-aiokafka" and r["api_key"] == 0) >= 1
+
+
+def test_strict_counts_undecrypted_bytes_only_where_the_key_log_had_keys(
+    traffic: TlsTraffic, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from kwsniff.cli import main
+
+    ports = ["-p", str(traffic.proxy_port), "-p", str(traffic.broker_port)]
+    # No key log: the TLS connections are left encrypted on purpose, and --strict does not object.
+    plain = CliRunner().invoke(
+        main, ["read", str(traffic.pcap), "--out", str(tmp_path / "a"), "--strict", "-q", *ports]
+    )
+    assert plain.exit_code == 0, plain.output
+    # Keys that are wrong: every record fails its tag check, and --strict exits 3 saying why.
+    wrong = tmp_path / "wrong.log"
+    wrong.write_text(
+        "".join(
+            f"{label} {random} {'55' * (len(secret) // 2)}\n"
+            for label, random, secret in (
+                line.split() for line in traffic.keylog.read_text().splitlines() if not line.startswith("#")
+            )
+        )
+    )
+    bad = CliRunner().invoke(
+        main,
+        [
+            "read",
+            str(traffic.pcap),
+            "--out",
+            str(tmp_path / "b"),
+            "--strict",
+            "-q",
+            "--keylog",
+            str(wrong),
+            *ports,
+        ],
+    )
+    assert bad.exit_code == 3, bad.output
+    assert "bytes encrypted by TLS on Kafka connections" in bad.output
+    # The secrets never reach the output.
+    assert all(
+        line.split()[2] not in bad.output
+        for line in traffic.keylog.read_text().splitlines()
+        if line[0] != "#"
+    )

@@ -207,6 +207,7 @@ class TlsStream:
 
     def _records(self, d: int, ts: int, side: _Direction, buf: bytearray, view: memoryview, n: int) -> int:
         pos = 0
+        fast = self._fast_state(side)
         while n - pos >= 5:
             if side.resync:
                 found = self._resync(d, ts, pos)
@@ -217,11 +218,31 @@ class TlsStream:
                     pos = keep
                     break
                 pos = found
+                fast = self._fast_state(side)
                 if side.resync:
                     break  # a candidate whose record is not complete yet
                 continue
             typ = buf[pos]
             length = (buf[pos + 3] << 8) | buf[pos + 4]
+            end = pos + 5 + length
+            if fast is not None and typ == APPLICATION_DATA and end <= n and length <= MAX_RECORD:
+                # The common case, inline: a TLS 1.3 record under the traffic secret holding
+                # application data, with no padding.
+                decrypt, iv, protection, out = fast
+                seq = protection.seq
+                try:
+                    plain = decrypt((iv ^ seq).to_bytes(12, "big"), view[pos + 5 : end], view[pos : pos + 5])
+                except (InvalidTag, ValueError):
+                    plain = b""
+                if plain[-1:] == b"\x17":
+                    protection.seq = seq + 1
+                    side.records += 1
+                    side.decrypted += len(plain) - 1
+                    side.overhead += length + 6 - len(plain)
+                    if len(plain) > 1:
+                        out.append(memoryview(plain)[:-1])
+                    pos = end
+                    continue
             if not (
                 CHANGE_CIPHER_SPEC <= typ <= APPLICATION_DATA and buf[pos + 1] == 3 and length <= MAX_RECORD
             ):
@@ -230,40 +251,23 @@ class TlsStream:
                 side.resync = True
                 side.seq_tries = MAX_SEQ_TRIES
                 continue
-            end = pos + 5 + length
             if end > n:
                 break
-            if typ == APPLICATION_DATA and self._fast_tls13(side, view[pos:end]):
-                pos = end
-                continue
+            # Everything else (and a fast-path record that failed or was not plain application
+            # data: it is decrypted again here, which is rare) takes the careful path.
             self._record(d, ts, typ, view[pos:end])
             pos = end
+            fast = self._fast_state(side)
         return pos
 
-    def _fast_tls13(self, side: _Direction, rec: memoryview) -> bool:
-        """A TLS 1.3 application-data record under the traffic secret, holding application data:
-        nearly every record of a connection. False (nothing done) for anything else."""
+    def _fast_state(self, side: _Direction) -> tuple[Callable, int, _Protection, list] | None:
+        """What the inline TLS 1.3 path needs, when this side is past its handshake."""
         protection = side.protection
         suite = self.suite
         if protection is None or side.app_secret or suite is None or not suite.tls13:
-            return False
-        seq = protection.seq
-        try:
-            plain = protection.aead.decrypt(  # type: ignore[attr-defined]
-                (protection.iv_int ^ seq).to_bytes(12, "big"), rec[5:], rec[:5]
-            )
-        except (InvalidTag, ValueError):
-            return False  # the careful path tries again, and counts the failure
-        if plain[-1:] != b"\x17":
-            return False  # padding or a handshake message: the careful path (which decrypts again)
-        protection.seq = seq + 1
-        side.records += 1
-        side.decrypted += len(plain) - 1
-        side.overhead += len(rec) - len(plain) + 1
-        if len(plain) > 1:
-            side_out = self._out[0 if side is self.dirs[0] else 1]
-            side_out.append(memoryview(plain)[:-1])
-        return True
+            return None
+        out = self._out[0 if side is self.dirs[0] else 1]
+        return protection.aead.decrypt, protection.iv_int, protection, out  # type: ignore[attr-defined]
 
     def gap(self, d: int, ts: int, nbytes: int) -> None:
         """The capture lost ``nbytes`` of direction ``d``: the record they fell in is gone."""

@@ -8,7 +8,8 @@ in the same run.
 The capture is real: confluent-kafka produces --mb of records (and a consumer reads them back)
 through a TLS-terminating proxy (tests/tls_proxy.py, TLS 1.3, AES-256-GCM: Java's and Kafka's
 default) in front of tansu, in an MTU 1500 network namespace, so segments are Ethernet-sized as on a
-real network; both sides are captured. The capture is then split into its TLS half (the proxy's
+real network (no segmentation offloads, so both legs have the same packet shape); both sides are
+captured. The capture is then split into its TLS half (the proxy's
 port) and its plaintext twin (the broker's port), which carry the same Kafka bytes.
 
 Printed: MB/s of TLS payload decrypted per core (TlsStream alone, fed the reassembled streams),
@@ -52,6 +53,12 @@ def make_capture(work: Path, mb: int) -> tuple[Path, Path]:
     try:
         ns = realparts.netns_prefix(NETNS)
         subprocess.run([*ns, "ip", "link", "set", "lo", "up", "mtu", "1500"], check=True)
+        # No segmentation offloads: both legs (TLS and plaintext) carry real-network-sized packets,
+        # so the plaintext twin has the TLS leg's shape.
+        try:
+            subprocess.run([*ns, "ethtool", "-K", "lo", "tso", "off", "gso", "off", "gro", "off"], check=True)
+        except FileNotFoundError:
+            raise SystemExit("bench_tls: ethtool is missing: apt-get install ethtool") from None
         with realparts.start_broker(BROKER_PORT, netns=NETNS, advertised_port=PROXY_PORT, log_dir=str(work)):
             proxy = subprocess.Popen(
                 [*ns, sys.executable, str(ROOT / "tests" / "tls_proxy.py"), str(PROXY_PORT), str(BROKER_PORT)]
@@ -129,10 +136,16 @@ def decrypt_rate(tls_pcap: Path, keylog: Path) -> tuple[float, float]:
             continue
         server = chunks.get((dst, dport, src, sport), [])
         stream = TlsStream(keys, lambda d, ts, data: None, lambda d, ts: None)
-        stream.feed(0, 0, client[0])  # the ClientHello, then the server's side, then the rest
+        # The ClientHello (it may span segments), then the server's side, then the rest.
+        hello, fed = 5 + int.from_bytes(client[0][3:5], "big"), 0
+        i = 0
+        while fed < hello:
+            stream.feed(0, 0, client[i])
+            fed += len(client[i])
+            i += 1
         for chunk in server:
             stream.feed(1, 0, chunk)
-        for chunk in client[1:]:
+        for chunk in client[i:]:
             stream.feed(0, 0, chunk)
         total += sum(map(len, client)) + sum(map(len, server))
         assert stream.state == "decrypted", stream.state

@@ -337,3 +337,27 @@ def test_strict_counts_undecrypted_bytes_only_where_the_key_log_had_keys(
         for line in traffic.keylog.read_text().splitlines()
         if line[0] != "#"
     )
+
+
+def test_spark_uses_the_keys_inside_a_pcapng_in_every_task(
+    spark: Any, traffic: TlsTraffic, tmp_path: Path
+) -> None:
+    import pyarrow.dataset as ds
+
+    from kwsniff.spark.pipeline import decode as spark_decode
+    from kwsniff.spark.pipeline import write
+
+    injected = tmp_path / "with-secrets.pcapng"
+    subprocess.run(
+        ["editcap", "--inject-secrets", f"tls,{traffic.keylog}", str(traffic.pcap), str(injected)],
+        check=True,
+        timeout=60,
+    )
+    options = SessionOptions(broker_ports=frozenset({traffic.proxy_port, traffic.broker_port}))
+    decoded = spark_decode(
+        spark, [str(injected)], buckets=2, options=options, tables=("connections",), range_bytes=1 << 16
+    )
+    write(decoded.frames, tmp_path / "out")
+    conns = ds.dataset(tmp_path / "out" / "connections", partitioning="hive").to_table().to_pylist()
+    states = [c["tls_state"] for c in conns if c["broker_port"] == traffic.proxy_port]
+    assert states and set(states) == {"decrypted"}

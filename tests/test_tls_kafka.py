@@ -361,3 +361,30 @@ def test_spark_uses_the_keys_inside_a_pcapng_in_every_task(
     conns = ds.dataset(tmp_path / "out" / "connections", partitioning="hive").to_table().to_pylist()
     states = [c["tls_state"] for c in conns if c["broker_port"] == traffic.proxy_port]
     assert states and set(states) == {"decrypted"}
+
+
+def test_show_prints_decrypted_exchanges_and_no_secret(traffic: TlsTraffic) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from kwsniff.cli import main
+
+    args = [
+        "show",
+        str(traffic.pcap),
+        "--json",
+        "-p",
+        str(traffic.proxy_port),
+        "--keylog",
+        str(traffic.keylog),
+    ]
+    done = CliRunner().invoke(main, args)
+    assert done.exit_code == 0, done.output
+    lines = [json.loads(line) for line in done.output.splitlines() if line.startswith("{")]
+    clients = {line["client_id"] for line in lines}
+    assert clients == {"tls-confluent", "tls-kafka-python", "tls-aiokafka"}
+    secrets = [
+        line.split()[2] for line in traffic.keylog.read_text().splitlines() if not line.startswith("#")
+    ]
+    assert not [s for s in secrets if s in done.output]

@@ -123,7 +123,12 @@ class Broker:
             self.log_path.unlink(missing_ok=True)
 
 
-def start_broker(port: int | None = None, netns: str | None = None, log_dir: str | None = None) -> Broker:
+def start_broker(
+    port: int | None = None,
+    netns: str | None = None,
+    log_dir: str | None = None,
+    advertised_port: int | None = None,
+) -> Broker:
     """Start tansu (in-memory storage) on 127.0.0.1 and return once it accepts connections."""
     if port is None:
         port = free_port() if netns is None else 19092
@@ -136,7 +141,8 @@ def start_broker(port: int | None = None, netns: str | None = None, log_dir: str
         "--listener-url",
         url,
         "--advertised-listener-url",
-        url,
+        # A proxy in front of the broker (TLS tests) is what clients must be sent to.
+        url if advertised_port is None else f"tcp://{LOOPBACK}:{advertised_port}",
         "--storage-engine",
         "memory://tansu/",
     ]
@@ -177,6 +183,7 @@ def tcpdump_capture(
     snaplen: int = 0,
     netns: str | None = None,
     buffer_kib: int = 65536,
+    bpf: str | None = None,
 ) -> Iterator[TcpdumpStats]:
     """Capture 'tcp port PORT' on `interface` into `path` while the block runs.
 
@@ -196,7 +203,7 @@ def tcpdump_capture(
         str(snaplen),
         "-w",
         str(path),
-        f"tcp port {port}",
+        bpf or f"tcp port {port}",
     ]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     stats = TcpdumpStats()

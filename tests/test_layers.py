@@ -16,6 +16,7 @@ LAYERS: list[set[str]] = [
     {"capture"},
     {"net"},
     {"tcp"},
+    {"tls"},  # TLS records between reassembly and framing (decryption from key logs)
     {"protocol"},
     {"kafka"},
     {"records"},
@@ -26,7 +27,7 @@ LAYERS: list[set[str]] = [
     # The core pipeline package holds three layers of its own, bottom up.
     {"pipeline.connection"},
     {"pipeline.session"},
-    {"pipeline", "pipeline.run", "pipeline.run_live"},
+    {"pipeline", "pipeline.run", "pipeline.run_live", "pipeline.keylogs"},
     {"spark"},  # the fleet pipeline (imports pyspark only when called)
     {"report"},  # analytics over the tables and their plots
     {"commands"},

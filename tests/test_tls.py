@@ -87,9 +87,13 @@ def test_a_real_tls_connection_on_a_broker_port_is_counted_as_encrypted(tmp_path
         "tls",
     )
     assert conn["kafka"] is True
+    # No key log: the connection is marked, its records stay encrypted, the hellos are overhead.
+    assert (conn["tls_state"], conn["tls_cipher"]) == ("no_key", "TLS_AES_256_GCM_SHA384")
     for d in ("to_broker", "to_client"):
         # Every payload byte the wire carried (handshake, records, alerts) and nothing else.
-        assert conn[f"encrypted_bytes_{d}"] == conn[f"stream_bytes_{d}"] == conn[f"bytes_{d}"]
+        assert conn[f"tls_overhead_bytes_{d}"] + conn[f"encrypted_bytes_{d}"] == conn[f"stream_bytes_{d}"]
+        assert conn[f"stream_bytes_{d}"] == conn[f"bytes_{d}"]
+        assert conn[f"decrypted_bytes_{d}"] == 0
         assert accounting_difference(conn, d) == 0
     assert conn["encrypted_bytes_to_broker"] > len(payload)
     assert (conn["gap_bytes"], conn["skipped_bytes"], conn["not_kafka_bytes"], conn["frames_to_broker"]) == (
@@ -143,7 +147,10 @@ def test_tls_on_a_port_nobody_named_is_not_kafka_but_still_tls() -> None:
         "db.example.org",
         None,
     )
-    assert (conn["encrypted_bytes_to_broker"], conn["encrypted_bytes_to_client"]) == (len(hello), 9)
+    # Both records are handshake records in the clear: TLS overhead, nothing left encrypted.
+    assert (conn["tls_overhead_bytes_to_broker"], conn["tls_overhead_bytes_to_client"]) == (len(hello), 9)
+    assert (conn["encrypted_bytes_to_broker"], conn["encrypted_bytes_to_client"]) == (0, 0)
+    assert conn["tls_state"] == "no_key"
 
 
 def test_guess_protocol_names_tls_http_and_ssh() -> None:

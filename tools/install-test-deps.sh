@@ -14,6 +14,9 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+# tshark decrypts TLS with a key log as the oracle of the TLS tests; editcap injects key logs into pcapng.
+command -v tshark >/dev/null 2>&1 || missing+=(tshark)
+command -v editcap >/dev/null 2>&1 || missing+=(wireshark-common)
 { command -v psql >/dev/null 2>&1 && compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; } || missing+=(postgresql)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""

@@ -27,6 +27,8 @@ IDB = 1
 PACKET_BLOCK = 2
 SPB = 3
 EPB = 6
+DSB = 10  # Decryption Secrets Block
+DSB_TLS_KEY_LOG = 0x544C534B  # "TLSK": NSS key log text (pcapng draft, section 4.7)
 BYTE_ORDER_MAGIC = 0x1A2B3C4D
 MAGIC = b"\x0a\x0d\x0d\x0a"
 
@@ -215,6 +217,11 @@ class PcapngReader(CaptureReader):
                             last_ts = ts
                             yield ts, linktype, buf[off + 28 : off + 28 + caplen]
                             count += 1
+                    elif btype == DSB and blen >= 16:
+                        secrets_type, secrets_len = layout.block.unpack_from(buf, off + 8)
+                        if secrets_type == DSB_TLS_KEY_LOG and 16 + secrets_len <= blen and self.on_secrets:
+                            self.on_secrets(bytes(buf[off + 16 : off + 16 + secrets_len]))
+                        self.stats["skipped_blocks"] += 1
                     elif btype in NON_PACKET_BLOCKS:
                         self.stats["skipped_blocks"] += 1
                     else:

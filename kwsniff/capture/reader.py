@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import BinaryIO, Protocol
 
@@ -66,6 +66,9 @@ class CaptureReader:
         self.truncated = False
         self.warnings: list[str] = []
         self.stats: dict[str, int] = {"records": 0}
+        # Called with the key log text of each pcapng Decryption Secrets Block (TLS keys), before the
+        # packets that follow it are yielded.
+        self.on_secrets: Callable[[bytes], None] | None = None
         self._raw = raw
         self._data = data
         # Bytes already read from the (decompressed) stream while checking the file header.

@@ -15,7 +15,14 @@ import click
 
 from kwsniff.capture.live import LiveCapture, LiveCaptureError, open_interface
 from kwsniff.commands import messages
-from kwsniff.commands.options import BYTE_SIZE, PORT, broker_port_option, broker_ports
+from kwsniff.commands.options import (
+    BYTE_SIZE,
+    PORT,
+    broker_port_option,
+    broker_ports,
+    keylog_option,
+    with_keylog,
+)
 from kwsniff.pipeline.run import capture_result
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.tables import DEFAULT_TABLES
@@ -43,6 +50,7 @@ def default_filter(ports: frozenset[int]) -> str:
 @click.option("--overwrite", is_flag=True, help="Replace the dataset already in --out.")
 @click.option("--append", is_flag=True, help="Add to the dataset already in --out.")
 @broker_port_option
+@keylog_option
 @click.option("--filter", "bpf", help="Kernel (BPF) filter; default: tcp port of each --broker-port.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), help="Stop after this many seconds.")
 @click.option("--count", type=click.IntRange(min=1), help="Stop after this many packets.")
@@ -79,6 +87,7 @@ def capture(
     overwrite: bool,
     append: bool,
     broker_port: tuple[int, ...],
+    keylog: tuple[Path, ...],
     bpf: str | None,
     duration: float | None,
     count: int | None,
@@ -132,7 +141,10 @@ def capture(
     name = f"{iface}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     live = LiveCapture(handle, count or 0)
     stats = LiveStats(collect_pending=metrics is not None)
-    options = SessionOptions(broker_ports=ports, max_frame_size=max_frame_size)
+    # Clients append a connection's secrets as it opens: the key log is followed as it grows.
+    options = with_keylog(
+        SessionOptions(broker_ports=ports, max_frame_size=max_frame_size), keylog, follow=True
+    )
     try:
         decoder = LiveDecoder(
             live,

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
+from kwsniff.commands import messages
 from kwsniff.defaults import DEFAULT_BROKER_PORT
+from kwsniff.pipeline.session import SessionOptions
 from kwsniff.protocol import api_names
 
 _SIZE = re.compile(r"\s*(\d+)\s*([kmgt]i?b?|b)?\s*", re.IGNORECASE)
@@ -102,3 +107,28 @@ broker_port_option = click.option(
 
 def broker_ports(given: tuple[int, ...]) -> frozenset[int]:
     return frozenset(given or (DEFAULT_BROKER_PORT,))
+
+
+keylog_option = click.option(
+    "--keylog",
+    "keylog",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="NSS key log file (SSLKEYLOGFILE format) to decrypt TLS connections with; repeatable. "
+    "Keys in a pcapng Decryption Secrets Block are used without it. Its secrets never reach any output.",
+)
+
+
+def with_keylog(options: SessionOptions, paths: tuple[Path, ...], follow: bool = False) -> SessionOptions:
+    """``options`` with the secrets of the `--keylog` files (followed as they grow, for live capture);
+    a file that cannot be read is one line and exit status 1."""
+    if not paths:
+        return options
+    from kwsniff.pipeline.keylogs import KeyLogError, follow_keylog, load_keylog
+
+    try:
+        keys = follow_keylog(paths) if follow else load_keylog(paths)
+    except KeyLogError as exc:
+        messages.error(str(exc))
+        sys.exit(1)
+    return dataclasses.replace(options, keylog=keys)

@@ -10,7 +10,7 @@ import click
 
 from kwsniff.capture import STDIN, CaptureError
 from kwsniff.commands import messages
-from kwsniff.commands.options import BYTE_SIZE, broker_port_option, broker_ports
+from kwsniff.commands.options import BYTE_SIZE, broker_port_option, broker_ports, keylog_option, with_keylog
 from kwsniff.defaults import MAX_DECOMPRESSED, MAX_FRAME_SIZE
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
@@ -60,6 +60,7 @@ def _options(
     help="Add to the dataset already in --out (an input read before replaces its own files).",
 )
 @broker_port_option
+@keylog_option
 @click.option(
     "--no-auto-detect",
     "auto_detect",
@@ -104,6 +105,7 @@ def read(
     overwrite: bool,
     append: bool,
     broker_port: tuple[int, ...],
+    keylog: tuple[Path, ...],
     auto_detect: bool,
     max_frame_size: int,
     records: bool,
@@ -125,6 +127,7 @@ def read(
     )
 
     options = _options(broker_port, auto_detect, max_frame_size, records, record_payloads, max_decompressed)
+    options = with_keylog(options, keylog)
     tables = (*DEFAULT_TABLES, "records") if options.records else DEFAULT_TABLES
     if overwrite and append:
         raise click.UsageError("--overwrite and --append exclude each other")

@@ -35,6 +35,19 @@ def looks_like_tls(view: memoryview | bytes) -> bool:
     return len(view) >= 3 and view[0] == HANDSHAKE and view[1] == 3 and view[2] <= 4
 
 
+def looks_like_tls_record(view: memoryview | bytes) -> bool:
+    """Does a stream caught mid-connection start with a TLS record header (needs 5 bytes)? Types 20
+    to 23 with version 3.x; as a Kafka size prefix those bytes would announce more than 335 MB, so a
+    Kafka stream never starts this way."""
+    return (
+        len(view) >= 5
+        and 20 <= view[0] <= 23
+        and view[1] == 3
+        and view[2] <= 4
+        and (view[3] << 8 | view[4]) <= (1 << 14) + 2048
+    )
+
+
 def guess_protocol(client: bytes, server: bytes) -> str:
     """What a connection that is not Kafka probably speaks: "tls", "http", "ssh" or "unknown"."""
     if looks_like_tls(client):

@@ -8,11 +8,12 @@ from typing import Protocol
 from kwsniff.kafka import Conversation, plausible_request
 from kwsniff.kafka.opening import kafka_evidence
 from kwsniff.kafka.sasl import looks_like_gssapi_token
-from kwsniff.kafka.tls import TlsHellos, guess_protocol, looks_like_tls
+from kwsniff.kafka.tls import TlsHellos, guess_protocol, looks_like_tls, looks_like_tls_record
 from kwsniff.net import ACK, FIN, RST, SYN, format_ip
 from kwsniff.rows import ExchangeRows
 from kwsniff.tcp import TcpReassembler
 from kwsniff.tcp.reassembly import SNAPLEN
+from kwsniff.tls import KeyLog, TlsStream
 
 C2B = 0  # client to broker
 B2C = 1  # broker to client
@@ -25,7 +26,17 @@ OPENING_BYTES = 14
 SMALLEST_REQUEST = 12
 # The accounting invariant (README "Accounting"), per direction: every byte the wire carried, by
 # TCP sequence numbers, is in exactly one of these columns once the connection is closed.
-ACCOUNTED = ("frame_bytes", "gap_bytes", "skipped_bytes", "sasl_bytes", "encrypted_bytes", "not_kafka_bytes")
+# A TLS connection's bytes are record overhead (headers, tags, handshake), encrypted bytes left
+# undecrypted, or plaintext, which is framed like any Kafka stream (README "TLS").
+ACCOUNTED = (
+    "frame_bytes",
+    "gap_bytes",
+    "skipped_bytes",
+    "sasl_bytes",
+    "tls_overhead_bytes",
+    "encrypted_bytes",
+    "not_kafka_bytes",
+)
 DIRECTIONS = ("to_broker", "to_client")
 
 
@@ -49,6 +60,8 @@ class ConnectionOwner(Protocol):
 
     @property
     def options(self) -> ConnectionOptions: ...
+    @property
+    def keys(self) -> KeyLog | None: ...
     def is_broker(self, endpoint: tuple[bytes, int]) -> bool: ...
     def learn_broker(self, endpoint: tuple[bytes, int]) -> None: ...
     def forget_broker(self, endpoint: tuple[bytes, int]) -> None: ...
@@ -79,7 +92,7 @@ class Connection:
         "lost_bytes",
         "prebuf_gap",
         "tls",
-        "encrypted_bytes",
+        "tls_stream",
         "protocol_guess",
         "on_broker_port",
         "ts_first",
@@ -116,7 +129,7 @@ class Connection:
         self.lost_bytes = [0, 0]  # gap bytes the capture never saw (not cut by snaplen)
         self.prebuf_gap = False
         self.tls: TlsHellos | None = None
-        self.encrypted_bytes = [0, 0]
+        self.tls_stream: TlsStream | None = None
         self.protocol_guess: str | None = None
         self.on_broker_port = False
         self.ts_first = ts
@@ -177,13 +190,28 @@ class Connection:
         self._gap(B2C, ts, nbytes)
 
     def _data(self, d: int, ts: int, chunk: memoryview | bytes) -> None:
+        stream = self.tls_stream
+        if stream is not None:
+            hellos = self.tls
+            if hellos is not None and hellos.pending:
+                hellos.feed(d, chunk)
+            stream.feed(d, ts, chunk)
+        else:
+            self._plain(d, ts, chunk)
+
+    def _tls_plain(self, d: int, ts: int, chunk: bytes | memoryview) -> None:
+        if self.conv is None and self.kafka is not None and not self.prebuf_len[C2B] + self.prebuf_len[B2C]:
+            # The first plaintext of a TLS connection: judge it as the start of any stream.
+            self.kafka = None
+        self._plain(d, ts, chunk)
+
+    def _tls_gap(self, d: int, ts: int) -> None:
+        self._plain_gap(d, ts, 0)
+
+    def _plain(self, d: int, ts: int, chunk: memoryview | bytes) -> None:
         conv = self.conv
         if conv is not None:
             (conv.client if d == C2B else conv.broker).data(ts, chunk)
-        elif self.tls is not None:
-            self.encrypted_bytes[d] += len(chunk)
-            if self.tls.pending:
-                self.tls.feed(d, chunk)
         elif self.kafka is False:
             self.not_kafka_bytes[d] += len(chunk)
         else:
@@ -192,6 +220,13 @@ class Connection:
             self._detect()
 
     def _gap(self, d: int, ts: int, nbytes: int) -> None:
+        stream = self.tls_stream
+        if stream is not None:
+            stream.gap(d, ts, nbytes)  # its plaintext side calls _tls_gap
+        else:
+            self._plain_gap(d, ts, nbytes)
+
+    def _plain_gap(self, d: int, ts: int, nbytes: int) -> None:
         conv = self.conv
         if conv is not None:
             (conv.client if d == C2B else conv.broker).gap(ts, nbytes)
@@ -208,8 +243,12 @@ class Connection:
         if owner.is_broker(self.broker):
             if not self.syn_seen or self.prebuf_gap:
                 # The stream's first bytes are not in the capture: its opening cannot be judged,
-                # so the broker port is trusted and the splitter resynchronises.
-                self._start_kafka()
+                # so the broker port is trusted and the splitter resynchronises; TLS records there
+                # are a TLS connection whose handshake the capture missed.
+                if any(chunks and looks_like_tls_record(chunks[0][1]) for chunks in self.prebuf):
+                    self._start_tls(True)
+                else:
+                    self._start_kafka()
             else:
                 self._judge_opening(final)
         elif not owner.options.auto_detect:
@@ -338,24 +377,35 @@ class Connection:
         self.prebuf = ([], [])
 
     def _start_tls(self, on_broker_port: bool) -> None:
-        # Kafka over TLS on a broker port is still a Kafka connection, just not a readable one.
+        # Kafka over TLS on a broker port is still a Kafka connection, readable when the key log has
+        # its secrets; its plaintext is judged like any stream's start.
         self.kafka = on_broker_port
         self.protocol_guess = "tls"
         tls = self.tls = TlsHellos()
+        stream = self.tls_stream = TlsStream(
+            self.owner.keys,
+            self._tls_plain,
+            self._tls_gap,
+            handshake_seen=self.syn_seen and not self.prebuf_gap,
+        )
+        prebuf, self.prebuf, self.prebuf_len = self.prebuf, ([], []), [0, 0]
         for d in (C2B, B2C):
-            for _, chunk in self.prebuf[d]:
-                tls.feed(d, chunk)
-            self.encrypted_bytes[d] += self.prebuf_len[d]
-        self.prebuf = ([], [])
+            for ts, chunk in prebuf[d]:
+                if chunk:
+                    tls.feed(d, chunk)
+                    stream.feed(d, ts, chunk)
+                else:
+                    stream.gap(d, ts, 0)
 
     def _not_kafka(self) -> None:
         self.kafka = False
         self.on_broker_port = self.broker[1] in self.owner.options.broker_ports
         if self.syn_seen and not self.on_broker_port:
             self.owner.forget_broker(self.broker)
-        self.protocol_guess = guess_protocol(
-            b"".join(c for _, c in self.prebuf[C2B])[:16], b"".join(c for _, c in self.prebuf[B2C])[:16]
-        )
+        if self.tls_stream is None:
+            self.protocol_guess = guess_protocol(
+                b"".join(c for _, c in self.prebuf[C2B])[:16], b"".join(c for _, c in self.prebuf[B2C])[:16]
+            )
         for d in (C2B, B2C):
             self.not_kafka_bytes[d] += self.prebuf_len[d]
         self.prebuf = ([], [])
@@ -415,6 +465,9 @@ class Connection:
             "tls": self.tls is not None,
             "tls_version": self.tls.version if self.tls else None,
             "tls_sni": self.tls.sni if self.tls else None,
+            "tls_state": self.tls_stream.state if self.tls_stream else None,
+            "tls_cipher": self.tls_stream.cipher if self.tls_stream else None,
+            "tls_failed_records": sum(s.failed for s in self.tls_stream.dirs) if self.tls_stream else 0,
             "sasl_mechanism": sasl.mechanism if sasl else None,
             "sasl_outcome": sasl.outcome if sasl else None,
             "sasl_tokens": sasl.tokens if sasl else 0,
@@ -428,7 +481,10 @@ class Connection:
                 (conv.client if d == C2B else conv.broker).skipped_bytes if conv else 0
             )
             row["sasl_bytes_" + name] = sasl_bytes[d]
-            row["encrypted_bytes_" + name] = self.encrypted_bytes[d]
+            tls_side = self.tls_stream.dirs[d] if self.tls_stream is not None else None
+            row["tls_overhead_bytes_" + name] = tls_side.overhead if tls_side else 0
+            row["encrypted_bytes_" + name] = tls_side.undecryptable if tls_side else 0
+            row["decrypted_bytes_" + name] = tls_side.decrypted if tls_side else 0
             row["not_kafka_bytes_" + name] = self.not_kafka_bytes[d]
         if rows is not None:
             row.update(rows.connection_fields())
@@ -440,6 +496,8 @@ class Connection:
         self.closed = True
         for rs in self.rs:
             rs.flush(ts)
+        if self.tls_stream is not None:
+            self.tls_stream.finish()
         if self.kafka is None and (self.prebuf_len[C2B] or self.prebuf_len[B2C]):
             self._detect(final=True)
         if self.conv is not None:
@@ -469,7 +527,7 @@ def accounting_difference(row: dict, direction: str) -> int:
     """Stream bytes minus the bytes accounted for, in one direction of a `connections` row.
 
     Zero on every closed connection: ``stream_bytes = frame_bytes + gap_bytes + skipped_bytes +
-    sasl_bytes + encrypted_bytes + not_kafka_bytes`` (README "Accounting").
+    sasl_bytes + tls_overhead_bytes + encrypted_bytes + not_kafka_bytes`` (README "Accounting").
     """
     return row["stream_bytes_" + direction] - sum(row[k + "_" + direction] for k in ACCOUNTED)
 

@@ -51,6 +51,7 @@ def run_capture(
     with open_capture(path) as reader:
         name = name or reader.name
         session = Session(name, sink, options, keep_messages=keep_messages)
+        reader.on_secrets = session.add_secrets
         feed = session.packet
         if progress and reader.size:
             with click.progressbar(

@@ -14,6 +14,7 @@ from kwsniff.defaults import DEFAULT_BROKER_PORT, MAX_DECOMPRESSED, MAX_FRAME_SI
 from kwsniff.net import ACK, SYN, TcpPacket, parse_tcp
 from kwsniff.pipeline.connection import B2C, C2B, Connection, accounting_difference
 from kwsniff.rows import ExchangeRows, RecordOptions, RowSink, TableBuilder
+from kwsniff.tls import KeyLog
 
 # Closed connections are forgotten once the capture clock has moved this far past them, so a
 # capture of many short connections keeps bounded memory (late retransmissions are still absorbed).
@@ -29,6 +30,7 @@ class SessionOptions:
     records: bool = False  # rows of the `records` table (decompresses every batch)
     record_payloads: bool = False  # key and value bytes in those rows
     max_decompressed: int = MAX_DECOMPRESSED  # per batch; a batch past it is counted as capped
+    keylog: KeyLog | None = None  # TLS secrets (`--keylog`); pcapng Decryption Secrets Blocks add to it
 
 
 @dataclass
@@ -71,6 +73,15 @@ class Session:
         self._next_id = 0
         self._swept = 0
         self._closed: list[Connection] = []
+        # Secrets of `--keylog`, and of any Decryption Secrets Block the capture carries.
+        self.keys: KeyLog | None = opts.keylog
+
+    def add_secrets(self, text: bytes) -> None:
+        """TLS key log text from the capture itself (a pcapng Decryption Secrets Block)."""
+        if self.keys is None:
+            self.keys = KeyLog()
+        self.keys.add_text(text)
+        self.keys.end()
 
     def is_broker(self, endpoint: tuple[bytes, int]) -> bool:
         return endpoint[1] in self.options.broker_ports or endpoint in self.brokers

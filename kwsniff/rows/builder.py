@@ -52,7 +52,16 @@ _TOTALLED = (
     *(
         f"{kind}_bytes_{d}"
         for d in ("to_broker", "to_client")
-        for kind in ("stream", "gap", "skipped", "sasl", "encrypted", "not_kafka")
+        for kind in (
+            "stream",
+            "gap",
+            "skipped",
+            "sasl",
+            "tls_overhead",
+            "encrypted",
+            "not_kafka",
+            "decrypted",
+        )
     ),
 )
 
@@ -139,9 +148,12 @@ class TableBuilder:
         if row["kafka"]:
             # What `read --strict` holds against a capture: bytes of Kafka connections not decoded.
             totals["kafka_gap_bytes"] += row["gap_bytes"]
-            totals["kafka_encrypted_bytes"] += (
-                row["encrypted_bytes_to_broker"] + row["encrypted_bytes_to_client"]
-            )
+            # Undecryptable bytes count against `--strict` only where the key log had the keys:
+            # a connection with no key (or no handshake) is left encrypted on purpose.
+            if row["tls_state"] in ("decrypted", "bad_key", "gap"):
+                totals["kafka_encrypted_bytes"] += (
+                    row["encrypted_bytes_to_broker"] + row["encrypted_bytes_to_client"]
+                )
         self.sink.add("connections", {"capture": self.capture, "conn_id": conn_id, **row})
 
     def finish(self, session: Any) -> None:

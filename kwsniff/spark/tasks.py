@@ -311,6 +311,11 @@ def decode_chunks(
         session = BucketSession(name, sink, options) if bucketed else Session(name, sink, options)
         if isinstance(session, BucketSession):
             sink.conn_ids = session.first_packet
+        # TLS keys in pcapng Decryption Secrets Blocks: read on the way for a whole-file read; a
+        # task reading records by offset reads the file's head up to its first packet for them.
+        reader.on_secrets = session.add_secrets
+        if offsets is not None:
+            next(iter(reader.packets()), None)
         # The ordinal of a packet (its index, or its file offset) numbers the connections it opens.
         source = _records_at(path, offsets) if offsets is not None else _numbered(reader.packets())
         filtered = bucketed and offsets is None

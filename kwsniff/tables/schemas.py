@@ -87,16 +87,29 @@ CONNECTIONS = pa.schema(
         ("tls", pa.bool_()),
         ("tls_version", pa.string()),
         ("tls_sni", pa.string()),
+        ("tls_state", pa.string()),  # kwsniff.tls.TLS_STATES; null when the connection is not TLS
+        ("tls_cipher", pa.string()),
+        ("tls_failed_records", pa.int64()),  # records whose AEAD tag check failed
         ("sasl_mechanism", pa.string()),
         ("sasl_outcome", pa.string()),
         ("sasl_tokens", pa.int64()),
         ("sasl_authenticated", pa.bool_()),
         # The accounting invariant, per direction (README "Accounting"): stream_bytes = frame_bytes
-        # + gap_bytes + skipped_bytes + sasl_bytes + encrypted_bytes + not_kafka_bytes.
+        # + gap_bytes + skipped_bytes + sasl_bytes + tls_overhead_bytes + encrypted_bytes +
+        # not_kafka_bytes. decrypted_bytes (TLS plaintext) is not a term: it became frames or skips.
         *[
             (f"{kind}_bytes_{d}", pa.int64())
             for d in ("to_broker", "to_client")
-            for kind in ("stream", "gap", "skipped", "sasl", "encrypted", "not_kafka")
+            for kind in (
+                "stream",
+                "gap",
+                "skipped",
+                "sasl",
+                "tls_overhead",
+                "encrypted",
+                "not_kafka",
+                "decrypted",
+            )
         ],
     ]
 )

@@ -34,6 +34,7 @@ _ACCOUNTED = (
     ("gap", "gaps"),
     ("skipped", "skipped"),
     ("sasl", "SASL tokens"),
+    ("tls_overhead", "TLS overhead"),
     ("encrypted", "encrypted"),
     ("not_kafka", "not Kafka"),
 )
@@ -52,7 +53,8 @@ def accounting_line(r: CaptureResult) -> str:
     t = r.totals
     wire = sum(t[f"stream_bytes_{d}"] for d in _DIRS)
     terms = [(label, sum(t[f"{kind}_bytes_{d}"] for d in _DIRS)) for kind, label in _ACCOUNTED]
-    rhs = " + ".join(f"{n:,} {label}" for label, n in terms)
+    # TLS overhead is shown where there is some (a decrypted or handshaking TLS connection).
+    rhs = " + ".join(f"{n:,} {label}" for label, n in terms if n or label != "TLS overhead")
     diff = wire - sum(n for _, n in terms)
     bad = r.stats.accounting_mismatches
     verdict = "✓" if not diff and not bad else f"✗ off by {diff:,} bytes, {bad:,} connections do not add up"

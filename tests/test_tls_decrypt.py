@@ -1,0 +1,503 @@
+"""TLS decryption, suite by suite, against tshark's decryption of the same capture.
+
+The traffic is real: `openssl s_server -keylogfile` and `openssl s_client` on 127.0.0.1 (typing
+``K`` in s_client makes both sides send a KeyUpdate), or Python's ssl module. The capture is read
+twice, independently: by kwsniff's TlsStream fed from dpkt's view of each direction, and by
+``tshark -o tls.keylog_file:``; both must give the text the two programs typed.
+"""
+
+from __future__ import annotations
+
+import pickle
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import dpkt
+import pytest
+from realparts import LOOPBACK, free_port, stop_process, tcpdump_capture
+
+from kwsniff.pipeline.connection import accounting_difference
+from kwsniff.pipeline.keylogs import KeyLogFollower, load_keylog
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.session import SessionOptions
+from kwsniff.rows import ListSink
+from kwsniff.tls import KeyLog, TlsStream
+
+CLIENT_LINES = [b"hello from the client\n", b"after K\n"]
+SERVER_LINES = [b"hello from the server\n", b"after the key updates\n"]
+TIMEOUT_S = 20
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    tmp = tmp_path_factory.mktemp("cert")
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key
+
+
+def openssl_session(
+    tmp: Path, cert: tuple[Path, Path], protocol: list[str], key_update: bool
+) -> tuple[Path, Path, int]:
+    """One s_client/s_server conversation: each side types its lines; between them the client types
+    ``K`` (a KeyUpdate that asks the server for one too). Returns (pcap, key log, port)."""
+    port = free_port()
+    pcap, keylog = tmp / "openssl.pcap", tmp / "keys.log"
+    server = subprocess.Popen(
+        ["openssl", "s_server", "-quiet", "-accept", f"{LOOPBACK}:{port}", "-cert", str(cert[0])]
+        + ["-key", str(cert[1]), "-keylogfile", str(keylog), *protocol],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    client = None
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex((LOOPBACK, port)) == 0:
+                    break
+            time.sleep(0.05)
+        time.sleep(0.3)  # the probe is a connection too: it is over before the capture starts
+        with tcpdump_capture(pcap, port):
+            client = subprocess.Popen(
+                ["openssl", "s_client", "-connect", f"{LOOPBACK}:{port}", *protocol],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+            assert client.stdin is not None and server.stdin is not None and server.stdout is not None
+            time.sleep(0.5)
+            client.stdin.write(CLIENT_LINES[0])
+            client.stdin.flush()
+            server.stdin.write(SERVER_LINES[0])
+            server.stdin.flush()
+            time.sleep(0.5)
+            if key_update:
+                client.stdin.write(b"K\n")
+                client.stdin.flush()
+                time.sleep(0.5)
+            client.stdin.write(CLIENT_LINES[1])
+            client.stdin.flush()
+            server.stdin.write(SERVER_LINES[1])
+            server.stdin.flush()
+            time.sleep(0.5)
+    finally:
+        if client is not None:
+            stop_process(client)  # type: ignore[arg-type]
+        stop_process(server)  # type: ignore[arg-type]
+    return pcap, keylog, port
+
+
+def directions(pcap: Path, server_port: int) -> list[tuple[int, float, bytes]]:
+    """(direction, time, payload) of each direction's bytes in order, read by dpkt: loopback delivers
+    in order, but retransmits now and then, so bytes before the next expected sequence number are
+    dropped."""
+    out = []
+    expected: dict[int, int] = {}
+    with pcap.open("rb") as f:
+        for ts, buf in dpkt.pcap.Reader(f):
+            tcp = dpkt.ethernet.Ethernet(buf).data.data
+            if not isinstance(tcp, dpkt.tcp.TCP):
+                continue
+            d = 0 if tcp.dport == server_port else 1
+            if tcp.flags & dpkt.tcp.TH_SYN:
+                expected[d] = tcp.seq + 1
+                continue
+            data = bytes(tcp.data)
+            skip = expected.get(d, tcp.seq) - tcp.seq
+            if data[skip:]:
+                out.append((d, ts, data[skip:]))
+                expected[d] = tcp.seq + len(data)
+    return out
+
+
+def decrypt_with_kwsniff(pcap: Path, keylog: KeyLog | None, port: int) -> tuple[list[bytes], TlsStream]:
+    plain = [b"", b""]
+
+    def on_plain(d: int, ts: int, data: bytes) -> None:
+        plain[d] += data
+
+    stream = TlsStream(keylog, on_plain, lambda d, ts: None)
+    for d, ts, data in directions(pcap, port):
+        stream.feed(d, int(ts * 1e6), data)
+    stream.finish()
+    return plain, stream
+
+
+def decrypt_with_tshark(pcap: Path, keylog: Path, port: int) -> list[bytes]:
+    done = subprocess.run(
+        ["tshark", "-r", str(pcap), "-o", f"tls.keylog_file:{keylog}", "-T", "fields"]
+        + ["-e", "tcp.dstport", "-e", "data.data", "-Y", "data"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    plain = [b"", b""]
+    for line in done.stdout.splitlines():
+        dport, _, data = line.partition("\t")
+        plain[0 if int(dport) == port else 1] += bytes.fromhex(data.replace(":", ""))
+    return plain
+
+
+def key_updates_seen_by_tshark(pcap: Path, keylog: Path) -> int:
+    done = subprocess.run(
+        ["tshark", "-r", str(pcap), "-o", f"tls.keylog_file:{keylog}", "-Y", "tls.handshake.type == 24"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return len(done.stdout.splitlines())
+
+
+TLS13_SUITES = ["TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"]
+TLS12_SUITES = {
+    "ECDHE-RSA-AES128-GCM-SHA256": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "ECDHE-RSA-AES256-GCM-SHA384": "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "ECDHE-RSA-CHACHA20-POLY1305": "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+}
+
+
+@pytest.mark.parametrize("suite", TLS13_SUITES)
+def test_tls13_suite_with_key_updates_both_ways_decrypts_as_tshark_does(
+    suite: str, certificate: tuple[Path, Path], tmp_path: Path
+) -> None:
+    pcap, keylog, port = openssl_session(tmp_path, certificate, ["-ciphersuites", suite], key_update=True)
+    assert key_updates_seen_by_tshark(pcap, keylog) == 2  # the client's, and the one it asked for
+    expected = [b"".join(CLIENT_LINES), b"".join(SERVER_LINES)]
+    assert decrypt_with_tshark(pcap, keylog, port) == expected
+    plain, stream = decrypt_with_kwsniff(pcap, load_keylog([keylog]), port)
+    assert plain == expected
+    assert (stream.state, stream.cipher, stream.version) == ("decrypted", suite, 0x0304)
+    assert [(s.failed, s.undecryptable) for s in stream.dirs] == [(0, 0), (0, 0)]
+
+
+@pytest.mark.parametrize("cipher", sorted(TLS12_SUITES))
+def test_tls12_suite_decrypts_as_tshark_does(
+    cipher: str, certificate: tuple[Path, Path], tmp_path: Path
+) -> None:
+    pcap, keylog, port = openssl_session(
+        tmp_path, certificate, ["-tls1_2", "-cipher", cipher], key_update=False
+    )
+    expected = [b"".join(CLIENT_LINES), b"".join(SERVER_LINES)]
+    assert decrypt_with_tshark(pcap, keylog, port) == expected
+    plain, stream = decrypt_with_kwsniff(pcap, load_keylog([keylog]), port)
+    assert plain == expected
+    assert (stream.state, stream.cipher, stream.version) == ("decrypted", TLS12_SUITES[cipher], 0x0303)
+
+
+def test_hello_retry_request_and_a_resumed_session_decrypt_as_tshark_does(
+    certificate: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The server takes only P-256 while the clients offer an X25519 key share first: each handshake
+    goes through a HelloRetryRequest. The second client resumes the first one's session (PSK)."""
+    port = free_port()
+    pcap, keylog, session = tmp_path / "hrr.pcap", tmp_path / "keys.log", tmp_path / "session.pem"
+    server = subprocess.Popen(
+        ["openssl", "s_server", "-quiet", "-accept", f"{LOOPBACK}:{port}", "-cert", str(certificate[0])]
+        + ["-key", str(certificate[1]), "-keylogfile", str(keylog), "-groups", "P-256"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    reused = []
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex((LOOPBACK, port)) == 0:
+                    break
+            time.sleep(0.05)
+        time.sleep(0.3)
+        with tcpdump_capture(pcap, port):
+            for line, sess in ((b"first\n", "-sess_out"), (b"second\n", "-sess_in")):
+                client = subprocess.Popen(
+                    ["openssl", "s_client", "-connect", f"{LOOPBACK}:{port}", "-groups", "X25519:P-256"]
+                    + [sess, str(session)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                )
+                assert client.stdin is not None
+                client.stdin.write(line)
+                client.stdin.flush()
+                time.sleep(1.0)
+                out, _ = client.communicate(timeout=TIMEOUT_S)  # end of input: s_client closes
+                reused.append(b"Reused, TLSv1.3" in out)
+    finally:
+        stop_process(server)  # type: ignore[arg-type]
+    assert reused == [False, True]
+    done = subprocess.run(
+        [
+            "tshark",
+            "-r",
+            str(pcap),
+            "-Y",
+            "tls.handshake.type == 2",
+            "-T",
+            "fields",
+            "-e",
+            "tls.handshake.random",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    randoms = done.stdout.split()
+    assert randoms.count("cf21ad74e59a6111be1d8c021e65b891c2a211167abb8c5e079e09e2c8a8339c") == 2  # two HRRs
+    sink = ListSink()
+    run_capture(pcap, sink, SessionOptions(broker_ports=frozenset({port}), keylog=load_keylog([keylog])))
+    conns = sorted(sink.tables["connections"], key=lambda c: c["ts_first"])
+    assert [(c["tls_state"], c["decrypted_bytes_to_broker"]) for c in conns] == [
+        ("decrypted", 6),
+        ("decrypted", 7),
+    ]
+    assert [accounting_difference(c, d) for c in conns for d in ("to_broker", "to_client")] == [0, 0, 0, 0]
+    tshark_plain = decrypt_with_tshark(pcap, keylog, port)
+    assert tshark_plain == [b"first\nsecond\n", b""]
+
+
+def echo_over_tls(
+    tmp: Path, certificate: tuple[Path, Path], payload: bytes, keylog: Path, piece: int = 0, port: int = 0
+) -> tuple[Path, int]:
+    """Python's ssl on both ends (TLS 1.3): the client sends ``payload`` (in writes of ``piece``
+    bytes, each its own record and segment), the server echoes it."""
+    port = port or free_port()
+    pcap = tmp / "echo.pcap"
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(*certificate)
+    server_ctx.keylog_filename = str(keylog)
+    listener = socket.create_server((LOOPBACK, port))
+    listener.settimeout(TIMEOUT_S)
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with server_ctx.wrap_socket(conn, server_side=True) as tls:
+            tls.settimeout(TIMEOUT_S)
+            got = b""
+            while len(got) < len(payload):
+                got += tls.recv(65536)
+            tls.sendall(got)
+
+    with tcpdump_capture(pcap, port):
+        server = threading.Thread(target=serve, daemon=True)
+        server.start()
+        client_ctx = ssl.create_default_context(cafile=str(certificate[0]))
+        with socket.create_connection((LOOPBACK, port), timeout=TIMEOUT_S) as raw:
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with client_ctx.wrap_socket(raw, server_hostname=LOOPBACK) as tls:
+                step = piece or len(payload)
+                for i in range(0, len(payload), step):
+                    tls.sendall(payload[i : i + step])
+                    if piece:
+                        time.sleep(0.002)
+                echoed = b""
+                while len(echoed) < len(payload):
+                    echoed += tls.recv(65536)
+        server.join(TIMEOUT_S)
+        listener.close()
+    assert echoed == payload
+    return pcap, port
+
+
+def read_connection(pcap: Path, port: int, keylog: KeyLog | None) -> dict:
+    sink = ListSink()
+    result = run_capture(pcap, sink, SessionOptions(broker_ports=frozenset({port}), keylog=keylog))
+    assert result.decode_errors == {}
+    (conn,) = sink.tables["connections"]
+    for d in ("to_broker", "to_client"):
+        assert accounting_difference(conn, d) == 0
+    return conn
+
+
+PAYLOAD = bytes(range(256)) * 40
+
+
+def test_no_key_for_the_connection_marks_it_and_counts_its_records_undecrypted(
+    certificate: tuple[Path, Path], tmp_path: Path
+) -> None:
+    keylog = tmp_path / "keys.log"
+    pcap, port = echo_over_tls(tmp_path, certificate, PAYLOAD, keylog)
+    conn = read_connection(pcap, port, KeyLog("# a key log with nothing for this connection\n"))
+    assert (conn["tls_state"], conn["tls_cipher"], conn["tls_failed_records"]) == (
+        "no_key",
+        "TLS_AES_256_GCM_SHA384",
+        0,
+    )
+    for d in ("to_broker", "to_client"):
+        assert conn[f"decrypted_bytes_{d}"] == 0
+        # Protected records stay encrypted; the hellos are overhead.
+        assert conn[f"encrypted_bytes_{d}"] > len(PAYLOAD)
+        assert conn[f"tls_overhead_bytes_{d}"] + conn[f"encrypted_bytes_{d}"] == conn[f"stream_bytes_{d}"]
+
+
+def test_wrong_key_counts_every_record_as_a_failed_tag_check(
+    certificate: tuple[Path, Path], tmp_path: Path
+) -> None:
+    keylog = tmp_path / "keys.log"
+    pcap, port = echo_over_tls(tmp_path, certificate, PAYLOAD, keylog)
+    wrong = "\n".join(
+        f"{label} {random} {'55' * (len(secret) // 2)}"
+        for label, random, secret in (
+            line.split() for line in keylog.read_text().splitlines() if not line.startswith("#")
+        )
+    )
+    conn = read_connection(pcap, port, KeyLog(wrong + "\n"))
+    assert conn["tls_state"] == "bad_key"
+    assert conn["decrypted_bytes_to_broker"] == conn["decrypted_bytes_to_client"] == 0
+    assert conn["tls_failed_records"] >= 4  # at least each side's Finished and one data record
+    assert conn["requests"] == 0
+
+
+def test_right_key_recovers_exactly_the_payload(certificate: tuple[Path, Path], tmp_path: Path) -> None:
+    keylog = tmp_path / "keys.log"
+    pcap, port = echo_over_tls(tmp_path, certificate, PAYLOAD, keylog)
+    conn = read_connection(pcap, port, load_keylog([keylog]))
+    assert conn["tls_state"] == "decrypted"
+    assert conn["decrypted_bytes_to_broker"] == conn["decrypted_bytes_to_client"] == len(PAYLOAD)
+    # Not Kafka (the payload's first bytes are no request), so the plaintext is not-Kafka bytes.
+    assert conn["not_kafka_bytes_to_broker"] == conn["not_kafka_bytes_to_client"] == len(PAYLOAD)
+
+
+def rewrite_pcap(src: Path, dst: Path, keep: list[bool]) -> None:
+    with src.open("rb") as f, dst.open("wb") as out:
+        reader = dpkt.pcap.Reader(f)
+        writer = dpkt.pcap.Writer(out, linktype=reader.datalink())
+        for (ts, buf), wanted in zip(reader, keep, strict=True):
+            if wanted:
+                writer.writepkt(buf, ts)
+
+
+def test_a_capture_that_starts_mid_connection_has_no_handshake(
+    certificate: tuple[Path, Path], tmp_path: Path
+) -> None:
+    keylog = tmp_path / "keys.log"
+    pcap, port = echo_over_tls(tmp_path, certificate, PAYLOAD, keylog, piece=1024)
+    segments = directions(pcap, port)
+    # Drop everything up to the client's third data record: no SYN, no hellos.
+    with pcap.open("rb") as f:
+        n = sum(1 for _ in dpkt.pcap.Reader(f))
+    first_data = [i for i, _ in enumerate(_payload_flags(pcap)) if _][:8][-1]
+    cut = tmp_path / "mid.pcap"
+    rewrite_pcap(pcap, cut, [i >= first_data for i in range(n)])
+    conn = read_connection(cut, port, load_keylog([keylog]))
+    assert conn["syn_seen"] is False
+    assert conn["tls_state"] == "no_handshake"
+    assert conn["decrypted_bytes_to_broker"] == conn["decrypted_bytes_to_client"] == 0
+    assert conn.get("decode_errors", 0) == 0 and conn["requests"] == 0
+    assert segments  # the original had data both ways
+
+
+def _payload_flags(pcap: Path) -> list[bool]:
+    with pcap.open("rb") as f:
+        return [bool(dpkt.ethernet.Ethernet(buf).data.data.data) for _, buf in dpkt.pcap.Reader(f)]
+
+
+def test_a_gap_in_the_middle_of_a_record_loses_that_record_only(
+    certificate: tuple[Path, Path], tmp_path: Path
+) -> None:
+    keylog = tmp_path / "keys.log"
+    payload = bytes(range(256)) * 160  # 40 records of 1024 bytes
+    pcap, port = echo_over_tls(tmp_path, certificate, payload, keylog, piece=1024)
+    flags = _payload_flags(pcap)
+    client_data = [
+        i
+        for i, (has, (_ts, buf)) in enumerate(zip(flags, _packets(pcap), strict=True))
+        if has and dpkt.ethernet.Ethernet(buf).data.data.dport == port
+    ]
+    dropped = client_data[len(client_data) // 2]
+    lost_bytes = len(dpkt.ethernet.Ethernet(_packets(pcap)[dropped][1]).data.data.data)
+    cut = tmp_path / "gap.pcap"
+    rewrite_pcap(pcap, cut, [i != dropped for i in range(len(flags))])
+    conn = read_connection(cut, port, load_keylog([keylog]))
+    assert conn["tls_state"] == "gap"
+    assert conn["gap_bytes_to_broker"] == lost_bytes
+    lost_plain = len(payload) - conn["decrypted_bytes_to_broker"]
+    # Each write was one record (1024 bytes of plaintext, 22 of overhead): one segment, one record,
+    # unless the kernel joined two writes into one segment.
+    assert lost_bytes % (1024 + 22) == 0
+    assert lost_plain == lost_bytes // (1024 + 22) * 1024
+    assert conn["decrypted_bytes_to_client"] == len(payload)
+    assert conn["tls_failed_records"] == 0
+
+
+def _packets(pcap: Path) -> list[tuple[float, bytes]]:
+    with pcap.open("rb") as f:
+        return list(dpkt.pcap.Reader(f))
+
+
+def test_key_log_lines_comments_labels_and_partial_lines() -> None:
+    random = "ab" * 32
+    keys = KeyLog()
+    keys.add_text(f"# comment\nCLIENT_RANDOM {random} {'01' * 48}\nEXPORTER_SECRET {random} {'02' * 48}\n")
+    keys.add_text(f"CLIENT_TRAFFIC_SECRET_0 {random} {'03' * 24}")  # no newline yet: a file being written
+    assert keys.secrets(bytes.fromhex(random), ("CLIENT_TRAFFIC_SECRET_0",)) is None
+    keys.add_text(f"{'03' * 24}\nCLIENT_RANDOM nothex {'01' * 48}\n")
+    assert keys.secrets(bytes.fromhex(random), ("CLIENT_RANDOM", "CLIENT_TRAFFIC_SECRET_0")) == (
+        bytes([1]) * 48,
+        bytes([3]) * 48,
+    )
+    assert (keys.lines, keys.ignored_lines) == (2, 2)
+    assert "01" not in repr(keys) and repr(keys) == "KeyLog(1 client randoms)"
+
+
+def test_a_key_log_travels_to_spark_executors_without_its_file_follower(tmp_path: Path) -> None:
+    path = tmp_path / "keys.log"
+    path.write_text(f"CLIENT_RANDOM {'cd' * 32} {'09' * 48}\n")
+    keys = KeyLog()
+    keys.refresh = KeyLogFollower([path], keys)
+    copy = pickle.loads(pickle.dumps(keys))
+    assert copy.refresh is None
+    assert copy.secrets(bytes.fromhex("cd" * 32), ("CLIENT_RANDOM",)) == (bytes([9]) * 48,)
+
+
+def test_live_capture_decrypts_connections_whose_keys_are_appended_later(
+    certificate: tuple[Path, Path], tmp_path: Path
+) -> None:
+    keylog = tmp_path / "keys.log"
+    keylog.write_text("")  # empty when the capture starts; the server appends as it handshakes
+    port = free_port()
+    out = tmp_path / "tables"
+    err_path = tmp_path / "capture.err"
+    with err_path.open("wb") as err:
+        capture = subprocess.Popen(
+            [sys.executable, "-m", "kwsniff", "capture", "lo", "--out", str(out), "-p", str(port)]
+            + ["--keylog", str(keylog)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while b"capturing on lo" not in err_path.read_bytes() and time.monotonic() < deadline:
+            assert capture.poll() is None, err_path.read_text()
+            time.sleep(0.05)
+        echo_over_tls(tmp_path, certificate, PAYLOAD, keylog, port=port)
+        time.sleep(0.5)
+    finally:
+        capture.send_signal(signal.SIGINT)
+        try:
+            capture.wait(TIMEOUT_S)
+        finally:
+            stop_process(capture)  # type: ignore[arg-type]
+    import pyarrow.dataset as ds
+
+    assert capture.returncode == 0, err_path.read_text()
+    conns = ds.dataset(out / "connections").to_table().to_pylist()
+    (conn,) = [c for c in conns if c["broker_port"] == port]
+    assert conn["tls_state"] == "decrypted"
+    assert conn["decrypted_bytes_to_broker"] == conn["decrypted_bytes_to_client"] == len(PAYLOAD)

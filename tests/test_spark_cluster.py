@@ -28,6 +28,7 @@ import pytest
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
+from kwsniff.spark.executors import DRIVER_PYTHON_CONF, PYTHON_CONF, executor_python, failure
 from kwsniff.spark.shipping import _editable
 from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.tables.schemas import SCHEMAS
@@ -305,3 +306,40 @@ def test_editable_installs_are_found_by_their_direct_url(tmp_path: Path) -> None
         (tmp_path / f"{name}.dist-info/direct_url.json").write_text(json.dumps(url))
     (tmp_path / "rich-13.0.0.dist-info").mkdir()
     assert _editable(tmp_path) == ["kwsniff"]
+
+
+def test_executors_run_the_users_python_else_the_drivers() -> None:
+    """The user's own choice wins, then PYSPARK_PYTHON; --ship-env always runs the shipped venv."""
+    driver = {DRIVER_PYTHON_CONF: sys.executable}
+    assert executor_python({}, {}, shipped=False) == {PYTHON_CONF: sys.executable, **driver}
+    assert executor_python({}, {"PYSPARK_PYTHON": "/opt/py"}, shipped=False) == {
+        PYTHON_CONF: "/opt/py",
+        **driver,
+    }
+    conf = {PYTHON_CONF: "/usr/bin/python3.11"}
+    assert (
+        executor_python(conf, {"PYSPARK_PYTHON": "/opt/py"}, shipped=False)[PYTHON_CONF]
+        == "/usr/bin/python3.11"
+    )
+    assert executor_python(conf, {}, shipped=True)[PYTHON_CONF] == "./environment/bin/python"
+
+
+def test_a_failed_job_names_the_executors_python_in_one_line() -> None:
+    """What PySpark raises holds the executors' traceback; the line is taken from it, or None."""
+    started = RuntimeError(
+        "py4j.protocol.Py4JJavaError: An error occurred while calling o51.collectToPython.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 0.0 failed 4 "
+        'times, most recent failure: Lost task 0.3: java.io.IOException: Cannot run program "/venv/bin/python": '
+        "error=2, No such file or directory\n\tat java.base/java.lang.ProcessBuilder.start(ProcessBuilder.java:1143)"
+    )
+    assert failure(started) == (
+        "executors could not start python /venv/bin/python (No such file or directory): the workers lack "
+        "this environment; use --ship-env"
+    )
+    checked = RuntimeError(
+        'Traceback (most recent call last):\n  File "<string>", line 1, in run\nRuntimeError: executor imported '
+        "kwsniff from /x/kwsniff (a namespace folder), not the installed kwsniff 0.1.0; run from another "
+        "directory or use --ship-env\n\n\tat org.apache.spark.api.python.BasePythonRunner"
+    )
+    assert failure(checked) == f"executor imported kwsniff from /x/kwsniff {SHADOW_LINE}"
+    assert failure(RuntimeError("java.lang.OutOfMemoryError: Java heap space")) is None

@@ -45,7 +45,8 @@ def _options(
     "--out",
     "-o",
     type=click.Path(path_type=Path),
-    default=Path("tables"),
+    # Not `tables`: inside a clone that folder is `kwsniff.tables` to a Python started there (docs/spark.md).
+    default=Path("kafka-tables"),
     show_default=True,
     help="Directory of the Parquet datasets (one sub-directory per table).",
 )

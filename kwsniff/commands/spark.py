@@ -45,6 +45,20 @@ from kwsniff.tables import DEFAULT_TABLES
 @click.option("--overwrite", is_flag=True, help="Replace the datasets already in --out.")
 @click.option("--records", is_flag=True, help="Also write the `records` table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
+@click.option(
+    "--ship-env",
+    is_flag=True,
+    help="Pack the virtual environment kwsniff runs from (venv-pack, cached by content) and send it "
+    "to the executors through spark.archives, for workers that have only Python, Java and Spark.",
+)
+@click.option(
+    "--conf",
+    "confs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Spark setting, as spark-submit's --conf (repeatable), e.g. "
+    "spark.kubernetes.container.image=IMAGE.",
+)
 @broker_port_option
 @keylog_option
 def spark(
@@ -56,16 +70,20 @@ def spark(
     overwrite: bool,
     records: bool,
     quiet: bool,
+    ship_env: bool,
+    confs: tuple[str, ...],
     broker_port: tuple[int, ...],
     keylog: tuple[Path, ...],
 ) -> None:
     """Decode INPUTS (files, directories, globs) on Spark into OUT/<table>/date=YYYY-MM-DD/."""
     try:
+        from kwsniff.spark import executors
         from kwsniff.spark.inputs import InputError, expand_inputs
         from kwsniff.spark.pipeline import decode, spark_session, write
     except ImportError as exc:
         messages.error(f"kwsniff spark needs the spark extra (pip install 'kwsniff[spark]'): {exc}")
         sys.exit(1)
+    conf = spark_conf(confs)
     try:
         paths = expand_inputs(inputs)
     except InputError as exc:
@@ -75,19 +93,30 @@ def spark(
     if held and not overwrite:
         messages.error(f"--out {out}: already holds {', '.join(held)}; use --overwrite to replace them")
         sys.exit(1)
+    archive = shipped_env(master, quiet) if ship_env else None
     tables = (*DEFAULT_TABLES, "records") if records else DEFAULT_TABLES
     # The key log travels to the executors inside the options (pickled with each task).
     options = with_keylog(SessionOptions(broker_ports=broker_ports(broker_port), records=records), keylog)
     started = time.perf_counter()
-    session = spark_session(master, progress=not quiet and sys.stderr.isatty())
+    session = spark_session(master, progress=not quiet and sys.stderr.isatty(), conf=conf, archive=archive)
     try:
-        decoded = decode(
-            session, paths, buckets=flow_buckets, options=options, tables=tables, range_bytes=range_size
-        )
-        write(decoded.frames, out, overwrite=True)
-        counts = decoded.rows
+        problem = executors.probe(session)
+        if problem is None:
+            decoded = decode(
+                session, paths, buckets=flow_buckets, options=options, tables=tables, range_bytes=range_size
+            )
+            write(decoded.frames, out, overwrite=True)
+            counts = decoded.rows
+    except Exception as exc:
+        # A job that failed because of the executors' Python is one line; anything else stays loud.
+        problem = executors.failure(exc)
+        if problem is None:
+            raise
     finally:
         session.stop()
+    if problem is not None:
+        messages.error(problem)
+        sys.exit(1)
     seconds = time.perf_counter() - started
     for message in decoded.errors:
         messages.error(message)
@@ -101,3 +130,36 @@ def spark(
         click.echo("  tables: " + ", ".join(f"{out / t}/ ({n:,} rows)" for t, n in counts.items()))
     if decoded.errors:
         sys.exit(1)
+
+
+def spark_conf(confs: tuple[str, ...]) -> dict[str, str]:
+    """``--conf KEY=VALUE`` settings; exit 2 on one without ``=``."""
+    conf = {}
+    for item in confs:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            messages.error(f"--conf {item!r}: expected KEY=VALUE")
+            sys.exit(2)
+        conf[key.strip()] = value
+    return conf
+
+
+def shipped_env(master: str, quiet: bool) -> str:
+    """The packed venv for ``--ship-env`` (built, or reused from the cache), after one line saying which."""
+    import os
+
+    from kwsniff.spark.shipping import ShipError, cache_dir, packed, running_venv
+    from kwsniff.view.summary import human_size
+
+    if master.startswith("local"):
+        messages.error("--ship-env is for a cluster master: in local mode the executors run this Python")
+        sys.exit(2)
+    try:
+        pack = packed(running_venv(), cache_dir(os.environ))
+    except ShipError as exc:
+        messages.error(str(exc))
+        sys.exit(2)
+    if not quiet:
+        how = f"built in {pack.seconds:.1f} s" if pack.built else "reused"
+        click.echo(f"--ship-env: {how}: {pack.path} ({human_size(pack.size)})")
+    return str(pack.path)

@@ -14,7 +14,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -24,6 +24,7 @@ import pyarrow as pa
 from kwsniff.capture.split import RangeScan, Unsplittable, byte_ranges, joined_ranges
 from kwsniff.defaults import MAX_RANGE_SIZE, MIN_RANGE_SIZE
 from kwsniff.pipeline.session import SessionOptions
+from kwsniff.spark.executors import PYTHON_CONF, checked, executor_python
 from kwsniff.spark.inputs import is_uri, shown
 from kwsniff.spark.tasks import (
     CHUNK_SCHEMA,
@@ -71,19 +72,36 @@ class Task:
     date: str = ""
 
 
-def spark_session(master: str = "local[*]", app: str = "kwsniff", progress: bool = False) -> SparkSession:
+def spark_session(
+    master: str = "local[*]",
+    app: str = "kwsniff",
+    progress: bool = False,
+    conf: Mapping[str, str] | None = None,
+    archive: str | None = None,
+) -> SparkSession:
     """A session for kwsniff's jobs; ``progress`` shows Spark's console progress bar of each stage
-    (tasks done of all) on stderr, for a long run watched in a terminal."""
+    (tasks done of all) on stderr, for a long run watched in a terminal. ``conf``: the user's own
+    Spark settings, applied last. ``archive``: a packed venv the executors unpack and run
+    (``--ship-env``); else they run the driver's interpreter unless ``conf`` or ``PYSPARK_PYTHON``
+    names another (see :mod:`kwsniff.spark.executors`)."""
     from pyspark.sql import SparkSession
 
-    return (
+    conf = dict(conf or {})
+    pythons = executor_python(conf, os.environ, shipped=archive is not None)
+    # PySpark reads the workers' interpreter from the environment when the context starts.
+    os.environ["PYSPARK_PYTHON"] = pythons[PYTHON_CONF]
+    builder = (
         SparkSession.builder.master(master)
         .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "true" if progress else "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
     )
+    if archive is not None:
+        builder = builder.config("spark.archives", f"{archive}#environment")
+    for key, value in {**conf, **pythons}.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def spark_schema(schema: pa.Schema) -> Any:
@@ -107,7 +125,9 @@ def one_task_each(
             for i in batch.column("id").to_pylist():
                 yield from work(shared.value[i])
 
-    return spark.range(len(items), numPartitions=max(1, len(items))).mapInArrow(run, spark_schema(schema))
+    return spark.range(len(items), numPartitions=max(1, len(items))).mapInArrow(
+        checked(run), spark_schema(schema)
+    )
 
 
 def _with_date(table: str) -> pa.Schema:
@@ -353,7 +373,7 @@ def _unpack(chunks: DataFrame, table: str, fixes: dict[str, BucketFix]) -> DataF
     return (
         chunks.where(F.col("table") == table)
         .select("capture", "date", "data")
-        .mapInArrow(unpack, spark_schema(schema))
+        .mapInArrow(checked(unpack), spark_schema(schema))
     )
 
 

@@ -32,8 +32,8 @@ from kwsniff.spark.inputs import is_uri, open_input, shown
 from kwsniff.tables.schemas import SCHEMAS
 
 CHUNK_ROWS = 10_000
-# Every task's last chunk (JSON): what it read of its capture and whether it failed (TaskStatus), from
-# which the driver makes the capture's `captures` row and drops every row of a capture that failed.
+# Every task's last chunk (JSON): what it read of its capture and whether it failed, from which the
+# driver makes the capture's `captures` row (kwsniff.spark.captures) and drops a failed one's rows.
 STATUS_TABLE = "_status"
 # A bucket task's last chunk (JSON): the first-packet ordinals of its connections and the topic ids
 # its `partitions` rows named, from which the driver numbers and names rows as an unsplit decode would.
@@ -308,7 +308,7 @@ def decode_chunks(
     started = time.perf_counter()
     try:
         yield from _decode(path, bucket, buckets, options, tables, name, offsets, state, status)
-    except Exception as exc:  # noqa: BLE001 - one capture's failure is a row of `captures`, not a dead job
+    except Exception as exc:  # one capture's failure is a row of `captures`, never a dead job
         status["error"] = failure_reason(exc, shown(path))
         if status["bytes"] is None and not is_uri(path):
             status["bytes"] = file_size(path)

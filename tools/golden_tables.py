@@ -27,12 +27,13 @@ import pyarrow.dataset as ds
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kwsniff.pipeline.run import run_capture  # noqa: E402
+from kwsniff.pipeline.run import result_row, run_capture  # noqa: E402
 from kwsniff.pipeline.session import SessionOptions  # noqa: E402
 from kwsniff.sinks import ParquetSink  # noqa: E402
 from kwsniff.tables import DEFAULT_TABLES  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "data" / "golden" / "tables.json"
+VARYING = {"captures": ("path", "started", "duration_ms")}
 # (name, options): the default read, and one with the records table and its payloads.
 CONFIGS: dict[str, SessionOptions] = {
     "plain": SessionOptions(),
@@ -72,7 +73,7 @@ def read_tables(path: Path, options: SessionOptions) -> dict[str, tuple[list[str
     names = (*DEFAULT_TABLES, "records") if options.records else DEFAULT_TABLES
     with tempfile.TemporaryDirectory() as out:
         sink = ParquetSink(out, path.name, names)
-        run_capture(path, sink, options)
+        sink.add("captures", result_row(run_capture(path, sink, options)))
         sink.close()
         tables = {}
         for name in names:
@@ -81,7 +82,9 @@ def read_tables(path: Path, options: SessionOptions) -> dict[str, tuple[list[str
                 tables[name] = ([], [])
                 continue
             table = ds.dataset(where).to_table()
-            tables[name] = (table.column_names, table.to_pylist())
+            # Where the file lies and when it was read change from run to run; the rest is content.
+            columns = [c for c in table.column_names if c not in VARYING.get(name, ())]
+            tables[name] = (columns, table.to_pylist())
     return tables
 
 

@@ -109,7 +109,8 @@ def capture(
 
     ports = broker_ports(broker_port)
     bpf = bpf if bpf is not None else default_filter(ports)
-    tables = (*DEFAULT_TABLES, "capture_stats")
+    # `captures` describes input files; a live capture's periods are in `capture_stats`.
+    tables = (*(t for t in DEFAULT_TABLES if t != "captures"), "capture_stats")
     if overwrite and append:
         raise click.UsageError("--overwrite and --append exclude each other")
     existing = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -10,15 +11,20 @@ import click
 
 from kwsniff.capture import STDIN, CaptureError
 from kwsniff.commands import messages
+from kwsniff.commands.exits import EXIT_STRICT
 from kwsniff.commands.options import BYTE_SIZE, broker_port_option, broker_ports, keylog_option, with_keylog
 from kwsniff.defaults import MAX_DECOMPRESSED, MAX_FRAME_SIZE
-from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.run import (
+    capture_row,
+    failure_reason,
+    file_size,
+    input_path,
+    result_row,
+    run_capture,
+)
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.view.summary import print_summary, strict_reasons
-
-# `--strict` exit status: everything was read, but not everything was decoded.
-EXIT_STRICT = 3
 
 
 def _options(
@@ -140,15 +146,17 @@ def read(
     except OutputError as exc:
         messages.error(str(exc))
         sys.exit(1)
-    failed = 0
+    failures: list[tuple[Path, str, dict[str, object]]] = []  # (input, one-line error, captures row)
     undecoded = 0
     # Two inputs with the same file name (a/cap.pcap, b/cap.pcap) get their path as the `capture`
     # value, so (capture, conn_id) stays a unique key across the dataset.
     names = Counter(p.name for p in captures)
     for path in captures:
+        name = str(path) if names[path.name] > 1 else "stdin" if str(path) == STDIN else path.name
         # Files are written under temporary names and renamed when complete; a failure or Ctrl-C
         # leaves nothing of this input in the dataset.
         sink = ParquetSink(out, "stdin" if str(path) == STDIN else output_name(path), tables)
+        started_us, started = time.time_ns() // 1000, time.perf_counter()
         try:
             with sink:
                 result = run_capture(
@@ -156,15 +164,19 @@ def read(
                     sink,
                     options,
                     progress=not quiet and sys.stderr.isatty(),
-                    name=str(path) if names[path.name] > 1 else None,
+                    name=name if names[path.name] > 1 else None,
                 )
-        except CaptureError as exc:
-            messages.error(str(exc))
-            failed += 1
-            continue
+                sink.add("captures", result_row(result))
         except OSError as exc:
             messages.error(f"{path}: writing {out}: {exc.strerror or exc}")
             sys.exit(1)
+        except Exception as exc:  # not a capture, or a decoder bug: this input fails, the others go on
+            reason = failure_reason(exc, str(path))
+            line = str(exc) if isinstance(exc, CaptureError) else f"{path}: {reason}"
+            failures.append(_failed(path, name, reason, line, started_us, started))
+            if len(captures) > 1:
+                messages.warnings(name, [f"failed: {reason}"])
+            continue
         if not quiet:
             print_summary(result, out, sink.counts)
         messages.warnings(result.name, result.warnings)
@@ -172,9 +184,35 @@ def read(
         if reasons:
             undecoded += 1
             click.echo(f"kwsniff: strict: {result.name}: " + "; ".join(reasons), err=True)
-    if failed:
-        if failed == len(captures):
-            remove_empty_dirs(created)
+    if len(failures) == len(captures):
+        # Nothing decoded: an error, and nothing written (one input: its one-line error, as ever).
+        if len(captures) == 1:
+            messages.error(failures[0][1])
+        else:
+            messages.error(f"none of the {len(captures)} inputs could be read")
+        remove_empty_dirs(created)
         sys.exit(1)
-    if undecoded:
+    for path, _, row in failures:
+        # A failed input leaves only its `captures` row, which says why.
+        with ParquetSink(out, "stdin" if str(path) == STDIN else output_name(path), ("captures",)) as sink:
+            sink.add("captures", row)
+    if strict and failures:
+        click.echo(f"kwsniff: strict: {len(failures)} of {len(captures)} inputs failed", err=True)
+    if undecoded or (strict and failures):
         sys.exit(EXIT_STRICT)
+
+
+def _failed(
+    path: Path, name: str, reason: str, line: str, started_us: int, started: float
+) -> tuple[Path, str, dict[str, object]]:
+    row = capture_row(
+        name,
+        input_path(path),
+        file_bytes=file_size(path),
+        packets=None,
+        warnings=[],
+        error=reason,
+        started_us=started_us,
+        seconds=time.perf_counter() - started,
+    )
+    return path, line, row

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from kwsniff.commands import messages
+from kwsniff.commands.exits import EXIT_STRICT
 from kwsniff.commands.options import (
     ByteSize,
     FlowBuckets,
@@ -44,7 +45,12 @@ from kwsniff.tables import DEFAULT_TABLES
 )
 @click.option("--overwrite", is_flag=True, help="Replace the datasets already in --out.")
 @click.option("--records", is_flag=True, help="Also write the `records` table.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help=f"Exit with status {EXIT_STRICT} if an input failed or is damaged (reasons on stderr); for CI.",
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar, no summary and no Spark log lines.")
 @click.option(
     "--ship-env",
     is_flag=True,
@@ -69,6 +75,7 @@ def spark(
     range_size: int | None,
     overwrite: bool,
     records: bool,
+    strict: bool,
     quiet: bool,
     ship_env: bool,
     confs: tuple[str, ...],
@@ -98,15 +105,19 @@ def spark(
     # The key log travels to the executors inside the options (pickled with each task).
     options = with_keylog(SessionOptions(broker_ports=broker_ports(broker_port), records=records), keylog)
     started = time.perf_counter()
-    session = spark_session(master, progress=not quiet and sys.stderr.isatty(), conf=conf, archive=archive)
+    session = spark_session(
+        master, progress=not quiet and sys.stderr.isatty(), conf=conf, archive=archive, quiet=quiet
+    )
+    failed: list = []
     try:
         problem = executors.probe(session)
         if problem is None:
             decoded = decode(
                 session, paths, buckets=flow_buckets, options=options, tables=tables, range_bytes=range_size
             )
-            write(decoded.frames, out, overwrite=True)
-            counts = decoded.rows
+            failed = decoded.failed()
+            if len(failed) < len(paths):  # nothing decoded: nothing written, as `kwsniff read`
+                write(decoded.frames, out, overwrite=True)
     except Exception as exc:
         # A job that failed because of the executors' Python is one line; anything else stays loud.
         problem = executors.failure(exc)
@@ -118,18 +129,36 @@ def spark(
         messages.error(problem)
         sys.exit(1)
     seconds = time.perf_counter() - started
-    for message in decoded.errors:
-        messages.error(message)
+    damaged = [r for r in decoded.captures if r["status"] == "damaged"]
+    for row in decoded.captures:
+        if row["status"] == "failed" and len(paths) > 1:
+            messages.warnings(row["capture"], [f"failed: {row['reason']}"])
+        elif row["status"] == "damaged":
+            messages.warnings(row["capture"], row["reason"].split("; "))
     for capture, note in decoded.notes:
         messages.warnings(capture, [note])
+    if len(failed) == len(paths):
+        row = decoded.captures[0]
+        messages.error(
+            f"{row['path']}: {row['reason']}"
+            if len(paths) == 1
+            else f"none of the {len(paths)} inputs could be read"
+        )
+        sys.exit(1)
     if not quiet:
         split = "".join(
             f"; {name} split into {n} flow buckets" for name, n in sorted(decoded.split_into.items())
         )
-        click.echo(f"{len(paths)} captures on {master} in {seconds:.1f} s{split}")
-        click.echo("  tables: " + ", ".join(f"{out / t}/ ({n:,} rows)" for t, n in counts.items()))
-    if decoded.errors:
-        sys.exit(1)
+        accepted = len(paths) - len(failed)
+        flawed = f" ({len(damaged)} damaged)" if damaged else ""
+        lost = f", {len(failed)} failed" if failed else ""
+        click.echo(f"{accepted} captures{flawed} on {master} in {seconds:.1f} s{lost}{split}")
+        click.echo("  tables: " + ", ".join(f"{out / t}/ ({n:,} rows)" for t, n in decoded.rows.items()))
+    if strict and (failed or damaged):
+        click.echo(
+            f"kwsniff: strict: {len(failed)} of {len(paths)} inputs failed, {len(damaged)} damaged", err=True
+        )
+        sys.exit(EXIT_STRICT)
 
 
 def spark_conf(confs: tuple[str, ...]) -> dict[str, str]:

@@ -24,13 +24,14 @@ import pyarrow as pa
 from kwsniff.capture.split import RangeScan, Unsplittable, byte_ranges, joined_ranges
 from kwsniff.defaults import MAX_RANGE_SIZE, MIN_RANGE_SIZE
 from kwsniff.pipeline.session import SessionOptions
+from kwsniff.spark.captures import capture_rows
 from kwsniff.spark.executors import PYTHON_CONF, checked, executor_python
 from kwsniff.spark.inputs import is_uri, shown
 from kwsniff.spark.tasks import (
     CHUNK_SCHEMA,
-    ERROR_TABLE,
     INDEX_SCHEMA,
     META_TABLE,
+    STATUS_TABLE,
     UNREADABLE,
     capture_date,
     decode_chunks,
@@ -52,12 +53,16 @@ FINE_BUCKETS = 4096
 @dataclass
 class Decoded:
     frames: dict[str, DataFrame]
-    rows: dict[str, int]
-    errors: list[str]  # one line per input that is not a readable capture
+    rows: dict[str, int]  # of the captures that did not fail
+    captures: list[dict[str, Any]]  # the `captures` rows (with `date`), in input order
     # (capture, why) of each capture whose flow-bucket tasks could not be given their own records
     notes: list[tuple[str, str]] = field(default_factory=list)
     index_seconds: float = 0.0  # the byte-range index job's wall time (bucketed decoding)
     split_into: dict[str, int] = field(default_factory=dict)  # flow buckets of each split capture, by name
+
+    def failed(self) -> list[tuple[str, str]]:
+        """(capture, reason) of each input that failed: none of its rows are in ``frames``."""
+        return [(r["capture"], r["reason"]) for r in self.captures if r["status"] == "failed"]
 
 
 @dataclass
@@ -78,30 +83,49 @@ def spark_session(
     progress: bool = False,
     conf: Mapping[str, str] | None = None,
     archive: str | None = None,
+    quiet: bool = False,
 ) -> SparkSession:
     """A session for kwsniff's jobs; ``progress`` shows Spark's console progress bar of each stage
     (tasks done of all) on stderr, for a long run watched in a terminal. ``conf``: the user's own
     Spark settings, applied last. ``archive``: a packed venv the executors unpack and run
     (``--ship-env``); else they run the driver's interpreter unless ``conf`` or ``PYSPARK_PYTHON``
-    names another (see :mod:`kwsniff.spark.executors`)."""
+    names another (see :mod:`kwsniff.spark.executors`). ``quiet`` starts the JVM with its stderr on
+    /dev/null: Spark's log lines (WARN included) and the JVM's own notices ("Using incubator
+    modules") never reach the terminal, which log4j levels alone cannot promise."""
     from pyspark.sql import SparkSession
 
     conf = dict(conf or {})
     pythons = executor_python(conf, os.environ, shipped=archive is not None)
     # PySpark reads the workers' interpreter from the environment when the context starts.
     os.environ["PYSPARK_PYTHON"] = pythons[PYTHON_CONF]
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "true" if progress else "false")
-        .config("spark.sql.session.timeZone", "UTC")
-    )
+    settings = {
+        "spark.master": master,
+        "spark.app.name": app,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "true" if progress else "false",
+        "spark.sql.session.timeZone": "UTC",
+    }
     if archive is not None:
-        builder = builder.config("spark.archives", f"{archive}#environment")
-    for key, value in {**conf, **pythons}.items():
+        settings["spark.archives"] = f"{archive}#environment"
+    settings.update({**conf, **pythons})
+    if quiet and SparkSession.getActiveSession() is None:
+        _silent_context(settings)
+    builder = SparkSession.builder
+    for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def _silent_context(settings: dict[str, str]) -> None:
+    """A SparkContext of ``settings`` on a JVM whose stderr is /dev/null (pyspark's
+    ``launch_gateway`` takes the Popen arguments); the session builder then uses it."""
+    import subprocess
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    conf = SparkConf().setAll(list(settings.items()))
+    SparkContext(conf=conf, gateway=launch_gateway(conf, popen_kwargs={"stderr": subprocess.DEVNULL}))
 
 
 def spark_schema(schema: pa.Schema) -> Any:
@@ -159,18 +183,27 @@ def decode(
     names = Counter(os.path.basename(shown(p)) for p in paths)
     named = [(p, shown(p) if names[os.path.basename(shown(p))] > 1 else "") for p in paths]
     notes: list[tuple[str, str]] = []
+    damage: dict[str, str] = {}
     cores = spark.sparkContext.defaultParallelism
     counts = [buckets] * len(paths) if buckets else auto_buckets([_size(p) for p in paths], cores)
     tasks = [Task(p, name) for (p, name), n in zip(named, counts, strict=True) if n == 1]
     split = [(p, name, n) for (p, name), n in zip(named, counts, strict=True) if n > 1]
     started = time.perf_counter()
     if split:
-        tasks += _bucket_tasks(spark, split, range_bytes, notes)
+        tasks += _bucket_tasks(spark, split, range_bytes, notes, damage)
     index_seconds = time.perf_counter() - started if split else 0.0
+    decoded_tables = tuple(t for t in tables if t != "captures")  # made here, from the status chunks
 
     def run_task(task: Task) -> Iterator[pa.RecordBatch]:
         for table, capture, date, rows, chunk in decode_chunks(
-            task.path, task.bucket, task.buckets, opts, tables, task.name or None, task.offsets, task.date
+            task.path,
+            task.bucket,
+            task.buckets,
+            opts,
+            decoded_tables,
+            task.name or None,
+            task.offsets,
+            task.date,
         ):
             yield pa.RecordBatch.from_pylist(
                 [{"table": table, "capture": capture, "date": date, "rows": rows, "data": chunk}],
@@ -181,27 +214,44 @@ def decode(
     # Decode now, one task per capture × bucket; the tables are then unpacked from the cache in as
     # many tasks as there are cores (a Python task per capture per table would cost more than the
     # unpacking, and write a file per capture per table).
-    rows = dict.fromkeys(tables, 0)
-    for row in chunks.groupBy("table").agg(F.sum("rows").alias("rows")).collect():
-        if row["table"] in rows:
-            rows[row["table"]] = row["rows"]
-    errors: list[str] = []
+    statuses = []
     fixes: dict[str, BucketFix] = {}
     for r in (
-        chunks.where(F.col("table").isin(ERROR_TABLE, META_TABLE))
-        .select("table", "capture", "data")
+        chunks.where(F.col("table").isin(STATUS_TABLE, META_TABLE))
+        .select("table", "capture", "date", "data")
         .collect()
     ):
-        if r["table"] == ERROR_TABLE:
-            errors.append(r["data"].decode())
+        if r["table"] == STATUS_TABLE:
+            statuses.append((r["capture"], r["date"], json.loads(r["data"])))
         else:
             fixes.setdefault(r["capture"], BucketFix()).add(json.loads(r["data"]))
+    inputs = [(shown(p), name or os.path.basename(shown(p))) for p, name in named]
+    captures = capture_rows(inputs, statuses, damage)
+    # A capture that failed keeps none of its rows (some of its tasks may have yielded chunks).
+    failed = sorted(r["capture"] for r in captures if r["status"] == "failed")
+    kept = chunks.where(~F.col("capture").isin(failed)) if failed else chunks
+    rows = dict.fromkeys(tables, 0)
+    for row in kept.groupBy("table").agg(F.sum("rows").alias("rows")).collect():
+        if row["table"] in rows:
+            rows[row["table"]] = row["rows"]
     for fix in fixes.values():
         fix.rank()
-    packed = chunks.coalesce(spark.sparkContext.defaultParallelism)
-    frames = {t: _unpack(packed, t, fixes) for t in tables}
+    packed = kept.coalesce(spark.sparkContext.defaultParallelism)
+    frames = {t: _unpack(packed, t, fixes) for t in decoded_tables}
+    if "captures" in tables:
+        frames["captures"] = _captures_frame(spark, captures)
+        rows["captures"] = len(captures)
     split_into = {name or os.path.basename(shown(p)): n for p, name, n in split}
-    return Decoded(frames, rows, sorted(errors), notes, index_seconds, split_into)
+    return Decoded(frames, rows, captures, notes, index_seconds, split_into)
+
+
+def _captures_frame(spark: SparkSession, captures: list[dict[str, Any]]) -> DataFrame:
+    schema = _with_date("captures")
+
+    def make(rows: list[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
+        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+    return one_task_each(spark, [captures], make, schema)
 
 
 # A capture smaller than this is never split by auto_buckets: its index and bucket tasks would cost
@@ -232,10 +282,11 @@ def _bucket_tasks(
     split: list[tuple[str, str, int]],
     range_bytes: int | None,
     notes: list[tuple[str, str]],
+    damage: dict[str, str],
 ) -> list[Task]:
     """The decode tasks of each (path, name, flow buckets) capture, each with its records' offsets
     when the capture could be indexed; a capture that could not (a note says why) is read whole by
-    every bucket task."""
+    every bucket task. ``damage`` gets, by capture name, where the index found a capture cut short."""
     index = _index(spark, [p for p, _, _ in split], FINE_BUCKETS, range_bytes)
     tasks = []
     for path, name, buckets in split:
@@ -260,6 +311,8 @@ def _bucket_tasks(
                 )
             tasks += [Task(path, name, b, buckets) for b in range(buckets)]
             continue
+        if used and summaries[used - 1]["damaged"]:
+            damage[name or os.path.basename(shown(path))] = summaries[used - 1]["damaged"]
         first_ts = next((r["first_ts"] for r in summaries if r["first_ts"] is not None), None)
         date = capture_date(first_ts) if first_ts is not None else ""
         fine: dict[int, list[tuple[int, bytes]]] = {}
@@ -378,9 +431,17 @@ def _unpack(chunks: DataFrame, table: str, fixes: dict[str, BucketFix]) -> DataF
 
 
 def write(frames: dict[str, DataFrame], out: Path, *, overwrite: bool = False) -> None:
-    """Each table to ``out/<table>/date=YYYY-MM-DD/part-*.parquet``."""
+    """Each table to ``out/<table>/date=YYYY-MM-DD/part-*.parquet``.
+
+    Spark writes no file at all for an empty partitioned table, which readers then cannot take for
+    a table (UNABLE_TO_INFER_SCHEMA); an empty table gets one 0-row file with the table's schema, as
+    `kwsniff read` writes (docs/captures-table.md "Empty tables")."""
+    import pyarrow.parquet as pq
+
     for table, df in frames.items():
         df.sparkSession.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         df.write.mode("overwrite" if overwrite else "errorifexists").partitionBy("date").parquet(
             str(out / table)
         )
+        if not any((out / table).rglob("*.parquet")):
+            pq.write_table(SCHEMAS[table].empty_table(), out / table / "part-00000-empty.parquet")

@@ -16,6 +16,8 @@ exactly the numbering of the unsplit decode (a connection is numbered when its f
 from __future__ import annotations
 
 import json
+import os
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -24,12 +26,15 @@ import pyarrow as pa
 
 from kwsniff.capture.split import Frames, RangeScan, SplitCapture, Unsplittable
 from kwsniff.net import TcpPacket, parse_tcp
+from kwsniff.pipeline.run import failure_reason, file_size
 from kwsniff.pipeline.session import Session, SessionOptions
 from kwsniff.spark.inputs import is_uri, open_input, shown
 from kwsniff.tables.schemas import SCHEMAS
 
 CHUNK_ROWS = 10_000
-ERROR_TABLE = "_error"  # chunks of this name hold the message of an input that could not be read
+# Every task's last chunk (JSON): what it read of its capture and whether it failed, from which the
+# driver makes the capture's `captures` row (kwsniff.spark.captures) and drops a failed one's rows.
+STATUS_TABLE = "_status"
 # A bucket task's last chunk (JSON): the first-packet ordinals of its connections and the topic ids
 # its `partitions` rows named, from which the driver numbers and names rows as an unsplit decode would.
 META_TABLE = "_meta"
@@ -289,25 +294,44 @@ def decode_chunks(
     """(table, capture, date, rows, IPC chunk) of one task. ``buckets`` 1 decodes the whole capture.
 
     With ``offsets`` (the task's record offsets found by ``index_range``, one array per flow bucket
-    it was given, and the capture's ``date``) only those records are read; without, every record is read and hashed to its bucket.
+    it was given, and the capture's ``date``) only those records are read; without, every record is
+    read and hashed to its bucket.
 
-    A file that is not a readable capture yields one ``ERROR_TABLE`` chunk holding the one-line
-    message (UTF-8), for the driver to report like `kwsniff read` does, instead of failing the job.
-    ``name`` is the tables' `capture` value (default: the file's name)."""
-    from kwsniff.capture import CaptureError
-
+    The last chunk is always a ``STATUS_TABLE`` one (JSON): the file's size, the packets this task
+    fed, the reader's warnings, and ``error``, the one-line reason when the file is not a readable
+    capture or anything in its decoding raised. A failing capture never fails the Spark job: the
+    driver drops the rows its tasks yielded before the failure and reports it (as `kwsniff read`
+    does). ``name`` is the tables' `capture` value (default: the file's name)."""
+    state = {"date": date, "name": name or os.path.basename(shown(path))}
+    status: dict[str, Any] = {"bytes": None, "packets": 0, "warnings": [], "error": None}
+    status["started"] = time.time_ns() // 1000
+    started = time.perf_counter()
     try:
-        reader = open_input(path)
-    except (CaptureError, OSError) as exc:
-        message = str(exc) if isinstance(exc, CaptureError) else f"{shown(path)}: {exc.strerror or exc}"
-        if bucket == 0:
-            yield ERROR_TABLE, shown(path), "", 0, message.encode()
-        return
+        yield from _decode(path, bucket, buckets, options, tables, name, offsets, state, status)
+    except Exception as exc:  # one capture's failure is a row of `captures`, never a dead job
+        status["error"] = failure_reason(exc, shown(path))
+        if status["bytes"] is None and not is_uri(path):
+            status["bytes"] = file_size(path)
+    status["seconds"] = time.perf_counter() - started
+    yield STATUS_TABLE, state["name"], state["date"], 0, json.dumps(status).encode()
 
+
+def _decode(
+    path: str,
+    bucket: int,
+    buckets: int,
+    options: SessionOptions,
+    tables: tuple[str, ...],
+    name: str | None,
+    offsets: list[bytes] | None,
+    state: dict[str, str],
+    status: dict[str, Any],
+) -> Iterator[tuple[str, str, str, int, bytes]]:
     bucketed = buckets > 1
     sink = ChunkSink(tables)
-    with reader:
-        name = name or reader.name
+    with open_input(path) as reader:
+        name = state["name"] = name or reader.name
+        status["bytes"] = reader.size
         session = BucketSession(name, sink, options) if bucketed else Session(name, sink, options)
         if isinstance(session, BucketSession):
             sink.conn_ids = session.first_packet
@@ -319,9 +343,10 @@ def decode_chunks(
         # The ordinal of a packet (its index, or its file offset) numbers the connections it opens.
         source = _records_at(path, offsets) if offsets is not None else _numbered(reader.packets())
         filtered = bucketed and offsets is None
+        date = state["date"]
         for n, ts, linktype, data in source:
             if not date:
-                date = capture_date(ts)
+                date = state["date"] = capture_date(ts)
             if filtered and flow_bucket(linktype, data, buckets) != bucket:
                 continue
             if bucketed:
@@ -330,7 +355,8 @@ def decode_chunks(
             if sink.ready:
                 for table, rows, chunk in sink.take():
                     yield table, name, date, rows, chunk
-        session.finish()
+        status["packets"] = session.finish().packets
+        status["warnings"] = list(reader.warnings)
     for table in tables:
         sink.flush(table)
     for table, rows, chunk in sink.take():

@@ -220,6 +220,25 @@ GROUPS = pa.schema(
     ]
 )
 
+# One row per input of `kwsniff read` or `kwsniff spark` (docs/captures-table.md): what was read of
+# it and whether its rows are in the other tables. status: ok; damaged (decoded, but the file is cut
+# or broken somewhere: `reason` says where, as the warning did); failed (no rows of it anywhere:
+# `reason` is the one-line error). `path` is absolute (a URI without its query), `bytes` the file's
+# size (compressed size for .gz), null when it could not be opened.
+CAPTURES = pa.schema(
+    [
+        ("capture", pa.string()),
+        ("path", pa.string()),
+        ("bytes", pa.int64()),
+        ("packets", pa.int64()),  # null when failed
+        ("status", pa.string()),
+        ("reason", pa.string()),
+        ("warnings", pa.int32()),
+        ("started", TS),  # wall clock when its decoding began
+        ("duration_ms", pa.float64()),  # wall time of its decoding (Spark: summed over its tasks)
+    ]
+)
+
 # One row per rotation period of a live capture (`kwsniff capture`): what the interface gave and lost.
 CAPTURE_STATS = pa.schema(
     [
@@ -241,6 +260,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "partitions": PARTITIONS,
     "records": RECORDS,
     "groups": GROUPS,
+    "captures": CAPTURES,
     "capture_stats": CAPTURE_STATS,
 }
 # The light list of names (kwsniff.tables.names) must name exactly these, in this order.

@@ -1,0 +1,4 @@
+"""Exit statuses every command shares (docs/datasets.md lists them all)."""
+
+# `--strict`: everything was read, but not everything was decoded (or an input failed).
+EXIT_STRICT = 3

@@ -90,7 +90,7 @@ CONNECTIONS = pa.schema(
         ("sasl_outcome", pa.string()),
         ("sasl_tokens", pa.int64()),
         ("sasl_authenticated", pa.bool_()),
-        # The accounting invariant, per direction (README "Accounting"): stream_bytes = frame_bytes
+        # The accounting invariant, per direction (docs/accounting.md): stream_bytes = frame_bytes
         # + gap_bytes + skipped_bytes + sasl_bytes + encrypted_bytes + not_kafka_bytes.
         *[
             (f"{kind}_bytes_{d}", pa.int64())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import json
 import os
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -76,6 +77,10 @@ def spark_session(master: str = "local[*]", app: str = "kwsniff", progress: bool
     (tasks done of all) on stderr, for a long run watched in a terminal."""
     from pyspark.sql import SparkSession
 
+    # Python workers run PYSPARK_PYTHON, else the first `python3` on PATH, which in a virtual
+    # environment (the README's .venv) is not the driver's and may lack kwsniff or pyarrow: default
+    # it to the driver's interpreter. A cluster that ships its own environment sets it first.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return (
         SparkSession.builder.master(master)
         .appName(app)

@@ -10,7 +10,8 @@ paces 8 KB records at RATE MB/s for --seconds while `kwsniff capture lo` (this c
 reference seeing the same packets, `tcpdump -w /dev/null` run on the same interface. Per rate it
 prints packets/s captured, kwsniff's kernel and queue drops (from its capture_stats table), tcpdump's
 count and drops, and kwsniff's peak RSS (sampled from /proc every 0.5 s). The namespace is removed
-afterwards, every process stopped by PID (also when interrupted).
+afterwards, every process stopped by PID (also when interrupted or when a step fails); a missing tool
+(ip, ethtool, tcpdump) is one line and exit status 2, before the namespace is made.
 
 tansu keeps what it is sent in memory (its RSS grew to 7 GB in 11 minutes at 10 MB/s), so a
 soak's length times its rate is bounded by the machine's RAM: 24 GB here allows about 30 minutes at

@@ -10,7 +10,8 @@ paces 8 KB records at RATE MB/s for --seconds while `kwsniff capture lo` (this c
 reference seeing the same packets, `tcpdump -w /dev/null` run on the same interface. Per rate it
 prints packets/s captured, kwsniff's kernel and queue drops (from its capture_stats table), tcpdump's
 count and drops, and kwsniff's peak RSS (sampled from /proc every 0.5 s). The namespace is removed
-afterwards, every process stopped by PID (also when interrupted).
+afterwards, every process stopped by PID (also when interrupted or when a step fails); a missing tool
+(ip, ethtool, tcpdump) is one line and exit status 2, before the namespace is made.
 
 tansu keeps what it is sent in memory (its RSS grew to 7 GB in 11 minutes at 10 MB/s), so a
 soak's length times its rate is bounded by the machine's RAM: 24 GB here allows about 30 minutes at
@@ -34,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 import pyarrow.parquet as pq  # noqa: E402
-from make_capture import create_mtu_namespace, delete_namespace  # noqa: E402
+from make_capture import MissingTool, create_mtu_namespace, delete_namespace, require_tools  # noqa: E402
 
 from tests import realparts  # noqa: E402
 
@@ -167,9 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rates = args.rate or DEFAULT_RATES_MB
     netns = f"kwsniff-capbench-{os.getpid()}"
-    create_mtu_namespace(netns)
+    try:
+        require_tools()  # one line naming what is missing, before anything is made
+    except MissingTool as missing:
+        print(f"bench_capture: {missing}", file=sys.stderr)
+        return 2
     results = []
     try:
+        create_mtu_namespace(netns)  # inside the try: removed on every path out, a failed start too
         with (
             tempfile.TemporaryDirectory(prefix="kwsniff-capbench-") as work,
             realparts.start_broker(netns=netns) as broker,
@@ -178,6 +184,14 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_rate(netns, broker, rate, args.seconds, Path(work))
                 print(json.dumps(result), flush=True)
                 results.append(result)
+    except subprocess.CalledProcessError as failed:
+        command = " ".join(map(str, failed.cmd))
+        stderr = (failed.stderr or b"").decode(errors="replace").strip().splitlines()
+        print(
+            f"bench_capture: {command}: {stderr[-1] if stderr else f'exit {failed.returncode}'}",
+            file=sys.stderr,
+        )
+        return 1
     finally:
         delete_namespace(netns)
     clean = [r for r in results if r["kwsniff_kernel_drops"] == 0 and r["kwsniff_queue_drops"] == 0]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,8 @@ def spark() -> Iterator[Any]:
     """The one local SparkSession of the test run (two cores, no UI, few shuffle partitions)."""
     from pyspark.sql import SparkSession
 
+    # Workers run the interpreter running the tests (a venv's too), as kwsniff's spark_session does.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master("local[2]")
         .appName("kwsniff-tests")

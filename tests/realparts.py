@@ -12,6 +12,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -67,7 +68,7 @@ def broker_version() -> str:
 def wait_for_port(port: int, proc: subprocess.Popen[bytes], netns: str | None, timeout_s: float) -> None:
     """Bounded wait until something accepts TCP connections on 127.0.0.1:port."""
     deadline = time.monotonic() + timeout_s
-    probe = [*netns_prefix(netns), "python3", "-c", _PROBE_SCRIPT, str(port)] if netns else None
+    probe = [*netns_prefix(netns), sys.executable, "-c", _PROBE_SCRIPT, str(port)] if netns else None
     for _ in range(1000):
         if proc.poll() is not None:
             raise RuntimeError(f"broker exited early with code {proc.returncode}")

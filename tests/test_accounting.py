@@ -1,4 +1,4 @@
-"""The accounting invariant (README "Accounting"): per connection and direction, every byte the wire
+"""The accounting invariant (docs/accounting.md): per connection and direction, every byte the wire
 carried is in exactly one of frame, gap, skipped, SASL token, encrypted or not-Kafka bytes."""
 
 from __future__ import annotations

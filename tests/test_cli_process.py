@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_pcaps" / "quickstart.pcap"
@@ -58,3 +59,32 @@ def test_no_import_hook_is_installed() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [bare.stdout.strip(), "numpy"]
+
+
+def test_report_plots_without_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    # PySpark present, matplotlib not (installed by hand, not with the extra): --plots cannot run.
+    from click.testing import CliRunner
+
+    from kwsniff.cli import main
+    from kwsniff.commands import extras
+
+    real = extras.importlib.util.find_spec
+    monkeypatch.setattr(
+        extras.importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a)
+    )
+    done = CliRunner().invoke(main, ["report", str(ROOT / "no-such-tables"), "--plots", "plots"])
+    assert (done.exit_code, done.stdout) == (2, "")
+    assert done.stderr == (
+        "kwsniff: error: kwsniff report --plots needs the spark extra: "
+        "pip install 'kwsniff[spark]' (missing: matplotlib)\n"
+    )
+
+
+def test_capture_help_says_its_default_filter_passes_only_broker_ports() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "kwsniff", "capture", "--help"], capture_output=True, text=True, timeout=60
+    )
+    text = " ".join(done.stdout.split())
+    assert "The default --filter passes only these ports." in text
+    assert "[default: 'tcp port P or ...' for each --broker-port, so no other traffic is seen;" in text
+    assert "Other ports are detected" not in text

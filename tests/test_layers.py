@@ -1,5 +1,5 @@
 """The dependency direction is one way (issue 10, item 8): every kwsniff module imports only from
-layers below its own, as the README's "Development" section lists them. Imports are read with ast,
+layers below its own, as docs/development.md's "Layers, bottom up" lists them. Imports are read with ast,
 including those under TYPE_CHECKING and inside functions (a deferred import is still a dependency).
 """
 
@@ -95,9 +95,9 @@ def test_the_checker_sees_an_upward_import() -> None:
     assert ("kwsniff.kafka.pairing", "kwsniff.protocol") in imports()  # kafka sits above protocol
 
 
-def test_the_readme_lists_the_layers_in_this_order() -> None:
-    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
-    block = readme.split("Layers, bottom up", 1)[1].split("```")[1]
+def test_the_development_page_lists_the_layers_in_this_order() -> None:
+    page = (PACKAGE.parent / "docs" / "development.md").read_text(encoding="utf-8")
+    block = page.split("Layers, bottom up", 1)[1].split("```")[1]
     lines = [line for line in block.strip().splitlines() if not line.startswith(" ")]
     listed = [line.split()[0].rstrip("/").removesuffix(".py").replace("/", ".") for line in lines]
     order = [level(name) for name in listed]

@@ -310,7 +310,8 @@ def test_sigterm_and_duration_stop_cleanly(tmp_path: Path) -> None:
     assert b"1 rotation periods" in stdout
     assert len(list((tmp_path / "a" / "capture_stats").glob("*.parquet"))) == 1
     timed = kwsniff("capture", "lo", "--out", str(tmp_path / "b"), "-p", port, "--duration", "1", "-q")
-    assert (timed.returncode, timed.stdout) == (0, "")
+    # -q prints only errors: no "capturing on" line, no view, no summary.
+    assert (timed.returncode, timed.stdout, timed.stderr) == (0, "", "")
     assert [r["packets"] for r in dataset(tmp_path / "b", "capture_stats")] == [0]
 
 

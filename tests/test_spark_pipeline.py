@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -219,3 +222,17 @@ def test_a_capture_that_cannot_be_indexed_is_read_whole_by_each_bucket(spark: An
         (str(gz), "not indexed by byte range (gzip-compressed): each flow bucket task reads the whole file")
     ]
     assert decoded.failed() == [] and decoded.rows["requests"] == 75
+
+
+def test_spark_workers_run_the_drivers_interpreter() -> None:
+    """In a virtual environment the first `python3` on PATH is another interpreter, maybe one without
+    kwsniff; kwsniff's session makes the workers run the driver's own (here: the tests')."""
+    code = (
+        "import sys; from kwsniff.spark.pipeline import spark_session; s = spark_session('local[1]'); "
+        "print(s.sparkContext.parallelize([0], 1).map(lambda _: __import__('sys').executable).collect()[0]); "
+        "s.stop()"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == sys.executable

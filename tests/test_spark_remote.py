@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -40,7 +39,8 @@ def s3() -> Iterator[str]:
 
     port = free_port()
     server = subprocess.Popen(
-        [shutil.which("moto_server") or "moto_server", "-H", "127.0.0.1", "-p", str(port)],
+        # The interpreter running the tests, not a moto_server on PATH (a venv is not on PATH).
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -1,13 +1,46 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs on a fresh machine: kwsniff with its test extras (pip), and from
-# Debian: tcpdump (the tests capture real traffic against a real broker on loopback), openssl (the
-# TLS test makes a self-signed certificate), and redis-server, memcached and postgresql (servers of
-# other protocols whose traffic must never be taken for Kafka), and a Java 17 runtime for PySpark's
-# local Spark (the `kwsniff spark`/`report` tests). tshark is not needed: its view is
-# stored as test data.
+# Installs what the test suite needs on a fresh Debian 12 machine, saying each step as it goes:
+#  1. a virtual environment `.venv` made by the first `python3` on PATH (Python >= 3.11). Debian's
+#     own python3 refuses `pip install` outside one (PEP 668) and needs the python3-venv package to
+#     make one, installed here when `python3 -m venv` fails;
+#  2. from Debian: tcpdump (the tests capture real traffic against a real broker on loopback),
+#     openssl (the TLS test makes a self-signed certificate), redis-server, memcached and postgresql
+#     (servers of other protocols whose traffic must never be taken for Kafka), a Java 17 runtime
+#     for PySpark's local Spark (the `kwsniff spark`/`report` tests), and iproute2 and ethtool (the
+#     network namespaces of tools/make_capture.py and bench/bench_capture.py);
+#  3. kwsniff itself, editable, with its `test` and `spark` extras, into .venv.
+# tshark is not needed: its view is stored as test data. Run the tests with `.venv/bin/python -m pytest`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install --quiet --disable-pip-version-check -e ".[test,spark]"
+
+step() { printf '==> %s\n' "$*"; }
+sudo=""
+[ "$(id -u)" = 0 ] || sudo="sudo"
+apt_updated=""
+apt_install() {
+  if [ -z "$apt_updated" ]; then
+    step "apt-get update"
+    $sudo apt-get update -qq
+    apt_updated=1
+  fi
+  step "apt-get install $*"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
+
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
+  echo "install-test-deps: kwsniff needs Python >= 3.11; $(command -v python3) is $(python3 -V 2>&1)" >&2
+  exit 1
+}
+
+if [ ! -x .venv/bin/python ]; then
+  step "python3 -m venv .venv ($(command -v python3), $(python3 -V 2>&1))"
+  if ! python3 -m venv .venv >/dev/null 2>&1; then
+    rm -rf .venv # a half-made one, without pip
+    apt_install python3-venv
+    python3 -m venv .venv
+  fi
+fi
+
 missing=()
 command -v tcpdump >/dev/null 2>&1 || missing+=(tcpdump)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
@@ -18,9 +51,14 @@ command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 command -v tshark >/dev/null 2>&1 || missing+=(tshark)
 command -v editcap >/dev/null 2>&1 || missing+=(wireshark-common)
 { command -v psql >/dev/null 2>&1 && compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; } || missing+=(postgresql)
+PATH="$PATH:/usr/sbin:/sbin" command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+PATH="$PATH:/usr/sbin:/sbin" command -v ethtool >/dev/null 2>&1 || missing+=(ethtool)
 if [ ${#missing[@]} -gt 0 ]; then
-  sudo=""
-  [ "$(id -u)" = 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  apt_install "${missing[@]}"
+else
+  step "Debian packages: all present (tcpdump, openssl, redis-server, memcached, java, postgresql, iproute2, ethtool)"
 fi
+
+step "pip install -e '.[test,spark]' into .venv (PySpark is large: a first install takes minutes)"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test,spark]"
+step "done: run the tests with .venv/bin/python -m pytest -q"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -169,18 +170,47 @@ def run_workload_in_netns(netns: str, workload: str, bootstrap: str, megabytes: 
     return result
 
 
+NAMESPACE_TOOLS = ("ip", "ethtool", "tcpdump")
+DEBIAN_PACKAGE = {"ip": "iproute2"}
+
+
+class MissingTool(SystemExit):
+    """A tool the namespace needs is not installed: one line, before anything is made."""
+
+
+def require_tools(tools: tuple[str, ...] = NAMESPACE_TOOLS) -> None:
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        raise MissingTool(
+            f"{' and '.join(missing)} missing: install with `apt-get install "
+            f"{' '.join(DEBIAN_PACKAGE.get(t, t) for t in missing)}` (tools/install-test-deps.sh does)"
+        )
+
+
 def create_mtu_namespace(name: str) -> None:
     """A private namespace whose loopback behaves like an Ethernet link: MTU 1500, no TSO/GSO/GRO,
-    so every packet tcpdump sees is at most 1500 bytes of IP (1514 with the Ethernet header)."""
-    subprocess.run(["ip", "netns", "add", name], check=True, timeout=10)
-    subprocess.run(
-        ["ip", "netns", "exec", name, "ip", "link", "set", "lo", "mtu", str(MTU), "up"], check=True
-    )
-    ethtool = ["ip", "netns", "exec", name, "ethtool", "-K", "lo", "tso", "off", "gso", "off", "gro", "off"]
+    so every packet tcpdump sees is at most 1500 bytes of IP (1514 with the Ethernet header).
+
+    Checks its tools first, and removes the namespace again if a step fails, so a failed start
+    never leaves a namespace behind."""
+    require_tools()
+    subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True, timeout=10)
     try:
-        subprocess.run(ethtool, check=True, capture_output=True, timeout=10)
-    except FileNotFoundError as exc:
-        raise SystemExit("ethtool is missing: install it with `apt-get install ethtool`") from exc
+        subprocess.run(
+            ["ip", "netns", "exec", name, "ip", "link", "set", "lo", "mtu", str(MTU), "up"],
+            check=True,
+            capture_output=True,
+            timeout=10,
+        )
+        subprocess.run(
+            ["ip", "netns", "exec", name, "ethtool", "-K", "lo", "tso", "off", "gso", "off", "gro", "off"],
+            check=True,
+            capture_output=True,
+            timeout=10,
+        )
+    except BaseException:
+        delete_namespace(name)
+        raise
 
 
 def delete_namespace(name: str) -> None:

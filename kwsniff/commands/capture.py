@@ -15,14 +15,8 @@ import click
 
 from kwsniff.capture.live import LiveCapture, LiveCaptureError, open_interface
 from kwsniff.commands import messages
-from kwsniff.commands.options import (
-    BYTE_SIZE,
-    PORT,
-    broker_port_option,
-    broker_ports,
-    keylog_option,
-    with_keylog,
-)
+from kwsniff.commands.options import BYTE_SIZE, PORT, broker_ports, keylog_option, with_keylog
+from kwsniff.defaults import DEFAULT_BROKER_PORT
 from kwsniff.pipeline.run import capture_result
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.tables import DEFAULT_TABLES
@@ -49,9 +43,23 @@ def default_filter(ports: frozenset[int]) -> str:
 )
 @click.option("--overwrite", is_flag=True, help="Replace the dataset already in --out.")
 @click.option("--append", is_flag=True, help="Add to the dataset already in --out.")
-@broker_port_option
+# Unlike `read`, the kernel filter decides what reaches the decoder: by default only broker ports, so
+# auto-detection of other ports sees traffic only under a wider --filter.
+@click.option(
+    "--broker-port",
+    "-p",
+    type=PORT,
+    multiple=True,
+    help=f"TCP port a broker listens on (repeatable; default {DEFAULT_BROKER_PORT}). The default "
+    "--filter passes only these ports.",
+)
+@click.option(
+    "--filter",
+    "bpf",
+    help="Kernel (BPF) filter [default: 'tcp port P or ...' for each --broker-port, so no other "
+    "traffic is seen; give e.g. 'tcp' to let kwsniff detect Kafka on other ports too].",
+)
 @keylog_option
-@click.option("--filter", "bpf", help="Kernel (BPF) filter; default: tcp port of each --broker-port.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), help="Stop after this many seconds.")
 @click.option("--count", type=click.IntRange(min=1), help="Stop after this many packets.")
 @click.option(
@@ -80,7 +88,7 @@ def default_filter(ports: frozenset[int]) -> str:
 @click.option(
     "--max-frame-size", type=BYTE_SIZE, default=100 * 1024 * 1024, show_default="100MiB", hidden=True
 )
-@click.option("--quiet", "-q", is_flag=True, help="No live view and no summary.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only errors: no start line, live view or summary.")
 def capture(
     iface: str,
     out: Path,
@@ -170,7 +178,8 @@ def capture(
     started = time.monotonic()
     decoder.start()
     live.start()
-    click.echo(f"kwsniff: capturing on {iface} (filter {bpf!r}) into {out}", err=True)
+    if not quiet:
+        click.echo(f"kwsniff: capturing on {iface} (filter {bpf!r}) into {out}", err=True)
     _watch(iface, live, decoder, stats, stop, started, duration, quiet)
     live.stop()
     live.join(JOIN_TIMEOUT_S)

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from kwsniff.commands import messages
+from kwsniff.commands.extras import NeedsExtra, require
 
 ROWS_SHOWN = 20
 NEEDED = ("requests", "connections", "errors", "partitions", "groups")
@@ -53,12 +54,14 @@ def questions(t: dict[str, Any]) -> list[tuple[str, Callable[[], Any]]]:
     ]
 
 
-@click.command()
+@click.command(cls=NeedsExtra, extra="spark", modules=("pyspark", "pandas"))
 @click.argument("tables", type=click.Path(path_type=Path))
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
 @click.option("--plots", type=click.Path(path_type=Path), help="Directory for PNG plots.")
 def report(tables: Path, master: str, plots: Path | None) -> None:
     """Fleet report over TABLES (the --out of `kwsniff read` or `kwsniff spark`)."""
+    if plots is not None:
+        require("kwsniff report --plots", "spark", ("matplotlib",))
     if not tables.is_dir():
         messages.error(f"{tables}: not a directory of kwsniff tables")
         sys.exit(1)
@@ -66,13 +69,9 @@ def report(tables: Path, master: str, plots: Path | None) -> None:
     if missing:
         messages.error(f"{tables}: no {', '.join(missing)} table (written by kwsniff read or spark)")
         sys.exit(1)
-    try:
-        from kwsniff.report.analytics import load_tables, throughput_per_minute
-        from kwsniff.report.plots import latency_distribution, throughput_over_time
-        from kwsniff.spark.pipeline import spark_session
-    except ImportError as exc:
-        messages.error(f"kwsniff report needs the spark extra (pip install 'kwsniff[spark]'): {exc}")
-        sys.exit(1)
+    from kwsniff.report.analytics import load_tables, throughput_per_minute
+    from kwsniff.spark.pipeline import spark_session
+
     spark = spark_session(master, "kwsniff-report")
     spark.sparkContext.setLogLevel("ERROR")
     try:
@@ -81,6 +80,8 @@ def report(tables: Path, master: str, plots: Path | None) -> None:
             df = question().cache()
             print_table(title, df.columns, df.limit(ROWS_SHOWN).collect(), df.count())
         if plots is not None:
+            from kwsniff.report.plots import latency_distribution, throughput_over_time
+
             plots.mkdir(parents=True, exist_ok=True)
             latency = latency_distribution(t["requests"], plots / "latency_by_api.png")
             made = [

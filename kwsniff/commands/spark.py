@@ -10,6 +10,7 @@ import click
 
 from kwsniff.commands import messages
 from kwsniff.commands.exits import EXIT_STRICT
+from kwsniff.commands.extras import NeedsExtra
 from kwsniff.commands.options import (
     ByteSize,
     FlowBuckets,
@@ -22,7 +23,8 @@ from kwsniff.pipeline.session import SessionOptions
 from kwsniff.tables import DEFAULT_TABLES
 
 
-@click.command()
+# pandas too: PySpark moves Arrow batches through it.
+@click.command(cls=NeedsExtra, extra="spark", modules=("pyspark", "pandas"))
 @click.argument("inputs", nargs=-1, required=True)
 @click.option(
     "--out", "-o", type=click.Path(path_type=Path), required=True, help="Directory of the datasets."
@@ -83,13 +85,10 @@ def spark(
     keylog: tuple[Path, ...],
 ) -> None:
     """Decode INPUTS (files, directories, globs) on Spark into OUT/<table>/date=YYYY-MM-DD/."""
-    try:
-        from kwsniff.spark import executors
-        from kwsniff.spark.inputs import InputError, expand_inputs
-        from kwsniff.spark.pipeline import decode, spark_session, write
-    except ImportError as exc:
-        messages.error(f"kwsniff spark needs the spark extra (pip install 'kwsniff[spark]'): {exc}")
-        sys.exit(1)
+    from kwsniff.spark import executors
+    from kwsniff.spark.inputs import InputError, expand_inputs
+    from kwsniff.spark.pipeline import decode, spark_session, write
+
     conf = spark_conf(confs)
     try:
         paths = expand_inputs(inputs)

@@ -24,7 +24,7 @@ DETECT_BYTES = 64 * 1024
 # the client id length. The smallest complete request (header v0, empty body) is 12 bytes.
 OPENING_BYTES = 14
 SMALLEST_REQUEST = 12
-# The accounting invariant (README "Accounting"), per direction: every byte the wire carried, by
+# The accounting invariant (docs/accounting.md), per direction: every byte the wire carried, by
 # TCP sequence numbers, is in exactly one of these columns once the connection is closed.
 # A TLS connection's bytes are record overhead (headers, tags, handshake), encrypted bytes left
 # undecrypted, or plaintext, which is framed like any Kafka stream (README "TLS").
@@ -527,7 +527,7 @@ def accounting_difference(row: dict, direction: str) -> int:
     """Stream bytes minus the bytes accounted for, in one direction of a `connections` row.
 
     Zero on every closed connection: ``stream_bytes = frame_bytes + gap_bytes + skipped_bytes +
-    sasl_bytes + tls_overhead_bytes + encrypted_bytes + not_kafka_bytes`` (README "Accounting").
+    sasl_bytes + tls_overhead_bytes + encrypted_bytes + not_kafka_bytes`` (docs/accounting.md).
     """
     return row["stream_bytes_" + direction] - sum(row[k + "_" + direction] for k in ACCOUNTED)
 

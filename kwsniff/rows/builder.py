@@ -48,7 +48,7 @@ _TOTALLED = (
     "resyncs",
     "orphan_responses",
     "sasl_tokens",
-    # The accounting invariant's terms (README "Accounting"), per direction.
+    # The accounting invariant's terms (docs/accounting.md), per direction.
     *(
         f"{kind}_bytes_{d}"
         for d in ("to_broker", "to_client")

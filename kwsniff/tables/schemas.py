@@ -94,7 +94,7 @@ CONNECTIONS = pa.schema(
         ("sasl_outcome", pa.string()),
         ("sasl_tokens", pa.int64()),
         ("sasl_authenticated", pa.bool_()),
-        # The accounting invariant, per direction (README "Accounting"): stream_bytes = frame_bytes
+        # The accounting invariant, per direction (docs/accounting.md): stream_bytes = frame_bytes
         # + gap_bytes + skipped_bytes + sasl_bytes + tls_overhead_bytes + encrypted_bytes +
         # not_kafka_bytes. decrypted_bytes (TLS plaintext) is not a term: it became frames or skips.
         *[

@@ -1,5 +1,5 @@
 """The summary printed after `kwsniff read` and `kwsniff capture`: packets, connections, requests by
-status, gaps and skips, notes, and the accounting line (README "Reading the summary")."""
+status, gaps and skips, notes, and the accounting line (docs/summary.md)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def human_size(n: float) -> str:
 
 
 def accounting_line(r: CaptureResult) -> str:
-    """The accounting invariant over the capture (README "Accounting"), with a verdict."""
+    """The accounting invariant over the capture (docs/accounting.md), with a verdict."""
     t = r.totals
     wire = sum(t[f"stream_bytes_{d}"] for d in _DIRS)
     terms = [(label, sum(t[f"{kind}_bytes_{d}"] for d in _DIRS)) for kind, label in _ACCOUNTED]

@@ -102,6 +102,7 @@ class Inner(Raw):  # type: ignore[misc]
         if isinstance(pkt, Packet):
             super().__init__(bytes(pkt))
             self.ip = Raw(bytes(pkt[IP]))
+            self.original = pkt
             self.time = pkt.time
         else:
             super().__init__(pkt, **kwargs)
@@ -136,7 +137,7 @@ def geneve(pkt: Packet, n: int) -> list[Packet]:
 
 
 def gre_ip(pkt: Packet, n: int) -> list[Packet]:
-    gre = GRE(key_present=1, key=7, seqnum_present=1, seqence_number=n, proto=0x0800)
+    gre = GRE(key_present=1, key=7, seqnum_present=1, sequence_number=n, proto=0x0800)
     return [chain(Ether(**OUTER_MAC), IP(**OUTER4), gre, pkt[IP])]
 
 
@@ -149,12 +150,12 @@ def erspan1(pkt: Packet, n: int) -> list[Packet]:
 
 
 def erspan2(pkt: Packet, n: int) -> list[Packet]:
-    gre = GRE(seqnum_present=1, seqence_number=n, proto=0x88BE)
+    gre = GRE(seqnum_present=1, sequence_number=n, proto=0x88BE)
     return [chain(Ether(**OUTER_MAC), IP(**OUTER4), gre, ERSPAN_II(session_id=3, vlan=10), pkt)]
 
 
 def erspan3(pkt: Packet, n: int) -> list[Packet]:
-    gre = GRE(seqnum_present=1, seqence_number=n, proto=0x22EB)
+    gre = GRE(seqnum_present=1, sequence_number=n, proto=0x22EB)
     return [chain(Ether(**OUTER_MAC), IP(**OUTER4), gre, ERSPAN_III(session_id=9, o=0), pkt)]
 
 
@@ -164,6 +165,18 @@ def ipip(pkt: Packet, n: int) -> list[Packet]:
 
 def ipv4_in_ipv6(pkt: Packet, n: int) -> list[Packet]:
     return [chain(Ether(**OUTER_MAC), IPv6(**OUTER6, nh=4), pkt[IP])]
+
+
+def _ipv6_of(address: str) -> str:
+    return "fd00::" + address.rsplit(".", 1)[1]
+
+
+def ipv6_in_ipv4(pkt: Packet, n: int) -> list[Packet]:
+    """The inner packet turned into IPv6 (fd00::<last octet>), carried in IPv4 as protocol 41."""
+    ip, tcp = pkt.original[IP], pkt.original[TCP].copy()
+    tcp.chksum = None
+    inner = IPv6(src=_ipv6_of(ip.src), dst=_ipv6_of(ip.dst), nh=6) / tcp
+    return [chain(Ether(**OUTER_MAC), IP(**OUTER4, proto=41), Raw(bytes(inner)))]
 
 
 def mpls(pkt: Packet, n: int) -> list[Packet]:
@@ -244,3 +257,29 @@ def inner_fragments(seed: int = 2) -> Wrap:
         ]
 
     return wrap
+
+
+# name -> (wrap, the `tunnel` column of every connection, the skip reasons expected)
+WRAPS: dict[str, tuple[Wrap, str, dict[str, int]]] = {
+    "vxlan": (vxlan(), "vxlan:vni=42", {}),
+    "vxlan_8472": (vxlan(port=8472), "vxlan:vni=42", {}),
+    "vxlan_over_ipv6": (vxlan(ipv6=True), "vxlan:vni=42", {}),
+    "vlan_inside_vxlan": (vlan_inside_vxlan, "vxlan:vni=7", {}),
+    "geneve_with_options": (geneve, "geneve:vni=5001", {}),
+    "gre_key_sequence": (gre_ip, "gre:key=7", {}),
+    "gre_ethernet_over_ipv6": (gre_ethernet_over_ipv6, "gre", {}),
+    "erspan_type1": (erspan1, "erspan1", {}),
+    "erspan_type2": (erspan2, "erspan2:session=3", {}),
+    "erspan_type3": (erspan3, "erspan3:session=9", {}),
+    "ipv4_in_ipv4": (ipip, "ipip", {}),
+    "ipv4_in_ipv6": (ipv4_in_ipv6, "ipip", {}),
+    "ipv6_in_ipv4": (ipv6_in_ipv4, "ip6ip", {}),
+    "mpls_two_labels": (mpls, "mpls:label=16.1001", {}),
+    "gre_then_vxlan": (gre_then_vxlan, "gre:key=1/vxlan:vni=42", {}),
+    "duplicates_under_two_vnis": (two_vnis, "vxlan:vni=42,vxlan:vni=43", {}),
+    "outer_ipv4_fragments_shuffled": (outer_fragments(), "vxlan:vni=42", {"ip_fragment": 71}),
+    "outer_ipv6_fragments_reversed": (outer_fragments_ipv6, "vxlan:vni=42", {"ip_fragment": 73}),
+    "inner_ipv4_fragments_shuffled": (inner_fragments(), "vxlan:vni=42", {"ip_fragment": 150}),
+}
+BASE_CAPTURE = "kafka_python.pcap"
+BROKER_PORT = 19103

@@ -66,6 +66,7 @@ class CaptureReader:
         self.truncated = False
         self.warnings: list[str] = []
         self.stats: dict[str, int] = {"records": 0}
+        self.compression: str | None = None  # gzip, zstd, lz4 or xz when the file is compressed
         self._raw = raw
         self._data = data
         # Bytes already read from the (decompressed) stream while checking the file header.

@@ -15,7 +15,7 @@ import click
 
 from kwsniff.capture.live import LiveCapture, LiveCaptureError, open_interface
 from kwsniff.commands import messages
-from kwsniff.commands.options import BYTE_SIZE, PORT, broker_port_option, broker_ports
+from kwsniff.commands.options import BYTE_SIZE, PORT, broker_port_option, broker_ports, tunnel_options
 from kwsniff.pipeline.run import capture_result
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.tables import DEFAULT_TABLES
@@ -31,8 +31,27 @@ LOG_INTERVAL_S = 10.0  # one log line this often when stderr is not a terminal
 JOIN_TIMEOUT_S = 30.0
 
 
-def default_filter(ports: frozenset[int]) -> str:
-    return " or ".join(f"tcp port {p}" for p in sorted(ports))
+def default_filter(ports: frozenset[int], tunnels: dict | None = None) -> str:
+    """tcp port of each broker port, and whatever may carry Kafka inside: the tunnel UDP ports, GRE,
+    IP in IP, IP fragments and MPLS. The inner broker port is not filtered in the kernel (VXLAN's
+    inner IP header has a variable length), so all tunnelled traffic reaches kwsniff and its
+    non-Kafka flows cost a parse each in Python."""
+    tcp = [f"tcp port {p}" for p in sorted(ports)]
+    if tunnels is None:
+        return " or ".join(tcp)
+    udp = [f"udp port {p}" for p in sorted(tunnels["vxlan_ports"] | tunnels["geneve_ports"])]
+    carriers = [
+        "ip proto 47",
+        "ip proto 4",
+        "ip proto 41",
+        "ip6 proto 47",
+        "ip6 proto 4",
+        "ip6 proto 41",
+        "ip6 proto 44",
+        "(ip[6:2] & 0x3fff != 0)",
+        "mpls",  # last: `mpls` shifts the offsets of what follows it
+    ]
+    return " or ".join(tcp + udp + carriers)
 
 
 @click.command()
@@ -43,7 +62,12 @@ def default_filter(ports: frozenset[int]) -> str:
 @click.option("--overwrite", is_flag=True, help="Replace the dataset already in --out.")
 @click.option("--append", is_flag=True, help="Add to the dataset already in --out.")
 @broker_port_option
-@click.option("--filter", "bpf", help="Kernel (BPF) filter; default: tcp port of each --broker-port.")
+@click.option(
+    "--filter",
+    "bpf",
+    help="Kernel (BPF) filter; default: tcp port of each --broker-port, and tunnel carriers (the "
+    "tunnel UDP ports, GRE, IP in IP, IP fragments, MPLS).",
+)
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), help="Stop after this many seconds.")
 @click.option("--count", type=click.IntRange(min=1), help="Stop after this many packets.")
 @click.option(
@@ -73,6 +97,7 @@ def default_filter(ports: frozenset[int]) -> str:
     "--max-frame-size", type=BYTE_SIZE, default=100 * 1024 * 1024, show_default="100MiB", hidden=True
 )
 @click.option("--quiet", "-q", is_flag=True, help="No live view and no summary.")
+@tunnel_options
 def capture(
     iface: str,
     out: Path,
@@ -91,6 +116,7 @@ def capture(
     idle_timeout: float,
     max_frame_size: int,
     quiet: bool,
+    tunnels: dict,
 ) -> None:
     """Capture Kafka traffic on IFACE into Parquet tables under --out, until Ctrl-C (or --duration/--count)."""
     # pyarrow and prometheus_client only when a capture starts: `kwsniff --help` stays light.
@@ -99,7 +125,7 @@ def capture(
     from kwsniff.view.metrics import Metrics
 
     ports = broker_ports(broker_port)
-    bpf = bpf if bpf is not None else default_filter(ports)
+    bpf = bpf if bpf is not None else default_filter(ports, tunnels)
     tables = (*DEFAULT_TABLES, "capture_stats")
     if overwrite and append:
         raise click.UsageError("--overwrite and --append exclude each other")
@@ -130,7 +156,7 @@ def capture(
     name = f"{iface}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     live = LiveCapture(handle, count or 0)
     stats = LiveStats(collect_pending=metrics is not None)
-    options = SessionOptions(broker_ports=ports, max_frame_size=max_frame_size)
+    options = SessionOptions(broker_ports=ports, max_frame_size=max_frame_size, **tunnels)
     try:
         decoder = LiveDecoder(
             live,

@@ -10,7 +10,7 @@ import click
 
 from kwsniff.capture import STDIN, CaptureError
 from kwsniff.commands import messages
-from kwsniff.commands.options import BYTE_SIZE, broker_port_option, broker_ports
+from kwsniff.commands.options import BYTE_SIZE, broker_port_option, broker_ports, tunnel_options
 from kwsniff.defaults import MAX_DECOMPRESSED, MAX_FRAME_SIZE
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
@@ -28,8 +28,10 @@ def _options(
     records: bool = False,
     record_payloads: bool = False,
     max_decompressed: int = MAX_DECOMPRESSED,
+    tunnels: dict | None = None,
 ) -> SessionOptions:
     return SessionOptions(
+        **(tunnels or {}),
         broker_ports=broker_ports(broker_port),
         auto_detect=auto_detect,
         max_frame_size=max_frame_size,
@@ -98,6 +100,7 @@ def _options(
     help=f"Exit with status {EXIT_STRICT} if anything was not decoded (reasons on stderr); for CI.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
+@tunnel_options
 def read(
     captures: tuple[Path, ...],
     out: Path,
@@ -111,6 +114,7 @@ def read(
     max_decompressed: int,
     strict: bool,
     quiet: bool,
+    tunnels: dict,
 ) -> None:
     """Decode CAPTURES (pcap, pcapng, optionally gzipped; `-` for standard input) into Parquet tables
     under --out."""
@@ -124,7 +128,9 @@ def read(
         remove_empty_dirs,
     )
 
-    options = _options(broker_port, auto_detect, max_frame_size, records, record_payloads, max_decompressed)
+    options = _options(
+        broker_port, auto_detect, max_frame_size, records, record_payloads, max_decompressed, tunnels
+    )
     tables = (*DEFAULT_TABLES, "records") if options.records else DEFAULT_TABLES
     if overwrite and append:
         raise click.UsageError("--overwrite and --append exclude each other")

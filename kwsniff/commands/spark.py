@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from kwsniff.commands import messages
-from kwsniff.commands.options import ByteSize, FlowBuckets, broker_port_option, broker_ports
+from kwsniff.commands.options import ByteSize, FlowBuckets, broker_port_option, broker_ports, tunnel_options
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.tables import DEFAULT_TABLES
 
@@ -39,6 +39,7 @@ from kwsniff.tables import DEFAULT_TABLES
 @click.option("--records", is_flag=True, help="Also write the `records` table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 @broker_port_option
+@tunnel_options
 def spark(
     inputs: tuple[str, ...],
     out: Path,
@@ -49,6 +50,7 @@ def spark(
     records: bool,
     quiet: bool,
     broker_port: tuple[int, ...],
+    tunnels: dict,
 ) -> None:
     """Decode INPUTS (files, directories, globs) on Spark into OUT/<table>/date=YYYY-MM-DD/."""
     try:
@@ -67,7 +69,7 @@ def spark(
         messages.error(f"--out {out}: already holds {', '.join(held)}; use --overwrite to replace them")
         sys.exit(1)
     tables = (*DEFAULT_TABLES, "records") if records else DEFAULT_TABLES
-    options = SessionOptions(broker_ports=broker_ports(broker_port), records=records)
+    options = SessionOptions(broker_ports=broker_ports(broker_port), records=records, **tunnels)
     started = time.perf_counter()
     session = spark_session(master, progress=not quiet and sys.stderr.isatty())
     try:

@@ -101,10 +101,20 @@ class Defragmenter:
             st.overlaps += 1
             self._drop(key)
             return None
+        cost = len(payload) + FRAGMENT_OVERHEAD
+        # Room first, so the held bytes never pass the cap: the oldest other datagrams go.
+        while self.held_bytes + cost > self.max_bytes and len(self._pending) > 1:
+            oldest = next(iter(self._pending))
+            if oldest == key:  # this datagram is the oldest: move it behind the others
+                self._pending[key] = self._pending.pop(key)
+                continue
+            self._evict(oldest)
+        if self.held_bytes + cost > self.max_bytes:
+            self._evict(key)  # a datagram bigger than the whole cap
+            return None
         dgram.pieces.insert(at, (offset, end, payload))
         if offset == 0:
             dgram.header = header
-        cost = len(payload) + FRAGMENT_OVERHEAD
         dgram.cost += cost
         self.held_bytes += cost
         if self.held_bytes > st.held_bytes_peak:
@@ -113,11 +123,6 @@ class Defragmenter:
             self._drop(key)
             st.reassembled += 1
             return rebuild(dgram.header, dgram.total) + b"".join(p for _, _, p in dgram.pieces)
-        while self.held_bytes > self.max_bytes and self._pending:
-            oldest = next(iter(self._pending))
-            st.evicted += 1
-            st.evicted_bytes += self._pending[oldest].cost
-            self._drop(oldest)
         return None
 
     def expire(self, now: int) -> None:
@@ -135,6 +140,11 @@ class Defragmenter:
         self.stats.timed_out += len(self._pending)
         for key in list(self._pending):
             self._drop(key)
+
+    def _evict(self, key: FragmentKey) -> None:
+        self.stats.evicted += 1
+        self.stats.evicted_bytes += self._pending[key].cost
+        self._drop(key)
 
     def _drop(self, key: FragmentKey) -> None:
         dgram = self._pending.pop(key)

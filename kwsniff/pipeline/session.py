@@ -58,6 +58,9 @@ class SessionStats:
     not_kafka_on_broker_ports: int = 0  # connections to a broker port that did not speak Kafka
     accounting_mismatches: int = 0  # connections whose bytes do not add up (a bug if ever non-zero)
     duplicate_packets: int = 0  # copies of a packet already seen (two mirror sessions or tunnel ids)
+    decapsulated: dict[str, int] = field(default_factory=dict)  # packets by tunnel kind (each level)
+    tunnel_overhead_bytes: int = 0  # tunnel headers around decapsulated packets: not stream bytes
+    fragments: dict[str, int] = field(default_factory=dict)  # kwsniff.net.fragments.FragmentStats
 
 
 class Session:
@@ -239,4 +242,7 @@ class Session:
                 conn.close(conn.ts_last)
         self.decap.defrag.finish()
         self.rows.finish(self)
-        return self.stats
+        st, decap = self.stats, self.decap.stats
+        st.decapsulated, st.tunnel_overhead_bytes = dict(decap.decapsulated), decap.overhead_bytes
+        st.fragments = self.decap.defrag.stats.as_dict()
+        return st

@@ -10,6 +10,7 @@ defrag memcap).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -58,8 +59,9 @@ class Defragmenter:
         self.timeout_us = timeout_us
         self.stats = FragmentStats()
         self.held_bytes = 0
-        # Insertion order is arrival order of each datagram's first fragment: the oldest is first.
-        self._pending: dict[FragmentKey, _Datagram] = {}
+        # Arrival order of each datagram's first fragment, the oldest first (an OrderedDict: taking
+        # the first key of a plain dict after deleting at its front walks every deleted slot).
+        self._pending: OrderedDict[FragmentKey, _Datagram] = OrderedDict()
 
     def add(
         self,
@@ -106,7 +108,7 @@ class Defragmenter:
         while self.held_bytes + cost > self.max_bytes and len(self._pending) > 1:
             oldest = next(iter(self._pending))
             if oldest == key:  # this datagram is the oldest: move it behind the others
-                self._pending[key] = self._pending.pop(key)
+                self._pending.move_to_end(key)
                 continue
             self._evict(oldest)
         if self.held_bytes + cost > self.max_bytes:

@@ -154,9 +154,10 @@ class Session:
             entry = self._new_connection(ts, src, sport, dst, dport, flags)
         elif entry[0].closed:
             return
-        if tunnel:
-            entry[0].seen_in(tunnel)
-        entry[0].packet(entry[1], ts, seq, ack, flags, payload, missing)
+        conn = entry[0]
+        if tunnel and tunnel not in conn.tunnels:
+            conn.seen_in(tunnel)
+        conn.packet(entry[1], ts, seq, ack, flags, payload, missing)
         if ts - self._swept > FORGET_CLOSED_US:
             self._sweep(ts)
 
@@ -242,7 +243,7 @@ class Session:
                 conn.close(conn.ts_last)
         self.decap.defrag.finish()
         self.rows.finish(self)
-        st, decap = self.stats, self.decap.stats
+        st, decap = self.stats, self.decap.totals()
         st.decapsulated, st.tunnel_overhead_bytes = dict(decap.decapsulated), decap.overhead_bytes
         st.fragments = self.decap.defrag.stats.as_dict()
         return st

@@ -99,6 +99,13 @@ def _options(
     is_flag=True,
     help=f"Exit with status {EXIT_STRICT} if anything was not decoded (reasons on stderr); for CI.",
 )
+@click.option(
+    "--continuous",
+    is_flag=True,
+    help="CAPTURES are consecutive pieces of one capture (a rotated file set): read in the order of "
+    "their first timestamps as one, TCP state carried across; a piece that overlaps the one before "
+    "is refused.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 @tunnel_options
 def read(
@@ -113,6 +120,7 @@ def read(
     record_payloads: bool,
     max_decompressed: int,
     strict: bool,
+    continuous: bool,
     quiet: bool,
     tunnels: dict,
 ) -> None:
@@ -142,6 +150,9 @@ def read(
     except OutputError as exc:
         messages.error(str(exc))
         sys.exit(1)
+    if continuous:
+        _read_series(captures, out, tables, options, created, strict, quiet)
+        return
     failed = 0
     undecoded = 0
     # Two inputs with the same file name (a/cap.pcap, b/cap.pcap) get their path as the `capture`
@@ -179,4 +190,44 @@ def read(
             remove_empty_dirs(created)
         sys.exit(1)
     if undecoded:
+        sys.exit(EXIT_STRICT)
+
+
+def _read_series(
+    captures: tuple[Path, ...],
+    out: Path,
+    tables: tuple[str, ...],
+    options: SessionOptions,
+    created: list[Path],
+    strict: bool,
+    quiet: bool,
+) -> None:
+    """`read --continuous`: the inputs as one capture, one set of tables."""
+    from kwsniff.pipeline.run import run_series
+    from kwsniff.sinks import ParquetSink, output_name, remove_empty_dirs
+
+    if any(str(p) == STDIN for p in captures):
+        raise click.UsageError("--continuous reads files, not standard input")
+    sink = ParquetSink(out, output_name(captures[0]), tables)
+    try:
+        with sink:
+            result = run_series(list(captures), sink, options)
+    except CaptureError as exc:
+        messages.error(str(exc))
+        remove_empty_dirs(created)
+        sys.exit(1)
+    except OSError as exc:
+        messages.error(f"{captures[0]}: writing {out}: {exc.strerror or exc}")
+        sys.exit(1)
+    if not quiet:
+        print_summary(result, out, sink.counts)
+        pieces = [Path(result.pieces[0][0]).name] + [
+            f"{Path(p).name} after {(first - result.pieces[i][2]) / 1e6:.3f} s"
+            for i, (p, first, _) in enumerate(result.pieces[1:])
+        ]
+        click.echo("  pieces in time order: " + "; ".join(pieces))
+    messages.warnings(result.name, result.warnings)
+    reasons = strict_reasons(result) if strict else []
+    if reasons:
+        click.echo(f"kwsniff: strict: {result.name}: " + "; ".join(reasons), err=True)
         sys.exit(EXIT_STRICT)

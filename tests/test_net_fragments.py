@@ -9,7 +9,7 @@ from scapy.layers.l2 import Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
 
-from kwsniff.net import Decapsulator
+from kwsniff.net import Decapsulator, DuplicateFilter
 from kwsniff.net.fragments import FRAGMENT_OVERHEAD, Defragmenter
 from kwsniff.net.linktypes import ETHERNET
 
@@ -125,3 +125,20 @@ def test_a_fragment_inside_a_reassembled_ipv6_fragment_is_refused() -> None:
     parts = frames(fragment6(outer, 80))
     results = [decap.parse(0, ETHERNET, f) for f in parts]
     assert results[-1] == "bad_ip_header"
+
+
+def test_the_duplicate_filter_is_bounded_and_forgets_after_two_windows() -> None:
+    f = DuplicateFilter(window_us=500_000, max_keys=1000)
+    assert not f.seen(0, (b"a", 1))
+    assert f.seen(10, (b"a", 1))  # a copy
+    assert not f.seen(10, (b"a", 2))  # another IP id: a retransmission, not a copy
+    for n in range(10_000):  # a flood of distinct packets in one window
+        assert not f.seen(100 + n, (b"flood", n))
+        assert len(f._current) + len(f._previous) <= 2000
+    assert f.early_rotations == 10  # every 1,000 keys (the first generation began with 2)
+    g = DuplicateFilter(window_us=500_000)
+    g.seen(0, (b"b", 1))
+    g.seen(600_000, (b"c", 1))  # a new generation: the first is still remembered
+    assert g.seen(700_000, (b"b", 1))
+    g.seen(1_200_000, (b"d", 1))  # and another: now it is forgotten
+    assert not g.seen(1_300_000, (b"b", 1))

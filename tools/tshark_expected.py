@@ -56,10 +56,13 @@ def broker_port(pcap: Path) -> int:
     return int(ports.most_common(1)[0][0])
 
 
-def kafka_pdus(pcap: Path, port: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Request and response PDUs in capture order, from one tshark field pass."""
+def kafka_pdus(
+    pcap: Path, port: int, extra: list[str] | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Request and response PDUs in capture order, from one tshark field pass (``extra``: more
+    tshark arguments, such as another decode-as)."""
     command = ["tshark", "-r", str(pcap), "-d", f"tcp.port=={port},kafka", "-Y", "kafka", "-T", "fields",
-               "-E", "separator=/t", "-E", "occurrence=a", "-E", "aggregator=,"]  # fmt: skip
+               "-E", "separator=/t", "-E", "occurrence=a", "-E", "aggregator=,", *(extra or [])]  # fmt: skip
     for name in FIELDS:
         command += ["-e", name]
     out = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=True)

@@ -1,4 +1,4 @@
-"""Capture-file sources: pcap and pcapng (plain or gzip-compressed) to (ts_us, linktype, data) packets.
+"""Capture-file sources: pcap and pcapng (plain or compressed by gzip, zstd, lz4 or xz) to (ts_us, linktype, data) packets.
 
 This is an edge layer: it reads files, and hands the protocol core nothing but bytes and numbers.
 """

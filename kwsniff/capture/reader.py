@@ -69,6 +69,7 @@ class CaptureReader:
         # Called with the key log text of each pcapng Decryption Secrets Block (TLS keys), before the
         # packets that follow it are yielded.
         self.on_secrets: Callable[[bytes], None] | None = None
+        self.compression: str | None = None  # gzip, zstd, lz4 or xz when the file is compressed
         self._raw = raw
         self._data = data
         # Bytes already read from the (decompressed) stream while checking the file header.

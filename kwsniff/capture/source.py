@@ -1,4 +1,5 @@
-"""Opening captures: sniff the format from the first bytes (never the file name), undo gzip, check headers."""
+"""Opening captures: sniff the format from the first bytes (never the file name), undo gzip, zstd, lz4
+or xz, check headers."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 import zlib
 from typing import BinaryIO
 
+from kwsniff.capture.decompress import DecompressingReader, compression_of
 from kwsniff.capture.gunzip import GunzipReader
 from kwsniff.capture.pcap import PcapReader, is_pcap
 from kwsniff.capture.pcapng import PcapngReader, is_pcapng
@@ -37,7 +39,7 @@ def open_stream(fd: int, name: str = "stdin") -> CaptureReader:
 
 
 def open_capture(path: str | os.PathLike[str]) -> CaptureReader:
-    """A reader for the pcap or pcapng file (optionally gzip-compressed) at path, or standard input for
+    """A reader for the pcap or pcapng file (optionally compressed by gzip, zstd, lz4 or xz) at path, or standard input for
     `-`; CaptureError if it is none."""
     shown = os.fspath(path)
     if shown == STDIN:
@@ -84,16 +86,22 @@ def _open(fileobj: BinaryIO, shown: str, name: str, size: int | None) -> Capture
         raise CaptureError(f"{shown}: empty file")
     data: Readable = raw
     inside = ""
-    if head.startswith(GZIP_MAGIC):
+    kind = "gzip" if head.startswith(GZIP_MAGIC) else compression_of(head)
+    if kind is not None:
         raw.unread(head)
-        data = GunzipReader(raw)
-        inside = "gzip content "
+        try:
+            data = GunzipReader(raw) if kind == "gzip" else DecompressingReader(raw, kind)
+        except ImportError as err:
+            raise CaptureError(
+                f"{shown}: a {kind} file, and {kind} support is not installed ({err})"
+            ) from None
+        inside = f"{kind} content "
         try:
             head = read_exact(data, 4)
         except (OSError, EOFError, zlib.error) as err:
-            raise CaptureError(f"{shown}: damaged gzip data ({err})") from None
+            raise CaptureError(f"{shown}: damaged {kind} data ({err})") from None
         if not head:
-            raise CaptureError(f"{shown}: empty file (after gzip decompression)")
+            raise CaptureError(f"{shown}: empty file (after {kind} decompression)")
     reader: CaptureReader
     try:
         if is_pcap(head):
@@ -104,8 +112,9 @@ def _open(fileobj: BinaryIO, shown: str, name: str, size: int | None) -> Capture
             raise CaptureError(f"{shown}: not a pcap or pcapng file ({inside}starts with {head!r})")
     except (OSError, EOFError, zlib.error) as err:
         # The file header itself is damaged or cut short inside the gzip stream: nothing to salvage.
-        raise CaptureError(f"{shown}: damaged gzip data in the file header ({err})") from None
+        raise CaptureError(f"{shown}: damaged {kind} data in the file header ({err})") from None
     reader.name = name
+    reader.compression = kind
     return reader
 
 

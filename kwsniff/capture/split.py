@@ -9,7 +9,7 @@ so range k ends where range k+1 begins; ``RangeScan.stop`` is where a range's wa
 caller checks that it equals the next range's ``first``: a false start inside packet data is then
 caught, never decoded.
 
-What is not split, and says why (``Unsplittable``): gzip-compressed files (no random access), pcapng
+What is not split, and says why (``Unsplittable``): compressed files (no random access), pcapng
 files whose interfaces or sections change after the first packet, or that hold Simple Packet Blocks
 (which take the timestamp of the packet before them). Damage stops a range's walk as it stops
 `kwsniff read`: ``RangeScan.damaged`` says where.
@@ -95,7 +95,7 @@ class SplitCapture:
     def __init__(self, path: str) -> None:
         with open_capture(path) as reader:
             if reader.compressed:
-                raise Unsplittable("gzip-compressed")
+                raise Unsplittable(f"{reader.compression}-compressed")
             self.size = os.path.getsize(path)
             self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
             try:

@@ -15,7 +15,7 @@ import click
 
 from kwsniff.capture.live import LiveCapture, LiveCaptureError, open_interface
 from kwsniff.commands import messages
-from kwsniff.commands.options import BYTE_SIZE, PORT, broker_ports, keylog_option, with_keylog
+from kwsniff.commands.options import BYTE_SIZE, PORT, broker_ports, keylog_option, tunnel_options, with_keylog
 from kwsniff.defaults import DEFAULT_BROKER_PORT
 from kwsniff.pipeline.run import capture_result
 from kwsniff.pipeline.session import SessionOptions
@@ -32,8 +32,27 @@ LOG_INTERVAL_S = 10.0  # one log line this often when stderr is not a terminal
 JOIN_TIMEOUT_S = 30.0
 
 
-def default_filter(ports: frozenset[int]) -> str:
-    return " or ".join(f"tcp port {p}" for p in sorted(ports))
+def default_filter(ports: frozenset[int], tunnels: dict | None = None) -> str:
+    """tcp port of each broker port, and whatever may carry Kafka inside: the tunnel UDP ports, GRE,
+    IP in IP, IP fragments and MPLS. The inner broker port is not filtered in the kernel (VXLAN's
+    inner IP header has a variable length), so all tunnelled traffic reaches kwsniff and its
+    non-Kafka flows cost a parse each in Python."""
+    tcp = [f"tcp port {p}" for p in sorted(ports)]
+    if tunnels is None:
+        return " or ".join(tcp)
+    udp = [f"udp port {p}" for p in sorted(tunnels["vxlan_ports"] | tunnels["geneve_ports"])]
+    carriers = [
+        "ip proto 47",
+        "ip proto 4",
+        "ip proto 41",
+        "ip6 proto 47",
+        "ip6 proto 4",
+        "ip6 proto 41",
+        "ip6 proto 44",
+        "(ip[6:2] & 0x3fff != 0)",
+        "mpls",  # last: `mpls` shifts the offsets of what follows it
+    ]
+    return " or ".join(tcp + udp + carriers)
 
 
 @click.command()
@@ -56,8 +75,9 @@ def default_filter(ports: frozenset[int]) -> str:
 @click.option(
     "--filter",
     "bpf",
-    help="Kernel (BPF) filter [default: 'tcp port P or ...' for each --broker-port, so no other "
-    "traffic is seen; give e.g. 'tcp' to let kwsniff detect Kafka on other ports too].",
+    help="Kernel (BPF) filter [default: 'tcp port P or ...' for each --broker-port, plus tunnel "
+    "carriers (the tunnel UDP ports, GRE, IP in IP, IP fragments, MPLS), so no other traffic is seen; "
+    "give e.g. 'tcp' to let kwsniff detect Kafka on other ports too].",
 )
 @keylog_option
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), help="Stop after this many seconds.")
@@ -89,6 +109,7 @@ def default_filter(ports: frozenset[int]) -> str:
     "--max-frame-size", type=BYTE_SIZE, default=100 * 1024 * 1024, show_default="100MiB", hidden=True
 )
 @click.option("--quiet", "-q", is_flag=True, help="Print only errors: no start line, live view or summary.")
+@tunnel_options
 def capture(
     iface: str,
     out: Path,
@@ -108,6 +129,7 @@ def capture(
     idle_timeout: float,
     max_frame_size: int,
     quiet: bool,
+    tunnels: dict,
 ) -> None:
     """Capture Kafka traffic on IFACE into Parquet tables under --out, until Ctrl-C (or --duration/--count)."""
     # pyarrow and prometheus_client only when a capture starts: `kwsniff --help` stays light.
@@ -116,7 +138,7 @@ def capture(
     from kwsniff.view.metrics import Metrics
 
     ports = broker_ports(broker_port)
-    bpf = bpf if bpf is not None else default_filter(ports)
+    bpf = bpf if bpf is not None else default_filter(ports, tunnels)
     # `captures` describes input files; a live capture's periods are in `capture_stats`.
     tables = (*(t for t in DEFAULT_TABLES if t != "captures"), "capture_stats")
     if overwrite and append:
@@ -152,7 +174,7 @@ def capture(
     stats = LiveStats(collect_pending=metrics is not None)
     # Clients append a connection's secrets as it opens: the key log is followed as it grows.
     options = with_keylog(
-        SessionOptions(broker_ports=ports, max_frame_size=max_frame_size), keylog, follow=True
+        SessionOptions(broker_ports=ports, max_frame_size=max_frame_size, **tunnels), keylog, follow=True
     )
     try:
         decoder = LiveDecoder(

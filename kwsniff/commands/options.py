@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import click
 
 from kwsniff.commands import messages
 from kwsniff.defaults import DEFAULT_BROKER_PORT
+from kwsniff.net import FRAGMENT_BYTES, GENEVE_PORTS, TUNNEL_KINDS, VXLAN_PORTS
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.protocol import api_names
 
@@ -132,3 +135,69 @@ def with_keylog(options: SessionOptions, paths: tuple[Path, ...], follow: bool =
         messages.error(str(exc))
         sys.exit(1)
     return dataclasses.replace(options, keylog=keys)
+
+
+class TunnelPort(click.ParamType):
+    """`KIND=PORT`: a UDP port carrying a tunnel kind (vxlan or geneve)."""
+
+    name = "kind=port"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, int]:
+        if isinstance(value, tuple):
+            return value
+        kind, _, port = str(value).partition("=")
+        kind = kind.strip().lower()
+        if kind not in TUNNEL_KINDS or not port.strip().isdigit() or not 1 <= int(port) <= 65535:
+            self.fail(f"{value!r} is not KIND=PORT with KIND one of {', '.join(TUNNEL_KINDS)}", param, ctx)
+        return kind, int(port)
+
+
+TUNNEL_PORT = TunnelPort()
+
+
+def tunnel_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--vxlan-port, --geneve-port, --tunnel-port, --fragment-memory, handed to the command as one
+    ``tunnels`` argument: the SessionOptions keywords they set."""
+
+    @functools.wraps(command)
+    def run(
+        *args: Any,
+        vxlan_port: tuple[int, ...],
+        geneve_port: tuple[int, ...],
+        tunnel_port: tuple[tuple[str, int], ...],
+        fragment_memory: int,
+        **kwargs: Any,
+    ) -> Any:
+        vxlan = set(vxlan_port) | {p for k, p in tunnel_port if k == "vxlan"}
+        geneve = set(geneve_port) | {p for k, p in tunnel_port if k == "geneve"}
+        tunnels = {
+            "vxlan_ports": frozenset(vxlan) if vxlan else VXLAN_PORTS,
+            "geneve_ports": frozenset(geneve) if geneve else GENEVE_PORTS,
+            "fragment_bytes": fragment_memory,
+        }
+        return command(*args, tunnels=tunnels, **kwargs)
+
+    defaults = {"vxlan": VXLAN_PORTS, "geneve": GENEVE_PORTS}
+    for kind in reversed(TUNNEL_KINDS):
+        run = click.option(
+            f"--{kind}-port",
+            type=PORT,
+            multiple=True,
+            help=f"UDP port of {kind} tunnels to look inside (repeatable; replaces the default "
+            f"{', '.join(map(str, sorted(defaults[kind])))}).",
+        )(run)
+    run = click.option(
+        "--tunnel-port",
+        type=TUNNEL_PORT,
+        multiple=True,
+        help="A tunnel UDP port as KIND=PORT, KIND vxlan or geneve, e.g. vxlan=4790 (repeatable).",
+    )(run)
+    return click.option(
+        "--fragment-memory",
+        type=BYTE_SIZE,
+        default=FRAGMENT_BYTES,
+        show_default="32MiB",
+        help="Most bytes of IP fragments held for reassembly; the oldest datagrams are evicted and counted.",
+    )(run)

@@ -12,7 +12,14 @@ import click
 from kwsniff.capture import STDIN, CaptureError
 from kwsniff.commands import messages
 from kwsniff.commands.exits import EXIT_STRICT
-from kwsniff.commands.options import BYTE_SIZE, broker_port_option, broker_ports, keylog_option, with_keylog
+from kwsniff.commands.options import (
+    BYTE_SIZE,
+    broker_port_option,
+    broker_ports,
+    keylog_option,
+    tunnel_options,
+    with_keylog,
+)
 from kwsniff.defaults import MAX_DECOMPRESSED, MAX_FRAME_SIZE
 from kwsniff.pipeline.run import (
     capture_row,
@@ -34,8 +41,10 @@ def _options(
     records: bool = False,
     record_payloads: bool = False,
     max_decompressed: int = MAX_DECOMPRESSED,
+    tunnels: dict | None = None,
 ) -> SessionOptions:
     return SessionOptions(
+        **(tunnels or {}),
         broker_ports=broker_ports(broker_port),
         auto_detect=auto_detect,
         max_frame_size=max_frame_size,
@@ -105,7 +114,15 @@ def _options(
     is_flag=True,
     help=f"Exit with status {EXIT_STRICT} if anything was not decoded (reasons on stderr); for CI.",
 )
+@click.option(
+    "--continuous",
+    is_flag=True,
+    help="CAPTURES are consecutive pieces of one capture (a rotated file set): read in the order of "
+    "their first timestamps as one, TCP state carried across; a piece that overlaps the one before "
+    "is refused.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
+@tunnel_options
 def read(
     captures: tuple[Path, ...],
     out: Path,
@@ -119,7 +136,9 @@ def read(
     record_payloads: bool,
     max_decompressed: int,
     strict: bool,
+    continuous: bool,
     quiet: bool,
+    tunnels: dict,
 ) -> None:
     """Decode CAPTURES (pcap, pcapng, optionally gzipped; `-` for standard input) into Parquet tables
     under --out."""
@@ -133,7 +152,9 @@ def read(
         remove_empty_dirs,
     )
 
-    options = _options(broker_port, auto_detect, max_frame_size, records, record_payloads, max_decompressed)
+    options = _options(
+        broker_port, auto_detect, max_frame_size, records, record_payloads, max_decompressed, tunnels
+    )
     options = with_keylog(options, keylog)
     tables = (*DEFAULT_TABLES, "records") if options.records else DEFAULT_TABLES
     if overwrite and append:
@@ -147,6 +168,9 @@ def read(
         messages.error(str(exc))
         sys.exit(1)
     failures: list[tuple[Path, str, dict[str, object]]] = []  # (input, one-line error, captures row)
+    if continuous:
+        _read_series(captures, out, tables, options, created, strict, quiet)
+        return
     undecoded = 0
     # Two inputs with the same file name (a/cap.pcap, b/cap.pcap) get their path as the `capture`
     # value, so (capture, conn_id) stays a unique key across the dataset.
@@ -216,3 +240,45 @@ def _failed(
         seconds=time.perf_counter() - started,
     )
     return path, line, row
+
+
+def _read_series(
+    captures: tuple[Path, ...],
+    out: Path,
+    tables: tuple[str, ...],
+    options: SessionOptions,
+    created: list[Path],
+    strict: bool,
+    quiet: bool,
+) -> None:
+    """`read --continuous`: the inputs as one capture, one set of tables."""
+    from kwsniff.pipeline.run import run_series
+    from kwsniff.sinks import ParquetSink, output_name, remove_empty_dirs
+
+    if any(str(p) == STDIN for p in captures):
+        raise click.UsageError("--continuous reads files, not standard input")
+    sink = ParquetSink(out, output_name(captures[0]), tables)
+    try:
+        with sink:
+            result = run_series(list(captures), sink, options)
+            if "captures" in tables:
+                sink.add("captures", result_row(result))
+    except CaptureError as exc:
+        messages.error(str(exc))
+        remove_empty_dirs(created)
+        sys.exit(1)
+    except OSError as exc:
+        messages.error(f"{captures[0]}: writing {out}: {exc.strerror or exc}")
+        sys.exit(1)
+    if not quiet:
+        print_summary(result, out, sink.counts)
+        pieces = [Path(result.pieces[0][0]).name] + [
+            f"{Path(p).name} after {(first - result.pieces[i][2]) / 1e6:.3f} s"
+            for i, (p, first, _) in enumerate(result.pieces[1:])
+        ]
+        click.echo("  pieces in time order: " + "; ".join(pieces))
+    messages.warnings(result.name, result.warnings)
+    reasons = strict_reasons(result) if strict else []
+    if reasons:
+        click.echo(f"kwsniff: strict: {result.name}: " + "; ".join(reasons), err=True)
+        sys.exit(EXIT_STRICT)

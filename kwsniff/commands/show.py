@@ -11,7 +11,14 @@ import click
 
 from kwsniff.capture import CaptureError
 from kwsniff.commands import messages
-from kwsniff.commands.options import API, broker_port_option, broker_ports, keylog_option, with_keylog
+from kwsniff.commands.options import (
+    API,
+    broker_port_option,
+    broker_ports,
+    keylog_option,
+    tunnel_options,
+    with_keylog,
+)
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.view.render import ExchangeFilter, json_line, tree_text
@@ -67,6 +74,7 @@ def _silence_stdout() -> None:
 )
 @broker_port_option
 @keylog_option
+@tunnel_options
 def show(
     capture: Path,
     as_json: bool,
@@ -76,6 +84,7 @@ def show(
     errors_only: bool,
     broker_port: tuple[int, ...],
     keylog: tuple[Path, ...],
+    tunnels: dict,
 ) -> None:
     """Print every request and response of CAPTURE with every decoded field."""
     match = ExchangeFilter(
@@ -85,7 +94,7 @@ def show(
         errors_only=errors_only,
     )
     sink = PrintingSink(sys.stdout, match, as_json)
-    options = with_keylog(SessionOptions(broker_ports=broker_ports(broker_port)), keylog)
+    options = with_keylog(SessionOptions(broker_ports=broker_ports(broker_port), **tunnels), keylog)
     try:
         result = run_capture(capture, sink, options, keep_messages=True)
         sys.stdout.flush()

@@ -17,6 +17,7 @@ from kwsniff.commands.options import (
     broker_port_option,
     broker_ports,
     keylog_option,
+    tunnel_options,
     with_keylog,
 )
 from kwsniff.pipeline.session import SessionOptions
@@ -69,6 +70,7 @@ from kwsniff.tables import DEFAULT_TABLES
 )
 @broker_port_option
 @keylog_option
+@tunnel_options
 def spark(
     inputs: tuple[str, ...],
     out: Path,
@@ -83,6 +85,7 @@ def spark(
     confs: tuple[str, ...],
     broker_port: tuple[int, ...],
     keylog: tuple[Path, ...],
+    tunnels: dict,
 ) -> None:
     """Decode INPUTS (files, directories, globs) on Spark into OUT/<table>/date=YYYY-MM-DD/."""
     from kwsniff.spark import executors
@@ -102,7 +105,9 @@ def spark(
     archive = shipped_env(master, quiet) if ship_env else None
     tables = (*DEFAULT_TABLES, "records") if records else DEFAULT_TABLES
     # The key log travels to the executors inside the options (pickled with each task).
-    options = with_keylog(SessionOptions(broker_ports=broker_ports(broker_port), records=records), keylog)
+    options = with_keylog(
+        SessionOptions(broker_ports=broker_ports(broker_port), records=records, **tunnels), keylog
+    )
     started = time.perf_counter()
     session = spark_session(
         master, progress=not quiet and sys.stderr.isatty(), conf=conf, archive=archive, quiet=quiet

@@ -1,10 +1,32 @@
 """Link, network and transport parsing: captured frame bytes to TCP segments. Pure; no I/O.
 
-Public API: parse_tcp, format_ip, the TCP flag bits FIN SYN RST PSH ACK, SKIP_REASONS, TcpPacket.
+Public API: parse_tcp, format_ip, the TCP flag bits FIN SYN RST PSH ACK, SKIP_REASONS, TcpPacket;
+for tunnels, labels and fragments Decapsulator (with its default ports) and DuplicateFilter.
 """
 
 from kwsniff.net.address import format_ip
+from kwsniff.net.duplicates import DuplicateFilter
+from kwsniff.net.fragments import FRAGMENT_BYTES
 from kwsniff.net.ip import TcpPacket
 from kwsniff.net.packet import ACK, FIN, PSH, RST, SKIP_REASONS, SYN, parse_tcp
+from kwsniff.net.tunnel import GENEVE_PORTS, MAX_DEPTH, TUNNEL_KINDS, VXLAN_PORTS, Carried, Decapsulator
 
-__all__ = ["ACK", "FIN", "PSH", "RST", "SKIP_REASONS", "SYN", "TcpPacket", "format_ip", "parse_tcp"]
+__all__ = [
+    "ACK",
+    "FIN",
+    "FRAGMENT_BYTES",
+    "GENEVE_PORTS",
+    "MAX_DEPTH",
+    "PSH",
+    "RST",
+    "SKIP_REASONS",
+    "SYN",
+    "TUNNEL_KINDS",
+    "VXLAN_PORTS",
+    "Carried",
+    "Decapsulator",
+    "DuplicateFilter",
+    "TcpPacket",
+    "format_ip",
+    "parse_tcp",
+]

@@ -23,6 +23,7 @@ SKIP_REASONS = (
     "unsupported_linktype",
     "bad_ip_header",
     "bad_tcp_offset",
+    "tunnel_too_deep",
 )
 
 _ETHERNET_HEADER = 14
@@ -63,6 +64,8 @@ def parse_tcp(linktype: int, data: bytes) -> TcpPacket | str:
                 if start >= _ETHERNET_HEADER + 40 and start <= ip_end <= len(data):
                     payload = memoryview(data)[start:ip_end] if ip_end > start else _EMPTY
                     return (src, sport, dst, dport, seq, ack, flags, payload, 0)
+            elif ethertype == ETHERTYPE_IPV4 and vhl == 0x45 and not frag & 0x3FFF:
+                return "not_tcp"  # UDP, GRE, IP in IP...: the caller may look inside (kwsniff.net.tunnel)
     elif linktype == LINUX_SLL:
         if len(data) > _SLL_HEADER and data[14] == 0x08 and data[15] == 0x00:
             return tcp_in_ipv4(data, _SLL_HEADER)

@@ -24,6 +24,8 @@ DETECT_BYTES = 64 * 1024
 # the client id length. The smallest complete request (header v0, empty body) is 12 bytes.
 OPENING_BYTES = 14
 SMALLEST_REQUEST = 12
+# A connection seen through more tunnels than this (mirror sessions, VNIs) lists only the first ones.
+MAX_TUNNELS = 8
 # The accounting invariant (docs/accounting.md), per direction: every byte the wire carried, by
 # TCP sequence numbers, is in exactly one of these columns once the connection is closed.
 # A TLS connection's bytes are record overhead (headers, tags, handshake), encrypted bytes left
@@ -101,6 +103,8 @@ class Connection:
         "rst",
         "closed",
         "synced",
+        "tunnels",
+        "duplicate_packets",
     )
 
     def __init__(
@@ -138,6 +142,8 @@ class Connection:
         self.rst = False
         self.closed = False
         self.synced = (False, False)
+        self.tunnels: list[str] = []  # where the connection was seen, e.g. "vxlan:vni=42"
+        self.duplicate_packets = 0
         cap = owner.options.max_ooo_bytes
         self.rs = (
             TcpReassembler(self._c2b_data, self._c2b_gap, max_ooo_bytes=cap),
@@ -171,6 +177,16 @@ class Connection:
         if flags & RST:
             self.rst = True
             self.close(ts)
+
+    def seen_in(self, tunnel: str) -> None:
+        if tunnel not in self.tunnels and len(self.tunnels) < MAX_TUNNELS:
+            self.tunnels.append(tunnel)
+
+    def duplicate(self, tunnel: str) -> None:
+        """A copy of a packet this connection already had: counted, and its tunnel noted, nothing else."""
+        self.duplicate_packets += 1
+        if tunnel:
+            self.seen_in(tunnel)
 
     # -- reassembled data ----------------------------------------------------------------------------
     def _c2b_data(self, ts: int, chunk: memoryview | bytes) -> None:
@@ -472,6 +488,8 @@ class Connection:
             "sasl_outcome": sasl.outcome if sasl else None,
             "sasl_tokens": sasl.tokens if sasl else 0,
             "sasl_authenticated": sasl.authenticated if sasl else False,
+            "tunnel": ",".join(self.tunnels) or None,
+            "duplicate_packets": self.duplicate_packets,
         }
         for d, name in enumerate(DIRECTIONS):
             # By TCP sequence numbers: bytes seen once, plus those the capture lost.

@@ -35,6 +35,8 @@ class CaptureResult:
     warnings: list[str] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)
     started_us: int = 0  # wall clock (UTC microseconds) when decoding began
+    # For a series read as one capture (run_series): (file, first ts, last ts) of each piece, in order.
+    pieces: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 def run_capture(
@@ -83,6 +85,63 @@ def run_capture(
             warnings=list(reader.warnings),
             started_us=started_us,
         )
+
+
+def first_timestamp(path: str | Path) -> int | None:
+    """The first packet's time in a capture file (None for a capture without packets)."""
+    with open_capture(path) as reader:
+        for ts, _, _ in reader.packets():
+            return ts
+    return None
+
+
+def run_series(
+    paths: list[Path], sink: RowSink, options: SessionOptions, *, name: str | None = None
+) -> CaptureResult:
+    """Decode consecutive pieces of one capture (a rotated file set) as one capture: in the order
+    of their first timestamps, one Session throughout, so TCP state, pairing and learned brokers
+    carry across the boundaries. Raises CaptureError for a piece that is not a capture, or that
+    begins before the piece before it ended (pieces of different captures, or one given twice)."""
+    started = time.perf_counter()
+    firsts = [(first_timestamp(p), i) for i, p in enumerate(paths)]
+    order = [paths[i] for ts, i in sorted(firsts, key=lambda f: (f[0] is None, f[0] or 0, f[1]))]
+    name = name or order[0].name
+    session = Session(name, sink, options)
+    pieces: list[tuple[str, int, int]] = []
+    warnings: list[str] = []
+    truncated = False
+    size = 0
+    for path in order:
+        first = last = -1
+        with open_capture(path) as reader:
+            for ts, linktype, data in reader.packets():
+                if first < 0:
+                    first = ts
+                    if pieces and ts < pieces[-1][2]:
+                        raise CaptureError(
+                            f"{path}: begins {(pieces[-1][2] - ts) / 1e6:.6f} s before the end of "
+                            f"{pieces[-1][0]}: not consecutive pieces of one capture"
+                        )
+                last = ts
+                session.packet(ts, linktype, data)
+            size += reader.size or 0
+            truncated = truncated or reader.truncated
+            warnings += [f"{path.name}: {w}" for w in reader.warnings]
+        if first >= 0:
+            pieces.append((str(path), first, last))
+    stats = session.finish()
+    result = capture_result(
+        session,
+        stats,
+        name=name,
+        path=str(order[0]),
+        file_bytes=size,
+        seconds=time.perf_counter() - started,
+        truncated=truncated,
+        warnings=warnings,
+    )
+    result.pieces = pieces
+    return result
 
 
 def capture_result(
@@ -191,4 +250,5 @@ __all__ = [
     "input_path",
     "result_row",
     "run_capture",
+    "run_series",
 ]

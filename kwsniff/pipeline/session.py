@@ -11,7 +11,19 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from kwsniff.defaults import DEFAULT_BROKER_PORT, MAX_DECOMPRESSED, MAX_FRAME_SIZE
-from kwsniff.net import ACK, SYN, TcpPacket, parse_tcp
+from kwsniff.net import (
+    ACK,
+    FRAGMENT_BYTES,
+    GENEVE_PORTS,
+    MAX_DEPTH,
+    SYN,
+    VXLAN_PORTS,
+    Carried,
+    Decapsulator,
+    DuplicateFilter,
+    TcpPacket,
+    parse_tcp,
+)
 from kwsniff.pipeline.connection import B2C, C2B, Connection, accounting_difference
 from kwsniff.rows import ExchangeRows, RecordOptions, RowSink, TableBuilder
 from kwsniff.tls import KeyLog
@@ -19,6 +31,8 @@ from kwsniff.tls import KeyLog
 # Closed connections are forgotten once the capture clock has moved this far past them, so a
 # capture of many short connections keeps bounded memory (late retransmissions are still absorbed).
 FORGET_CLOSED_US = 120_000_000
+# What parse_tcp says of a frame that may still carry TCP inside a tunnel, label stack or fragments.
+_CARRIERS = frozenset(("not_tcp", "not_ip", "ip_fragment"))
 
 
 @dataclass
@@ -31,6 +45,10 @@ class SessionOptions:
     record_payloads: bool = False  # key and value bytes in those rows
     max_decompressed: int = MAX_DECOMPRESSED  # per batch; a batch past it is counted as capped
     keylog: KeyLog | None = None  # TLS secrets (`--keylog`); pcapng Decryption Secrets Blocks add to it
+    vxlan_ports: frozenset[int] = VXLAN_PORTS  # UDP ports decapsulated as VXLAN
+    geneve_ports: frozenset[int] = GENEVE_PORTS  # and as Geneve
+    max_tunnel_depth: int = MAX_DEPTH  # tunnels (and MPLS stacks) followed inside one another
+    fragment_bytes: int = FRAGMENT_BYTES  # IP fragments held for reassembly; the oldest go past it
 
 
 @dataclass
@@ -41,6 +59,10 @@ class SessionStats:
     non_kafka_connections: int = 0
     not_kafka_on_broker_ports: int = 0  # connections to a broker port that did not speak Kafka
     accounting_mismatches: int = 0  # connections whose bytes do not add up (a bug if ever non-zero)
+    duplicate_packets: int = 0  # copies of a packet already seen (two mirror sessions or tunnel ids)
+    decapsulated: dict[str, int] = field(default_factory=dict)  # packets by tunnel kind (each level)
+    tunnel_overhead_bytes: int = 0  # tunnel headers around decapsulated packets: not stream bytes
+    fragments: dict[str, int] = field(default_factory=dict)  # kwsniff.net.fragments.FragmentStats
 
 
 class Session:
@@ -73,6 +95,10 @@ class Session:
         self._next_id = 0
         self._swept = 0
         self._closed: list[Connection] = []
+        self.decap = Decapsulator(
+            opts.vxlan_ports, opts.geneve_ports, opts.max_tunnel_depth, opts.fragment_bytes
+        )
+        self.duplicates = DuplicateFilter()
         # Secrets of `--keylog`, and of any Decryption Secrets Block the capture carries.
         self.keys: KeyLog | None = opts.keylog
 
@@ -101,6 +127,9 @@ class Session:
         stats.packets += 1
         p = parse_tcp(linktype, data)
         if type(p) is str:
+            if p in _CARRIERS:
+                self._carried(ts, linktype, data)
+                return
             skipped = stats.skipped_packets
             skipped[p] = skipped.get(p, 0) + 1
             return
@@ -114,6 +143,32 @@ class Session:
             else:
                 return  # a late packet of a closed connection (a retransmission, a last ACK)
         entry[0].packet(entry[1], ts, seq, ack, flags, payload, missing)
+        if ts - self._swept > FORGET_CLOSED_US:
+            self._sweep(ts)
+
+    def _carried(self, ts: int, linktype: int, data: bytes) -> None:
+        """A frame off the plain path: decapsulated, reassembled and deduplicated, then delivered."""
+        stats = self.stats
+        c = self.decap.parse(ts, linktype, data)
+        if type(c) is str:
+            stats.skipped_packets[c] = stats.skipped_packets.get(c, 0) + 1
+            return
+        p, tunnel, key = cast(Carried, c)
+        src, sport, dst, dport, seq, ack, flags, payload, missing = p
+        entry = self.flows.get((src, sport, dst, dport))
+        if self.duplicates.seen(ts, key):
+            stats.duplicate_packets += 1
+            if entry is not None:
+                entry[0].duplicate(tunnel)
+            return
+        if entry is None or (entry[0].closed and flags & SYN and not flags & ACK):
+            entry = self._new_connection(ts, src, sport, dst, dport, flags)
+        elif entry[0].closed:
+            return
+        conn = entry[0]
+        if tunnel and tunnel not in conn.tunnels:
+            conn.seen_in(tunnel)
+        conn.packet(entry[1], ts, seq, ack, flags, payload, missing)
         if ts - self._swept > FORGET_CLOSED_US:
             self._sweep(ts)
 
@@ -197,5 +252,9 @@ class Session:
             if conn.conn_id not in seen:
                 seen.add(conn.conn_id)
                 conn.close(conn.ts_last)
+        self.decap.defrag.finish()
         self.rows.finish(self)
-        return self.stats
+        st, decap = self.stats, self.decap.totals()
+        st.decapsulated, st.tunnel_overhead_bytes = dict(decap.decapsulated), decap.overhead_bytes
+        st.fragments = self.decap.defrag.stats.as_dict()
+        return st

@@ -94,6 +94,11 @@ CONNECTIONS = pa.schema(
         ("sasl_outcome", pa.string()),
         ("sasl_tokens", pa.int64()),
         ("sasl_authenticated", pa.bool_()),
+        # Tunnels the connection was seen in, comma-separated, each a path outermost first
+        # ("vxlan:vni=42", "gre:key=7/vxlan:vni=1"); null for plain traffic.
+        ("tunnel", pa.string()),
+        # Copies of packets already seen (mirrored twice, two tunnel ids), dropped before decoding.
+        ("duplicate_packets", pa.int64()),
         # The accounting invariant, per direction (docs/accounting.md): stream_bytes = frame_bytes
         # + gap_bytes + skipped_bytes + sasl_bytes + tls_overhead_bytes + encrypted_bytes +
         # not_kafka_bytes. decrypted_bytes (TLS plaintext) is not a term: it became frames or skips.

@@ -61,6 +61,23 @@ def accounting_line(r: CaptureResult) -> str:
     return f"accounting: {wire:,} bytes on the wire = {rhs} {verdict}"
 
 
+def tunnel_lines(st: Any) -> list[str]:
+    """Decapsulated packets by kind, dropped copies and IP fragments, when there were any."""
+    lines = []
+    if st.decapsulated:
+        kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(st.decapsulated.items()))
+        lines.append(
+            f"decapsulated: {kinds} (tunnel headers {human_size(st.tunnel_overhead_bytes)}, not stream bytes)"
+        )
+    if st.duplicate_packets:
+        lines.append(f"duplicate packets dropped (mirrored twice): {st.duplicate_packets:,}")
+    if st.fragments:
+        lines.append(
+            "IP fragments: " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in st.fragments.items())
+        )
+    return lines
+
+
 def strict_reasons(r: CaptureResult) -> list[str]:
     """What `--strict` counts as not decoded. Orphan responses, unanswered requests and acks=0
     Produce requests are capture edges, not decode failures; SASL tokens are understood; TCP
@@ -109,6 +126,8 @@ def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> N
             else ""
         )
     )
+    for line in tunnel_lines(st):
+        echo("  " + line)
     if r.decode_errors:
         echo("  decode errors: " + ", ".join(f"{k} {v}" for k, v in r.decode_errors.most_common(5)))
     damage = ", ".join(f"{k} {v:,}" for k, v in r.record_damage.items() if v)

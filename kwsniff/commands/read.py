@@ -10,8 +10,15 @@ import click
 
 from kwsniff.capture import STDIN, CaptureError
 from kwsniff.commands import messages
-from kwsniff.commands.options import BYTE_SIZE, broker_port_option, broker_ports
+from kwsniff.commands.options import (
+    BYTE_SIZE,
+    broker_port_option,
+    broker_ports,
+    idle_timeout_option,
+    memory_limit_option,
+)
 from kwsniff.defaults import MAX_DECOMPRESSED, MAX_FRAME_SIZE
+from kwsniff.memory import DEFAULT_MEMORY_LIMIT, ROWS, MemoryBudget
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.tables import DEFAULT_TABLES
@@ -28,8 +35,12 @@ def _options(
     records: bool = False,
     record_payloads: bool = False,
     max_decompressed: int = MAX_DECOMPRESSED,
+    memory_limit: int = DEFAULT_MEMORY_LIMIT,
+    idle_timeout: float = 900.0,
 ) -> SessionOptions:
     return SessionOptions(
+        memory_limit=memory_limit,
+        idle_timeout_us=int(idle_timeout * 1_000_000),
         broker_ports=broker_ports(broker_port),
         auto_detect=auto_detect,
         max_frame_size=max_frame_size,
@@ -92,6 +103,11 @@ def _options(
     help="Most bytes one compressed batch may expand to (bytes, or e.g. 64MiB); a batch past it is "
     "counted as capped.",
 )
+@memory_limit_option
+@idle_timeout_option(
+    "Close connections without a packet for this many seconds of capture time (0: never), so a "
+    "capture of many connections keeps bounded memory."
+)
 @click.option(
     "--strict",
     is_flag=True,
@@ -109,6 +125,8 @@ def read(
     records: bool,
     record_payloads: bool,
     max_decompressed: int,
+    memory_limit: int,
+    idle_timeout: float,
     strict: bool,
     quiet: bool,
 ) -> None:
@@ -124,7 +142,17 @@ def read(
         remove_empty_dirs,
     )
 
-    options = _options(broker_port, auto_detect, max_frame_size, records, record_payloads, max_decompressed)
+    options = _options(
+        broker_port,
+        auto_detect,
+        max_frame_size,
+        records,
+        record_payloads,
+        max_decompressed,
+        memory_limit,
+        idle_timeout,
+    )
+    row_buffer_bytes = MemoryBudget(memory_limit).cap(ROWS)
     tables = (*DEFAULT_TABLES, "records") if options.records else DEFAULT_TABLES
     if overwrite and append:
         raise click.UsageError("--overwrite and --append exclude each other")
@@ -144,7 +172,12 @@ def read(
     for path in captures:
         # Files are written under temporary names and renamed when complete; a failure or Ctrl-C
         # leaves nothing of this input in the dataset.
-        sink = ParquetSink(out, "stdin" if str(path) == STDIN else output_name(path), tables)
+        sink = ParquetSink(
+            out,
+            "stdin" if str(path) == STDIN else output_name(path),
+            tables,
+            row_buffer_bytes=row_buffer_bytes,
+        )
         try:
             with sink:
                 result = run_capture(

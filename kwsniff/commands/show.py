@@ -11,7 +11,7 @@ import click
 
 from kwsniff.capture import CaptureError
 from kwsniff.commands import messages
-from kwsniff.commands.options import API, broker_port_option, broker_ports
+from kwsniff.commands.options import API, broker_port_option, broker_ports, memory_limit_option
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.view.render import ExchangeFilter, json_line, tree_text
@@ -66,6 +66,7 @@ def _silence_stdout() -> None:
     "unanswered or undecodable (acks=0 Produce requests without a response are not errors).",
 )
 @broker_port_option
+@memory_limit_option
 def show(
     capture: Path,
     as_json: bool,
@@ -74,6 +75,7 @@ def show(
     conn_id: int | None,
     errors_only: bool,
     broker_port: tuple[int, ...],
+    memory_limit: int,
 ) -> None:
     """Print every request and response of CAPTURE with every decoded field."""
     match = ExchangeFilter(
@@ -83,7 +85,7 @@ def show(
         errors_only=errors_only,
     )
     sink = PrintingSink(sys.stdout, match, as_json)
-    options = SessionOptions(broker_ports=broker_ports(broker_port))
+    options = SessionOptions(broker_ports=broker_ports(broker_port), memory_limit=memory_limit)
     try:
         result = run_capture(capture, sink, options, keep_messages=True)
         sys.stdout.flush()

@@ -9,7 +9,13 @@ from pathlib import Path
 import click
 
 from kwsniff.commands import messages
-from kwsniff.commands.options import ByteSize, FlowBuckets, broker_port_option, broker_ports
+from kwsniff.commands.options import (
+    ByteSize,
+    FlowBuckets,
+    broker_port_option,
+    broker_ports,
+    memory_limit_option,
+)
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.tables import DEFAULT_TABLES
 
@@ -39,6 +45,7 @@ from kwsniff.tables import DEFAULT_TABLES
 @click.option("--records", is_flag=True, help="Also write the `records` table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 @broker_port_option
+@memory_limit_option
 def spark(
     inputs: tuple[str, ...],
     out: Path,
@@ -49,6 +56,7 @@ def spark(
     records: bool,
     quiet: bool,
     broker_port: tuple[int, ...],
+    memory_limit: int,
 ) -> None:
     """Decode INPUTS (files, directories, globs) on Spark into OUT/<table>/date=YYYY-MM-DD/."""
     try:
@@ -67,7 +75,10 @@ def spark(
         messages.error(f"--out {out}: already holds {', '.join(held)}; use --overwrite to replace them")
         sys.exit(1)
     tables = (*DEFAULT_TABLES, "records") if records else DEFAULT_TABLES
-    options = SessionOptions(broker_ports=broker_ports(broker_port), records=records)
+    # The budget is per task: each executor core decodes one task at a time.
+    options = SessionOptions(
+        broker_ports=broker_ports(broker_port), records=records, memory_limit=memory_limit
+    )
     started = time.perf_counter()
     session = spark_session(master, progress=not quiet and sys.stderr.isatty())
     try:

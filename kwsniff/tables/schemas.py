@@ -90,6 +90,9 @@ CONNECTIONS = pa.schema(
         ("sasl_outcome", pa.string()),
         ("sasl_tokens", pa.int64()),
         ("sasl_authenticated", pa.bool_()),
+        # Why kwsniff stopped following the connection before it ended: "idle" (no packet for the
+        # idle timeout of capture time) or "memory" (evicted under --memory-limit); null otherwise.
+        ("expired", pa.string()),
         # The accounting invariant, per direction (README "Accounting"): stream_bytes = frame_bytes
         # + gap_bytes + skipped_bytes + sasl_bytes + encrypted_bytes + not_kafka_bytes.
         *[

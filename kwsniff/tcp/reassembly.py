@@ -58,6 +58,7 @@ class TcpReassembler:
         "_ooo_bytes",
         "_fin_offset",
         "_last_ack",
+        "_held",
     )
 
     def __init__(
@@ -66,6 +67,7 @@ class TcpReassembler:
         on_gap: GapCallback,
         max_ooo_bytes: int = 8 * 1024 * 1024,
         max_ooo_segments: int = 4096,
+        held: list[int] | None = None,
     ) -> None:
         self.on_data = on_data
         self.on_gap = on_gap
@@ -85,6 +87,8 @@ class TcpReassembler:
         self._ooo_bytes = 0
         self._fin_offset: int | None = None
         self._last_ack: int | None = None  # the peer's latest acknowledgement of this direction
+        # The run's reassembly memory pool (kwsniff.memory): bytes held out of order are charged there.
+        self._held = held if held is not None else [0]
 
     @property
     def buffered_bytes(self) -> int:
@@ -180,10 +184,12 @@ class TcpReassembler:
                 return
             self.bytes_duplicate += old_n + old[2]
             self._ooo_bytes -= old_n
+            self._held[0] -= old_n
         else:
             heappush(self._ooo_heap, start)
         ooo[start] = (ts, payload, missing)
         self._ooo_bytes += n
+        self._held[0] += n
         while self._ooo and (self._ooo_bytes > self.max_ooo_bytes or len(self._ooo) > self.max_ooo_segments):
             # Bounded memory (DESIGN rule 3): give up on the oldest hole rather than grow.
             self.ooo_overflows += 1
@@ -197,6 +203,7 @@ class TcpReassembler:
             start = heappop(heap)
             ts, payload, missing = ooo.pop(start)
             self._ooo_bytes -= len(payload)
+            self._held[0] -= len(payload)
             self._deliver_from(ts, start, payload, missing)
 
     def _deliver_from(self, ts: int, start: int, payload: memoryview | bytes, missing: int) -> None:

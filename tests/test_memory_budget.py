@@ -14,7 +14,13 @@ from typing import Any
 
 import pytest
 from kafkawire import BROKER, SYN, tcp, write_pcap
-from memory_captures import big_partial_frames, bomb_capture, one_way_produce, single_packet_flows
+from memory_captures import (
+    FramesHandle,
+    big_partial_frames,
+    bomb_capture,
+    one_way_produce,
+    single_packet_flows,
+)
 
 from kwsniff.capture.live import ByteQueue, LiveCapture
 from kwsniff.memory import CONNECTION_COST, FLOWS, QUEUE, RECORD_COST, RECORDS, MemoryBudget
@@ -282,42 +288,6 @@ def test_the_queue_is_bounded_in_bytes() -> None:
     assert q.held == 0
     q.put_nowait("c", 90 * MIB)
     assert q.peak == 90 * MIB
-
-
-class FramesHandle:
-    """A pcapy handle that has ``batches`` batches of one 90 MiB frame's worth of packets ready."""
-
-    PACKET = 256 * 1024  # the largest snaplen
-
-    def __init__(self, batches: int, frame: int = 90 * MIB) -> None:
-        import struct
-
-        self.left = batches
-        count = frame // self.PACKET
-        self.data = bytes(frame)
-        self.meta = b"".join(struct.pack("=IIII", 1, 0, i * self.PACKET, self.PACKET) for i in range(count))
-        self.read_fd, write_fd = os.pipe()
-        os.write(write_fd, b"x")  # always readable
-        self.write_fd = write_fd
-
-    def datalink(self) -> int:
-        return LINKTYPE_RAW
-
-    def getfd(self) -> int:
-        return self.read_fd
-
-    def next_batch(self, count: int) -> tuple[bytes, bytes]:
-        if self.left == 0:
-            return b"", b""
-        self.left -= 1
-        return self.data, self.meta
-
-    def stats(self) -> tuple[int, int, int]:
-        return (0, 0, 0)
-
-    def close(self) -> None:
-        os.close(self.read_fd)
-        os.close(self.write_fd)
 
 
 def test_live_frames_of_90_mib_wait_in_the_queue_only_up_to_its_share() -> None:

@@ -147,6 +147,29 @@ def _activate_error(iface: str, status: int) -> str:
     return f"{iface}: cannot capture (libpcap error {status})"
 
 
+def _pieces(
+    packets: list[tuple[int, bytes]], nbytes: int, limit: int
+) -> list[tuple[list[tuple[int, bytes]], int]]:
+    """A batch as it goes into the queue: whole, or in pieces of at most ``limit`` bytes when it is
+    larger than the whole queue may hold (a packet larger than that on its own is still one piece,
+    and is dropped by the queue)."""
+    if nbytes <= limit:
+        return [(packets, nbytes)]
+    pieces: list[tuple[list[tuple[int, bytes]], int]] = []
+    part: list[tuple[int, bytes]] = []
+    size = 0
+    for packet in packets:
+        n = len(packet[1])
+        if part and size + n > limit:
+            pieces.append((part, size))
+            part, size = [], 0
+        part.append(packet)
+        size += n
+    if part:
+        pieces.append((part, size))
+    return pieces
+
+
 class LiveCapture:
     """Reads ``handle`` in a thread of its own into ``self.queue`` until :meth:`stop`, or ``count``
     packets. The queue ends with ``None`` once the thread is done."""
@@ -206,14 +229,15 @@ class LiveCapture:
                 if self.count:
                     packets = packets[: self.count - counters.captured]
                     nbytes = sum(len(p) for _, p in packets)
-                try:
-                    self.queue.put_nowait((linktype, packets), nbytes)
-                    with self._lock:
-                        counters.captured += len(packets)
-                        counters.captured_bytes += nbytes
-                except queue.Full:
-                    with self._lock:
-                        counters.queue_drops += len(packets)
+                for part, part_bytes in _pieces(packets, nbytes, self.queue.max_bytes):
+                    try:
+                        self.queue.put_nowait((linktype, part), part_bytes)
+                        with self._lock:
+                            counters.captured += len(part)
+                            counters.captured_bytes += part_bytes
+                    except queue.Full:
+                        with self._lock:
+                            counters.queue_drops += len(part)
                 self._read_stats()
                 if self.count and counters.captured >= self.count:
                     break

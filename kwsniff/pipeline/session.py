@@ -75,6 +75,7 @@ class Session:
         # The reassembly pool's counter, shared by every reassembler and frame splitter.
         self.held = budget.cell(REASSEMBLY)
         self._held_cap = budget.cap(REASSEMBLY)
+        self._held_trigger = self._held_cap  # above the cap only if eviction could not get under it
         self._flows_cell = budget.cell(FLOWS)
         # Flow-table entries (two per connection) the flows pool has room for.
         self._max_entries = 2 * max(16, budget.cap(FLOWS) // CONNECTION_COST)
@@ -125,7 +126,7 @@ class Session:
             else:
                 return  # a late packet of a closed connection (a retransmission, a last ACK)
         entry[0].packet(entry[1], ts, seq, ack, flags, payload, missing)
-        if self.held[0] > self._held_cap:
+        if self.held[0] > self._held_trigger:
             self._evict_largest(ts)
         if ts - self._swept > FORGET_CLOSED_US:
             self._sweep(ts)
@@ -236,6 +237,8 @@ class Session:
                 break
             self._evict(conn, EVICTED)
         self.budget.pressure = False
+        # Never a scan per packet: if nothing left could be evicted, wait for an eighth more.
+        self._held_trigger = max(self._held_cap, self.held[0] + self._held_cap // 8)
 
     def open_connections(self) -> int:
         """Connections being followed now: opened and not yet closed."""

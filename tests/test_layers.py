@@ -12,7 +12,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kwsniff"
 
 # Bottom up. A module may import from its own layer package and from any layer listed before it.
 LAYERS: list[set[str]] = [
-    {"kwsniff", "defaults"},  # the package root (__version__) and the defaults every layer shares
+    # The package root (__version__), the defaults every layer shares and the memory budget.
+    {"kwsniff", "defaults", "memory"},
     {"capture"},
     {"net"},
     {"tcp"},

@@ -235,6 +235,12 @@ def test_expire_idle_writes_the_rows_of_silent_connections() -> None:
     session.finish()
     assert expired.tables["connections"] == rows_then["connections"]  # finish found nothing left open
     reference.finish()
+    # The same rows as at the end of the capture, but the expired connections say why they ended.
+    assert [r["expired"] for r in expired.tables["connections"]].count("idle") == open_before
+    assert {r["expired"] for r in finished.tables["connections"]} == {None}
+    for rows in (expired.tables["connections"], finished.tables["connections"]):
+        for row in rows:
+            del row["expired"]
     for table in ("connections", "requests", "partitions"):
         assert sorted(map(repr, expired.tables[table])) == sorted(map(repr, finished.tables[table])), table
 

@@ -1,6 +1,9 @@
 """Live capture with pcapy-ng (libpcap, kernel BPF, TPACKET_V3 ring): packets of an interface, in batches,
 handed to the decode thread through a bounded queue.
 
+The queue is bounded in bytes (the memory budget's queue share, kwsniff.memory), not in batches: a
+batch of 1,024 packets may be 64 bytes or 256 MiB.
+
 The capture thread only reads: the handle is non-blocking and the thread waits in ``select`` on its
 descriptor for at most POLL_S, so a stop request is seen within that time and the thread never holds
 the GIL while waiting (a blocked libpcap read would also keep Ctrl-C from being handled). When the
@@ -14,6 +17,7 @@ import os
 import queue
 import select
 import threading
+from collections import deque
 from dataclasses import dataclass
 from struct import Struct
 from typing import Any
@@ -22,10 +26,54 @@ POLL_S = 0.1  # longest wait before the capture thread checks for a stop request
 TIMEOUT_MS = 100  # libpcap's packet-buffer timeout: a TPACKET_V3 block is handed over at least this often
 BATCH = 1024  # packets per next_batch call
 QUEUE_BATCHES = 512  # batches the decode thread may fall behind before batches are dropped
+QUEUE_BYTES = 128 * 1024 * 1024  # packet bytes it may fall behind (the default budget's queue share)
 _META = Struct("=IIII")  # next_batch's per-packet record: sec, usec, offset, caplen
 
 # (linktype, [(ts_us, data), ...]); None ends the stream.
 Batch = tuple[int, list[tuple[int, bytes]]]
+
+
+class ByteQueue:
+    """A FIFO between two threads, bounded by the bytes of what it holds as well as by its length.
+
+    ``put_nowait(item, nbytes)`` refuses (queue.Full) an item that would take it past either bound,
+    so the producer can count the drop; ``put`` always takes an item of 0 bytes (the end marker).
+    ``held`` is the bytes held now; ``peak`` the most it ever held."""
+
+    def __init__(self, max_bytes: int, max_items: int = QUEUE_BATCHES) -> None:
+        self.max_bytes = max_bytes
+        self.max_items = max_items
+        self.held = 0
+        self.peak = 0
+        self._items: deque[tuple[Any, int]] = deque()
+        self._ready = threading.Condition(threading.Lock())
+
+    def put_nowait(self, item: Any, nbytes: int = 0) -> None:
+        with self._ready:
+            if nbytes + self.held > self.max_bytes or len(self._items) >= self.max_items:
+                raise queue.Full
+            self._add(item, nbytes)
+
+    def put(self, item: Any, nbytes: int = 0) -> None:
+        with self._ready:
+            self._add(item, nbytes)
+
+    def _add(self, item: Any, nbytes: int) -> None:
+        self._items.append((item, nbytes))
+        self.held += nbytes
+        self.peak = max(self.peak, self.held)
+        self._ready.notify()
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        with self._ready:
+            if not self._ready.wait_for(lambda: self._items, timeout if block else 0):
+                raise queue.Empty
+            item, nbytes = self._items.popleft()
+            self.held -= nbytes
+            return item
+
+    def qsize(self) -> int:
+        return len(self._items)
 
 
 class LiveCaptureError(Exception):
@@ -99,15 +147,40 @@ def _activate_error(iface: str, status: int) -> str:
     return f"{iface}: cannot capture (libpcap error {status})"
 
 
+def _pieces(
+    packets: list[tuple[int, bytes]], nbytes: int, limit: int
+) -> list[tuple[list[tuple[int, bytes]], int]]:
+    """A batch as it goes into the queue: whole, or in pieces of at most ``limit`` bytes when it is
+    larger than the whole queue may hold (a packet larger than that on its own is still one piece,
+    and is dropped by the queue)."""
+    if nbytes <= limit:
+        return [(packets, nbytes)]
+    pieces: list[tuple[list[tuple[int, bytes]], int]] = []
+    part: list[tuple[int, bytes]] = []
+    size = 0
+    for packet in packets:
+        n = len(packet[1])
+        if part and size + n > limit:
+            pieces.append((part, size))
+            part, size = [], 0
+        part.append(packet)
+        size += n
+    if part:
+        pieces.append((part, size))
+    return pieces
+
+
 class LiveCapture:
     """Reads ``handle`` in a thread of its own into ``self.queue`` until :meth:`stop`, or ``count``
     packets. The queue ends with ``None`` once the thread is done."""
 
-    def __init__(self, handle: Any, count: int = 0, queue_batches: int = QUEUE_BATCHES) -> None:
+    def __init__(
+        self, handle: Any, count: int = 0, queue_batches: int = QUEUE_BATCHES, queue_bytes: int = QUEUE_BYTES
+    ) -> None:
         self.handle = handle
         self.linktype = int(handle.datalink())
         self.count = count
-        self.queue: queue.Queue[Batch | None] = queue.Queue(queue_batches)
+        self.queue = ByteQueue(queue_bytes, queue_batches)
         self.counters = CaptureCounters()
         self.stopping = threading.Event()
         self.error: str | None = None
@@ -156,14 +229,15 @@ class LiveCapture:
                 if self.count:
                     packets = packets[: self.count - counters.captured]
                     nbytes = sum(len(p) for _, p in packets)
-                try:
-                    self.queue.put_nowait((linktype, packets))
-                    with self._lock:
-                        counters.captured += len(packets)
-                        counters.captured_bytes += nbytes
-                except queue.Full:
-                    with self._lock:
-                        counters.queue_drops += len(packets)
+                for part, part_bytes in _pieces(packets, nbytes, self.queue.max_bytes):
+                    try:
+                        self.queue.put_nowait((linktype, part), part_bytes)
+                        with self._lock:
+                            counters.captured += len(part)
+                            counters.captured_bytes += part_bytes
+                    except queue.Full:
+                        with self._lock:
+                            counters.queue_drops += len(part)
                 self._read_stats()
                 if self.count and counters.captured >= self.count:
                     break

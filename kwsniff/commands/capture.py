@@ -15,8 +15,18 @@ import click
 
 from kwsniff.capture.live import LiveCapture, LiveCaptureError, open_interface
 from kwsniff.commands import messages
-from kwsniff.commands.options import BYTE_SIZE, PORT, broker_ports, keylog_option, tunnel_options, with_keylog
+from kwsniff.commands.options import (
+    BYTE_SIZE,
+    PORT,
+    broker_ports,
+    idle_timeout_option,
+    keylog_option,
+    memory_limit_option,
+    tunnel_options,
+    with_keylog,
+)
 from kwsniff.defaults import DEFAULT_BROKER_PORT
+from kwsniff.memory import QUEUE, MemoryBudget
 from kwsniff.pipeline.run import capture_result
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.tables import DEFAULT_TABLES
@@ -98,13 +108,8 @@ def default_filter(ports: frozenset[int], tunnels: dict | None = None) -> str:
 )
 @click.option("--metrics-port", type=PORT, help="Serve Prometheus metrics on this port.")
 @click.option("--metrics-addr", default="127.0.0.1", show_default=True, help="Address of the metrics server.")
-@click.option(
-    "--idle-timeout",
-    type=click.FloatRange(min=0),
-    default=900.0,
-    show_default=True,
-    help="Close connections silent this long (seconds; 0: never), so their rows are written.",
-)
+@idle_timeout_option("Close connections silent this long (seconds; 0: never), so their rows are written.")
+@memory_limit_option
 @click.option(
     "--max-frame-size", type=BYTE_SIZE, default=100 * 1024 * 1024, show_default="100MiB", hidden=True
 )
@@ -127,6 +132,7 @@ def capture(
     metrics_port: int | None,
     metrics_addr: str,
     idle_timeout: float,
+    memory_limit: int,
     max_frame_size: int,
     quiet: bool,
     tunnels: dict,
@@ -170,11 +176,20 @@ def capture(
             messages.error(f"--metrics-port {metrics_port}: {err.strerror or err}")
             sys.exit(1)
     name = f"{iface}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
-    live = LiveCapture(handle, count or 0)
+    budget = MemoryBudget(memory_limit)
+    live = LiveCapture(handle, count or 0, queue_bytes=budget.cap(QUEUE))
     stats = LiveStats(collect_pending=metrics is not None)
     # Clients append a connection's secrets as it opens: the key log is followed as it grows.
     options = with_keylog(
-        SessionOptions(broker_ports=ports, max_frame_size=max_frame_size, **tunnels), keylog, follow=True
+        SessionOptions(
+            broker_ports=ports,
+            max_frame_size=max_frame_size,
+            memory_limit=memory_limit,
+            idle_timeout_us=int(idle_timeout * 1_000_000),
+            **tunnels,
+        ),
+        keylog,
+        follow=True,
     )
     try:
         decoder = LiveDecoder(

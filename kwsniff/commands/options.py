@@ -14,6 +14,7 @@ import click
 
 from kwsniff.commands import messages
 from kwsniff.defaults import DEFAULT_BROKER_PORT
+from kwsniff.memory import DEFAULT_MEMORY_LIMIT
 from kwsniff.net import FRAGMENT_BYTES, GENEVE_PORTS, TUNNEL_KINDS, VXLAN_PORTS
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.protocol import api_names
@@ -106,6 +107,27 @@ broker_port_option = click.option(
     multiple=True,
     help=f"TCP port a broker listens on (repeatable; default {DEFAULT_BROKER_PORT}). Other ports are detected.",
 )
+
+
+memory_limit_option = click.option(
+    "--memory-limit",
+    type=BYTE_SIZE,
+    default=DEFAULT_MEMORY_LIMIT,
+    show_default="1GiB",
+    help="Memory for what grows with the traffic (connections, reassembly, held records, row "
+    "buffers, the live queue); past it the oldest or largest state is evicted and counted "
+    "(docs/memory.md). Bytes, or e.g. 512MiB.",
+)
+
+
+def idle_timeout_option(help_text: str) -> Any:
+    return click.option(
+        "--idle-timeout",
+        type=click.FloatRange(min=0),
+        default=900.0,
+        show_default=True,
+        help=help_text,
+    )
 
 
 def broker_ports(given: tuple[int, ...]) -> frozenset[int]:

@@ -16,11 +16,14 @@ from kwsniff.commands.options import (
     BYTE_SIZE,
     broker_port_option,
     broker_ports,
+    idle_timeout_option,
     keylog_option,
+    memory_limit_option,
     tunnel_options,
     with_keylog,
 )
 from kwsniff.defaults import MAX_DECOMPRESSED, MAX_FRAME_SIZE
+from kwsniff.memory import DEFAULT_MEMORY_LIMIT, ROWS, MemoryBudget
 from kwsniff.pipeline.run import (
     capture_row,
     failure_reason,
@@ -42,9 +45,13 @@ def _options(
     record_payloads: bool = False,
     max_decompressed: int = MAX_DECOMPRESSED,
     tunnels: dict | None = None,
+    memory_limit: int = DEFAULT_MEMORY_LIMIT,
+    idle_timeout: float = 900.0,
 ) -> SessionOptions:
     return SessionOptions(
         **(tunnels or {}),
+        memory_limit=memory_limit,
+        idle_timeout_us=int(idle_timeout * 1_000_000),
         broker_ports=broker_ports(broker_port),
         auto_detect=auto_detect,
         max_frame_size=max_frame_size,
@@ -109,6 +116,11 @@ def _options(
     help="Most bytes one compressed batch may expand to (bytes, or e.g. 64MiB); a batch past it is "
     "counted as capped.",
 )
+@memory_limit_option
+@idle_timeout_option(
+    "Close connections without a packet for this many seconds of capture time (0: never), so a "
+    "capture of many connections keeps bounded memory."
+)
 @click.option(
     "--strict",
     is_flag=True,
@@ -135,6 +147,8 @@ def read(
     records: bool,
     record_payloads: bool,
     max_decompressed: int,
+    memory_limit: int,
+    idle_timeout: float,
     strict: bool,
     continuous: bool,
     quiet: bool,
@@ -153,9 +167,18 @@ def read(
     )
 
     options = _options(
-        broker_port, auto_detect, max_frame_size, records, record_payloads, max_decompressed, tunnels
+        broker_port,
+        auto_detect,
+        max_frame_size,
+        records,
+        record_payloads,
+        max_decompressed,
+        tunnels,
+        memory_limit,
+        idle_timeout,
     )
     options = with_keylog(options, keylog)
+    row_buffer_bytes = MemoryBudget(memory_limit).cap(ROWS)
     tables = (*DEFAULT_TABLES, "records") if options.records else DEFAULT_TABLES
     if overwrite and append:
         raise click.UsageError("--overwrite and --append exclude each other")
@@ -179,7 +202,12 @@ def read(
         name = str(path) if names[path.name] > 1 else "stdin" if str(path) == STDIN else path.name
         # Files are written under temporary names and renamed when complete; a failure or Ctrl-C
         # leaves nothing of this input in the dataset.
-        sink = ParquetSink(out, "stdin" if str(path) == STDIN else output_name(path), tables)
+        sink = ParquetSink(
+            out,
+            "stdin" if str(path) == STDIN else output_name(path),
+            tables,
+            row_buffer_bytes=row_buffer_bytes,
+        )
         started_us, started = time.time_ns() // 1000, time.perf_counter()
         try:
             with sink:

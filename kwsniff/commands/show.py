@@ -16,6 +16,7 @@ from kwsniff.commands.options import (
     broker_port_option,
     broker_ports,
     keylog_option,
+    memory_limit_option,
     tunnel_options,
     with_keylog,
 )
@@ -75,6 +76,7 @@ def _silence_stdout() -> None:
 @broker_port_option
 @keylog_option
 @tunnel_options
+@memory_limit_option
 def show(
     capture: Path,
     as_json: bool,
@@ -85,6 +87,7 @@ def show(
     broker_port: tuple[int, ...],
     keylog: tuple[Path, ...],
     tunnels: dict,
+    memory_limit: int,
 ) -> None:
     """Print every request and response of CAPTURE with every decoded field."""
     match = ExchangeFilter(
@@ -94,7 +97,9 @@ def show(
         errors_only=errors_only,
     )
     sink = PrintingSink(sys.stdout, match, as_json)
-    options = with_keylog(SessionOptions(broker_ports=broker_ports(broker_port), **tunnels), keylog)
+    options = with_keylog(
+        SessionOptions(broker_ports=broker_ports(broker_port), memory_limit=memory_limit, **tunnels), keylog
+    )
     try:
         result = run_capture(capture, sink, options, keep_messages=True)
         sys.stdout.flush()

@@ -17,6 +17,7 @@ from kwsniff.commands.options import (
     broker_port_option,
     broker_ports,
     keylog_option,
+    memory_limit_option,
     tunnel_options,
     with_keylog,
 )
@@ -71,6 +72,7 @@ from kwsniff.tables import DEFAULT_TABLES
 @broker_port_option
 @keylog_option
 @tunnel_options
+@memory_limit_option
 def spark(
     inputs: tuple[str, ...],
     out: Path,
@@ -86,6 +88,7 @@ def spark(
     broker_port: tuple[int, ...],
     keylog: tuple[Path, ...],
     tunnels: dict,
+    memory_limit: int,
 ) -> None:
     """Decode INPUTS (files, directories, globs) on Spark into OUT/<table>/date=YYYY-MM-DD/."""
     from kwsniff.spark import executors
@@ -104,9 +107,13 @@ def spark(
         sys.exit(1)
     archive = shipped_env(master, quiet) if ship_env else None
     tables = (*DEFAULT_TABLES, "records") if records else DEFAULT_TABLES
-    # The key log travels to the executors inside the options (pickled with each task).
+    # The key log travels to the executors inside the options (pickled with each task), and the
+    # budget is per task: each executor core decodes one task at a time.
     options = with_keylog(
-        SessionOptions(broker_ports=broker_ports(broker_port), records=records, **tunnels), keylog
+        SessionOptions(
+            broker_ports=broker_ports(broker_port), records=records, memory_limit=memory_limit, **tunnels
+        ),
+        keylog,
     )
     started = time.perf_counter()
     session = spark_session(

@@ -81,6 +81,7 @@ class FrameSplitter:
         "_scan_pieces",
         "_skip_pending",
         "_skip_reason",
+        "_held",
     )
 
     def __init__(
@@ -93,6 +94,7 @@ class FrameSplitter:
         min_frame_size: int = 4,
         max_resync_scan: int = 1024 * 1024,
         on_cut: CutCallback | None = None,
+        held: list[int] | None = None,
     ) -> None:
         self._on_frame = on_frame
         self._on_skip = on_skip
@@ -132,6 +134,9 @@ class FrameSplitter:
         self._scan_pieces: _Pieces = []
         self._skip_pending = 0  # bytes already passed over, reported as one run when it ends
         self._skip_reason = RESYNC
+        # The run's reassembly memory pool (kwsniff.memory): a partial frame's body bytes are charged
+        # there while they wait for the rest of the frame.
+        self._held = held if held is not None else [0]
         if not synced:
             self._enter_resync(RESYNC)
 
@@ -159,6 +164,7 @@ class FrameSplitter:
             self._body.append(view)
             self._body_ts.append(ts)
             self._need -= n
+            self._held[0] += n
             return
         if self._resyncing:
             self._scan_and_replay([(ts, view)])
@@ -271,8 +277,10 @@ class FrameSplitter:
                 if left:
                     self._body.append(view[pos:])
                     self._body_ts.append(ts)
+                    self._held[0] += left
                 self._need = need - left
                 return None
+            self._held[0] -= self._size - need  # the body held so far (every piece was charged)
             body = self._body
             if (
                 body
@@ -320,6 +328,7 @@ class FrameSplitter:
                 if left > 4:
                     self._body.append(view[pos + 4 :])
                     self._body_ts.append(ts)
+                    self._held[0] += left - 4
                 break
             on_frame(view[pos + 4 : end], ts, ts, offset)
             offset += 4 + size
@@ -364,6 +373,7 @@ class FrameSplitter:
         nbytes = self._partial_bytes()
         in_frame = self._need >= 0
         if in_frame:
+            self._held[0] -= self._size - self._need
             self.cut_frames += 1
             if self._on_cut is not None:
                 self._on_cut(self._cut_head(), nbytes, 4 + self._size, self._ts_first, self.offset, reason)

@@ -112,6 +112,7 @@ class Conversation:
         *,
         max_frame_size: int = MAX_FRAME_SIZE,
         synced: tuple[bool, bool] = (True, True),
+        held: list[int] | None = None,
     ) -> None:
         self.handler = handler
         self.pending: dict[int, Request] = {}
@@ -127,6 +128,7 @@ class Conversation:
             synced=synced[0],
             min_frame_size=_MIN_REQUEST,
             on_cut=self._on_request_cut,
+            held=held,
         )
         self.broker = FrameSplitter(
             self._on_response_frame,
@@ -136,6 +138,7 @@ class Conversation:
             synced=synced[1],
             min_frame_size=_MIN_RESPONSE,
             on_cut=self._on_response_cut,
+            held=held,
         )
         self.skip_reasons: dict[str, int] = {}
         self.on_skip: Callable[[int, int, int, str], None] | None = None

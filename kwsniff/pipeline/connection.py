@@ -17,6 +17,9 @@ from kwsniff.tls import KeyLog, TlsStream
 
 C2B = 0  # client to broker
 B2C = 1  # broker to client
+# `connections.expired`: why kwsniff stopped following a connection before it ended.
+IDLE = "idle"  # no packet for the idle timeout, by capture time
+EVICTED = "memory"  # evicted to keep the run under --memory-limit (docs/memory.md)
 
 # Bytes buffered per direction while deciding whether a connection speaks Kafka at all.
 DETECT_BYTES = 64 * 1024
@@ -64,6 +67,11 @@ class ConnectionOwner(Protocol):
     def options(self) -> ConnectionOptions: ...
     @property
     def keys(self) -> KeyLog | None: ...
+    @property
+    def held(self) -> list[int]:
+        """The run's reassembly memory pool (kwsniff.memory.MemoryBudget.cell)."""
+        ...
+
     def is_broker(self, endpoint: tuple[bytes, int]) -> bool: ...
     def learn_broker(self, endpoint: tuple[bytes, int]) -> None: ...
     def forget_broker(self, endpoint: tuple[bytes, int]) -> None: ...
@@ -105,6 +113,7 @@ class Connection:
         "synced",
         "tunnels",
         "duplicate_packets",
+        "expired",
     )
 
     def __init__(
@@ -144,10 +153,13 @@ class Connection:
         self.synced = (False, False)
         self.tunnels: list[str] = []  # where the connection was seen, e.g. "vxlan:vni=42"
         self.duplicate_packets = 0
+        # Why kwsniff stopped following the connection before it ended: IDLE or EVICTED.
+        self.expired: str | None = None
         cap = owner.options.max_ooo_bytes
+        held = owner.held
         self.rs = (
-            TcpReassembler(self._c2b_data, self._c2b_gap, max_ooo_bytes=cap),
-            TcpReassembler(self._b2c_data, self._b2c_gap, max_ooo_bytes=cap),
+            TcpReassembler(self._c2b_data, self._c2b_gap, max_ooo_bytes=cap, held=held),
+            TcpReassembler(self._b2c_data, self._b2c_gap, max_ooo_bytes=cap, held=held),
         )
 
     # -- per packet ----------------------------------------------------------------------------------
@@ -233,6 +245,7 @@ class Connection:
         else:
             self.prebuf[d].append((ts, bytes(chunk)))
             self.prebuf_len[d] += len(chunk)
+            self.owner.held[0] += len(chunk)
             self._detect()
 
     def _gap(self, d: int, ts: int, nbytes: int) -> None:
@@ -380,7 +393,9 @@ class Connection:
             (self.syn_seen, self.syn_seen) if self.synced == (False, False) and self.syn_seen else self.synced
         )
         self.rows = owner.exchange_rows(self)
-        conv = Conversation(self.rows, max_frame_size=owner.options.max_frame_size, synced=synced)
+        conv = Conversation(
+            self.rows, max_frame_size=owner.options.max_frame_size, synced=synced, held=owner.held
+        )
         self.conv = conv
         if sasl_mechanism is not None:
             conv.start_sasl_tokens(sasl_mechanism)
@@ -390,7 +405,7 @@ class Connection:
                     splitter.data(ts, chunk)
                 else:
                     splitter.gap(ts, 0)
-        self.prebuf = ([], [])
+        self._drop_prebuf()
 
     def _start_tls(self, on_broker_port: bool) -> None:
         # Kafka over TLS on a broker port is still a Kafka connection, readable when the key log has
@@ -405,6 +420,7 @@ class Connection:
             handshake_seen=self.syn_seen and not self.prebuf_gap,
         )
         prebuf, self.prebuf, self.prebuf_len = self.prebuf, ([], []), [0, 0]
+        self.owner.held[0] -= sum(len(c) for chunks in prebuf for _, c in chunks)  # out of the pool
         for d in (C2B, B2C):
             for ts, chunk in prebuf[d]:
                 if chunk:
@@ -424,7 +440,7 @@ class Connection:
             )
         for d in (C2B, B2C):
             self.not_kafka_bytes[d] += self.prebuf_len[d]
-        self.prebuf = ([], [])
+        self._drop_prebuf()
 
     def _review_evidence(self) -> None:
         """A server proved Kafka by one exchange, but most of what its connections then carried did
@@ -490,6 +506,7 @@ class Connection:
             "sasl_authenticated": sasl.authenticated if sasl else False,
             "tunnel": ",".join(self.tunnels) or None,
             "duplicate_packets": self.duplicate_packets,
+            "expired": self.expired,
         }
         for d, name in enumerate(DIRECTIONS):
             # By TCP sequence numbers: bytes seen once, plus those the capture lost.
@@ -530,7 +547,20 @@ class Connection:
             rs.on_gap = _ignore_gap
         self.conv = None
         self.rows = None
+        self._drop_prebuf()
+
+    def _drop_prebuf(self) -> None:
+        """Let go of the bytes held while detecting, releasing them from the memory pool."""
+        self.owner.held[0] -= sum(len(c) for chunks in self.prebuf for _, c in chunks)
         self.prebuf = ([], [])
+
+    def held_bytes(self) -> int:
+        """Bytes this connection holds for reassembly now: out of order, partial frames, detection."""
+        held = self.rs[0].buffered_bytes + self.rs[1].buffered_bytes
+        held += sum(len(c) for chunks in self.prebuf for _, c in chunks)
+        if self.conv is not None:
+            held += self.conv.client.buffered + self.conv.broker.buffered
+        return held
 
 
 def _ignore_data(ts: int, chunk: memoryview | bytes) -> None:

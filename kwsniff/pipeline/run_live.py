@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kwsniff.capture.live import CaptureCounters, LiveCapture
 from kwsniff.capture.pcap_writer import PcapWriter
+from kwsniff.memory import ROWS, MemoryBudget
 from kwsniff.pipeline.session import Session, SessionOptions, SessionStats
 from kwsniff.sinks.rotating import RotatingSink
 from kwsniff.view.metrics import Metrics
@@ -53,7 +54,13 @@ class LiveDecoder:
         self.metrics = metrics
         self.clock = clock
         self.sink = RotatingSink(
-            options.out, options.name, options.tables, options.rotate_s, clock(), self._period_row
+            options.out,
+            options.name,
+            options.tables,
+            options.rotate_s,
+            clock(),
+            self._period_row,
+            row_buffer_bytes=MemoryBudget(session_options.memory_limit).cap(ROWS),
         )
         self.session = Session(options.name, StatsSink(self.sink, stats), session_options)
         self.pcap = (

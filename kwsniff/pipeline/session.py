@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from kwsniff.defaults import DEFAULT_BROKER_PORT, MAX_DECOMPRESSED, MAX_FRAME_SIZE
+from kwsniff.memory import CONNECTION_COST, DEFAULT_MEMORY_LIMIT, FLOWS, REASSEMBLY, MemoryBudget
 from kwsniff.net import (
     ACK,
     FRAGMENT_BYTES,
@@ -24,7 +25,7 @@ from kwsniff.net import (
     TcpPacket,
     parse_tcp,
 )
-from kwsniff.pipeline.connection import B2C, C2B, Connection, accounting_difference
+from kwsniff.pipeline.connection import B2C, C2B, EVICTED, IDLE, Connection, accounting_difference
 from kwsniff.rows import ExchangeRows, RecordOptions, RowSink, TableBuilder
 from kwsniff.tls import KeyLog
 
@@ -33,6 +34,12 @@ from kwsniff.tls import KeyLog
 FORGET_CLOSED_US = 120_000_000
 # What parse_tcp says of a frame that may still carry TCP inside a tunnel, label stack or fragments.
 _CARRIERS = frozenset(("not_tcp", "not_ip", "ip_fragment"))
+# Connections with no packet for this long, by capture time, are closed as idle (`capture
+# --idle-timeout`, `read --idle-timeout`); 0 never.
+IDLE_TIMEOUT_US = 900_000_000
+# Under memory pressure, state is evicted down to this part of its pool's cap, so that one eviction
+# scan (over every open connection) buys room for many packets, not one.
+EVICT_TO = 7 / 8
 
 
 @dataclass
@@ -49,6 +56,8 @@ class SessionOptions:
     geneve_ports: frozenset[int] = GENEVE_PORTS  # and as Geneve
     max_tunnel_depth: int = MAX_DEPTH  # tunnels (and MPLS stacks) followed inside one another
     fragment_bytes: int = FRAGMENT_BYTES  # IP fragments held for reassembly; the oldest go past it
+    memory_limit: int = DEFAULT_MEMORY_LIMIT  # the run's budget (kwsniff.memory, docs/memory.md)
+    idle_timeout_us: int = IDLE_TIMEOUT_US  # capture time without a packet before a connection ends
 
 
 @dataclass
@@ -63,6 +72,10 @@ class SessionStats:
     decapsulated: dict[str, int] = field(default_factory=dict)  # packets by tunnel kind (each level)
     tunnel_overhead_bytes: int = 0  # tunnel headers around decapsulated packets: not stream bytes
     fragments: dict[str, int] = field(default_factory=dict)  # kwsniff.net.fragments.FragmentStats
+    idle_connections: int = 0  # closed after idle_timeout_us of capture time without a packet
+    evicted_connections: int = 0  # closed to stay under the memory limit (connections.expired)
+    evicted_bytes: int = 0  # reassembly bytes those held (partial frames, out-of-order segments)
+    forgotten_early: int = 0  # closed connections forgotten before FORGET_CLOSED_US, for memory
 
 
 class Session:
@@ -82,6 +95,14 @@ class Session:
         self.flows: dict[tuple[bytes, int, bytes, int], tuple[Connection, int]] = {}
         self.brokers: set[tuple[bytes, int]] = set()
         opts = self.options
+        self.budget = budget = MemoryBudget(opts.memory_limit)
+        # The reassembly pool's counter, shared by every reassembler and frame splitter.
+        self.held = budget.cell(REASSEMBLY)
+        self._held_cap = budget.cap(REASSEMBLY)
+        self._held_trigger = self._held_cap  # above the cap only if eviction could not get under it
+        self._flows_cell = budget.cell(FLOWS)
+        # Flow-table entries (two per connection) the flows pool has room for.
+        self._max_entries = 2 * max(16, budget.cap(FLOWS) // CONNECTION_COST)
         self.rows = TableBuilder(
             capture,
             sink,
@@ -90,11 +111,13 @@ class Session:
                 records=opts.records or opts.record_payloads,
                 payloads=opts.record_payloads,
                 max_decompressed=opts.max_decompressed,
+                budget=budget,
             ),
         )
         self._next_id = 0
         self._swept = 0
-        self._closed: list[Connection] = []
+        # Closed connections whose flow entries still absorb late packets, oldest first.
+        self._closed: dict[int, Connection] = {}
         self.decap = Decapsulator(
             opts.vxlan_ports, opts.geneve_ports, opts.max_tunnel_depth, opts.fragment_bytes
         )
@@ -143,6 +166,8 @@ class Session:
             else:
                 return  # a late packet of a closed connection (a retransmission, a last ACK)
         entry[0].packet(entry[1], ts, seq, ack, flags, payload, missing)
+        if self.held[0] > self._held_trigger:
+            self._evict_largest(ts)
         if ts - self._swept > FORGET_CLOSED_US:
             self._sweep(ts)
 
@@ -186,6 +211,10 @@ class Session:
             known = True
         else:
             client, broker, known = a, b, False
+        flows = self.flows
+        if len(flows) >= self._max_entries:
+            self._evict_oldest(ts)
+        self._flows_cell[0] = len(flows) // 2 * CONNECTION_COST + CONNECTION_COST
         self._next_id += 1
         conn = Connection(self, self._next_id, client, broker, known, ts)
         self.flows[client + broker] = (conn, C2B)  # type: ignore[index]
@@ -210,19 +239,72 @@ class Session:
         if conn.on_broker_port:
             self.stats.not_kafka_on_broker_ports += 1
         self.rows.connection_closed(conn.conn_id, row)
-        self._closed.append(conn)
+        self._closed[conn.conn_id] = conn
 
-    def _sweep(self, now: int) -> None:
+    def _sweep(self, now: int, forget_us: int = FORGET_CLOSED_US) -> None:
         self._swept = now
-        keep = []
-        for conn in self._closed:
-            if now - conn.ts_last > FORGET_CLOSED_US:
-                for key in (conn.client + conn.broker, conn.broker + conn.client):
-                    if self.flows.get(key, (None,))[0] is conn:  # type: ignore[index]
-                        del self.flows[key]  # type: ignore[arg-type]
+        keep = {}
+        for conn_id, conn in self._closed.items():
+            if now - conn.ts_last > forget_us:
+                self._forget(conn)
             else:
-                keep.append(conn)
+                keep[conn_id] = conn
         self._closed = keep
+        idle_us = self.options.idle_timeout_us
+        if idle_us and forget_us == FORGET_CLOSED_US:
+            self.expire_idle(now, idle_us)
+
+    def _forget(self, conn: Connection) -> None:
+        """Drop a connection's flow-table entries (a later packet starts a new connection)."""
+        flows = self.flows
+        for key in (conn.client + conn.broker, conn.broker + conn.client):
+            if flows.get(key, (None,))[0] is conn:  # type: ignore[index]
+                del flows[key]  # type: ignore[arg-type]
+        self._flows_cell[0] = len(flows) // 2 * CONNECTION_COST
+
+    def _open(self) -> list[Connection]:
+        seen: dict[int, Connection] = {}
+        for conn, _ in self.flows.values():
+            if not conn.closed:
+                seen[conn.conn_id] = conn
+        return list(seen.values())
+
+    def _evict(self, conn: Connection, reason: str) -> None:
+        held = conn.held_bytes()
+        conn.expired = reason
+        conn.close(conn.ts_last)
+        self._forget(conn)
+        self._closed.pop(conn.conn_id, None)
+        if reason == EVICTED:
+            self.stats.evicted_connections += 1
+            self.stats.evicted_bytes += held
+        else:
+            self.stats.idle_connections += 1
+
+    def _evict_oldest(self, now: int) -> None:
+        """The flow table is full: forget closed connections first (they only absorb late
+        retransmissions), then evict the open connections that were quiet the longest."""
+        before = len(self._closed)
+        self._sweep(now, forget_us=-1)
+        self.stats.forgotten_early += before - len(self._closed)
+        target = int(self._max_entries * EVICT_TO)
+        if len(self.flows) < target:
+            return
+        conns = sorted(self._open(), key=lambda c: c.ts_last)
+        for conn in conns[: (len(self.flows) - target) // 2 + 1]:
+            self._evict(conn, EVICTED)
+
+    def _evict_largest(self, now: int) -> None:
+        """Reassembly holds more than its share: evict the connections holding the most first."""
+        target = int(self._held_cap * EVICT_TO)
+        by_size = sorted(((c.held_bytes(), c.conn_id, c) for c in self._open()), reverse=True)
+        for _, _, conn in by_size:
+            if self.held[0] <= target:
+                break
+            self._evict(conn, EVICTED)
+        self.budget.pressure = False
+        # Never a scan per packet: if nothing left could be evicted, wait for an eighth more.
+        self._held_trigger = max(self._held_cap, self.held[0] + self._held_cap // 8)
 
     def open_connections(self) -> int:
         """Connections being followed now: opened and not yet closed."""
@@ -233,16 +315,9 @@ class Session:
         """Close the connections that saw no packet for ``idle_us`` (a long-running capture would
         otherwise hold them, and their rows, forever). Their flow entries are dropped at once, so a
         packet that comes later starts a new, mid-stream connection. Returns how many were closed."""
-        expired = {
-            conn.conn_id: conn
-            for conn, _ in self.flows.values()
-            if not conn.closed and now - conn.ts_last > idle_us
-        }
-        for conn in expired.values():
-            conn.close(conn.ts_last)
-            for key in (conn.client + conn.broker, conn.broker + conn.client):
-                if self.flows.get(key, (None,))[0] is conn:  # type: ignore[index]
-                    del self.flows[key]  # type: ignore[arg-type]
+        expired = [conn for conn in self._open() if now - conn.ts_last > idle_us]
+        for conn in expired:
+            self._evict(conn, IDLE)
         return len(expired)
 
     def finish(self) -> SessionStats:

@@ -11,6 +11,7 @@ import struct
 
 from crc32c import crc32c
 
+from kwsniff.memory import RECORD_COST
 from kwsniff.records._codecs import decompress
 from kwsniff.records._model import RecordInfo, codec_name
 from kwsniff.records._reading import Reading
@@ -27,6 +28,9 @@ _LOG_APPEND_TIME = 0x08
 _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 _INT32_MAX = 0x7FFFFFFF
+# The smallest record: length, attributes, timestamp delta, offset delta, key and value lengths and
+# header count, one byte each. A batch cannot hold more records than its body has room for.
+_MIN_RECORD = 7
 
 
 def read_batch_v2(view: memoryview, pos: int, reading: Reading) -> None:
@@ -84,6 +88,12 @@ def read_batch_v2(view: memoryview, pos: int, reading: Reading) -> None:
             reading.error(outcome.error, pos)
             return
         body = outcome.data
+    # A record-count bomb (millions of 7-byte records in a small compressed batch) costs memory per
+    # record, not per byte: the batch is read only if the memory budget's records pool has room.
+    count = min(record_count, len(body) // _MIN_RECORD + 1)
+    if not reading.admit(count * RECORD_COST + (len(body) if reading.want_payloads else 0)):
+        summary.capped_batches += 1
+        return
     template = RecordInfo(
         offset=base_offset,
         timestamp=max_timestamp if attributes & _LOG_APPEND_TIME else base_timestamp,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 import zlib
 
+from kwsniff.memory import RECORD_COST
 from kwsniff.records._codecs import decompress
 from kwsniff.records._model import RecordInfo, codec_name
 from kwsniff.records._reading import Reading
@@ -81,7 +82,9 @@ def read_message(view: memoryview, pos: int, reading: Reading) -> None:
     if not message.codec:
         summary.record_count += 1
         reading.count_offsets(message.offset, message.offset)
-        if reading.records is not None:
+        if not reading.admit(_cost(message, reading)):
+            summary.capped_batches += 1
+        elif reading.records is not None:
             reading.records.append(_record_info(view, message, message.offset, reading, compression))
         return
     inner = _unwrap(view, message, 1, pos, reading)
@@ -134,6 +137,7 @@ def _read_inner_set(
     records: list[RecordInfo] = []
     size = len(inner)
     pos = 0
+    charged = 0
     while pos < size:
         if size - pos < _LOG_OVERHEAD + 5:
             reading.error(f"inner message set has {size - pos} trailing bytes", batch_pos)
@@ -153,9 +157,23 @@ def _read_inner_set(
         if message.codec:
             records.extend(_unwrap(inner, message, depth + 1, batch_pos, reading))
         else:
+            # Wrappers are read into records even for counts, so a set of millions of tiny messages
+            # is a record-count bomb: read it only while the memory budget's records pool has room.
+            cost = _cost(message, reading)
+            if not reading.admit(cost):
+                reading.refund(charged)
+                reading.summary.capped_batches += 1
+                return []
+            charged += cost
             records.append(_record_info(inner, message, message.offset, reading, compression))
         pos = message.end
     return records
+
+
+def _cost(message: _Message, reading: Reading) -> int:
+    if not reading.want_payloads:
+        return RECORD_COST
+    return RECORD_COST + max(message.key[1], 0) + max(message.value[1], 0)
 
 
 def _record_info(

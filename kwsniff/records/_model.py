@@ -51,6 +51,7 @@ class RecordSetSummary:
     producer_id: int = -1
     producer_epoch: int = -1
     base_sequence: int = -1
-    capped_batches: int = 0
+    capped_batches: int = 0  # over --max-decompressed, or past the memory budget's records share
+    held_bytes: int = 0  # charged to the memory budget's records pool for ``records`` (kwsniff.memory)
     errors: list[str] = field(default_factory=list)
     records: list[RecordInfo] | None = None

@@ -9,6 +9,7 @@ import cramjam
 from crc32c import crc32c
 
 from kwsniff.defaults import MAX_DECOMPRESSED, TS_MAX_US
+from kwsniff.memory import MemoryBudget
 from kwsniff.records._batch_v2 import BATCH_HEADER, BATCH_HEADER_SIZE, read_batch_v2
 from kwsniff.records._message_set import MIN_MESSAGE_SIZE, read_message
 from kwsniff.records._model import RecordInfo, RecordSetSummary
@@ -81,10 +82,15 @@ def summarize_records(
     max_decompressed: int = MAX_DECOMPRESSED,
     max_depth: int = 4,
     check_crc: bool = True,
+    budget: MemoryBudget | None = None,
 ) -> RecordSetSummary:
     """Summarize the record batches (magic 2) or message set (magic 0/1) in a Produce/Fetch records field.
 
     Never raises on damaged bytes: damage lands in errors, crc_errors, partial_bytes or capped_batches.
+
+    With a ``budget``, records are read only while its records pool has room (a batch past it is
+    counted in capped_batches); ``held_bytes`` of the summary is what stays charged for ``records``,
+    for the caller to release once they are written.
     """
     summary = RecordSetSummary(records=[] if want_records else None)
     if not data:
@@ -100,6 +106,7 @@ def summarize_records(
         cap=max_decompressed,
         max_depth=max_depth,
         check_crc=check_crc,
+        budget=budget,
     )
     pos = 0
     while pos < size:
@@ -135,6 +142,9 @@ def summarize_records(
         if summary.records is not None:
             _null_impossible_timestamps(summary.records, before, pos, reading)
         pos += _LOG_OVERHEAD + length
+    if summary.records is None:
+        # Counts only: records read on the way (legacy wrappers) are already gone.
+        reading.refund(summary.held_bytes)
     seen = reading.codecs_seen
     summary.compression = seen.pop() if len(seen) == 1 else ("mixed" if seen else "")
     return summary

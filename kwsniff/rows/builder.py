@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from kwsniff.kafka import DECODE_ERROR, RESPONSE_CUT, ConversationHandler, Request, Response
 from kwsniff.kafka.sasl import redact
+from kwsniff.memory import RECORDS
 from kwsniff.net import format_ip
 from kwsniff.protocol import (
     DecodeError,
@@ -126,6 +127,21 @@ class TableBuilder:
         self.topics = TopicNames(sink)
         self.topic_names: dict[Any, str] = self.topics.names
         self.totals = Counter[str]()
+        self.budget = record_options.budget
+        # Requests holding `records` rows for their response's offsets, oldest first (by id()).
+        self.holding: dict[int, tuple[ExchangeRows, Request]] = {}
+
+    def relieve_records(self) -> None:
+        """The records pool is over its cap: the oldest requests waiting for a response write their
+        records now, without offsets (as acks=0 requests do), and are counted (docs/memory.md)."""
+        budget = self.budget
+        holding = self.holding
+        while holding and budget is not None and budget.over(RECORDS):
+            rows, req = holding.pop(next(iter(holding)))
+            parts = req.info.get("partitions", {}).values() if isinstance(req.info, dict) else ()
+            written, held = rows._write_records(req, parts)
+            self.totals["records_written_early"] += written
+            self.totals["records_written_early_bytes"] += held
 
     def handler_for(self, conn: Any) -> ExchangeRows:
         rows = ExchangeRows(self, conn.conn_id)
@@ -183,6 +199,9 @@ class ExchangeRows(ConversationHandler):
     def request(self, req: Request, body: memoryview | bytes) -> None:
         if self.client_id is None:
             self.client_id = req.client_id
+        tables = self.tables
+        if tables.budget is not None:
+            tables.budget.frame_records = 0
         try:
             msg, note = _decode(self.tables.decode_request, req.api_key, req.api_version, body)
         except DecodeError as exc:
@@ -194,6 +213,9 @@ class ExchangeRows(ConversationHandler):
             # acks=0: no response will assign offsets, and the request may wait for the end of the
             # connection; its records are written now rather than held.
             self._write_records(req, info.get("partitions", {}).values())
+        elif tables.budget is not None and any(p.get("_held") for p in info.get("partitions", {}).values()):
+            tables.holding[id(req)] = (self, req)
+            tables.relieve_records()
         if note:
             info["note"] = f"request: {note}"
         if req.api_key == API_VERSIONS and req.api_version >= 3:
@@ -208,6 +230,8 @@ class ExchangeRows(ConversationHandler):
         req.info = info
 
     def response(self, req: Request, resp: Response, body: memoryview | bytes) -> None:
+        if self.tables.budget is not None:
+            self.tables.budget.frame_records = 0
         try:
             msg, note = _decode(self.tables.decode_response, req.api_key, req.api_version, body)
         except DecodeError as exc:
@@ -237,6 +261,8 @@ class ExchangeRows(ConversationHandler):
     def exchange(self, req: Request, resp: Response | None, status: str) -> None:
         tables = self.tables
         tables.status[status] += 1
+        if tables.holding:
+            tables.holding.pop(id(req), None)
         if status == "unanswered" or status == RESPONSE_CUT:
             self.unanswered += 1
         elif status == "no_response_expected":
@@ -303,7 +329,10 @@ class ExchangeRows(ConversationHandler):
         topics = tables.topics
         damage = tables.record_damage
         for prow in merged_rows(req.api_key, reqi, respi, context):
-            records = records_of(req.api_key, prow, context) if "_records" in prow else None
+            records = None
+            if "_records" in prow:
+                self._release(prow.pop("_held", 0))
+                records = records_of(req.api_key, prow, context)
             if prow.get("crc_errors") or prow.get("capped_batches") or prow.get("record_errors"):
                 for key in _RECORD_DAMAGE:
                     damage[key] += prow.get(key) or 0
@@ -318,12 +347,24 @@ class ExchangeRows(ConversationHandler):
         self.tables.decode_errors[reason.split(":")[0]] += 1
 
     # -- helpers -------------------------------------------------------------------------------------
-    def _write_records(self, req: Request, parts: Any) -> None:
+    def _write_records(self, req: Request, parts: Any) -> tuple[int, int]:
+        """Write the records of a request's partitions now; returns (rows, bytes released)."""
         context = self._context(req)
+        written = released = 0
         for part in parts:
+            held = part.pop("_held", 0)
+            self._release(held)
+            released += held
             records = records_of(req.api_key, part, context)
             if records:
+                written += len(records)
                 self.tables.topics.add("records", records, part.get("topic"), part.get("topic_id"))
+        return written, released
+
+    def _release(self, held: int) -> None:
+        budget = self.tables.budget
+        if held and budget is not None:
+            budget.release(RECORDS, held)
 
     def _context(self, req: Request) -> dict[str, Any]:
         return {

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kwsniff.memory import MemoryBudget
 from kwsniff.protocol import error_name, message_fields
 from kwsniff.records import RecordInfo, counts_v2, summarize_records
 from kwsniff.rows.fact_compiler import compile_partition_walker
@@ -65,6 +66,7 @@ class RecordOptions:
     records: bool = False
     payloads: bool = False
     max_decompressed: int = 64 * 1024 * 1024
+    budget: MemoryBudget | None = None  # the run's memory budget; its records pool bounds records
 
 
 COUNTS_ONLY = RecordOptions()
@@ -130,6 +132,7 @@ def _record_facts(facts: dict[str, Any], data: Any, api_key: int, options: Recor
         want_records=options.records,
         want_payloads=options.payloads,
         max_decompressed=options.max_decompressed,
+        budget=options.budget,
     )
     facts.update(
         record_count=s.record_count,
@@ -149,6 +152,7 @@ def _record_facts(facts: dict[str, Any], data: Any, api_key: int, options: Recor
         facts["last_offset"] = s.last_offset
     if s.records is not None:
         facts["_records"] = s.records
+        facts["_held"] = s.held_bytes  # released (kwsniff.memory) when the records are written
 
 
 # The facts of an empty or null records field (a Fetch of a partition with nothing new).

@@ -26,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kwsniff.memory import DEFAULT_MEMORY_LIMIT, ROW_COST, ROWS, SHARES
 from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.tables.schemas import SCHEMAS
 
@@ -36,6 +37,9 @@ BATCH_ROWS = 10_000
 # and a batch is also written once the payloads it holds reach BATCH_PAYLOAD_BYTES.
 BATCH_ROWS_BY_TABLE = {"records": 10_000}
 BATCH_PAYLOAD_BYTES = 64 * 1024 * 1024
+# The memory budget's rows pool (kwsniff.memory) under the default --memory-limit.
+ROW_BUFFER_BYTES = int(DEFAULT_MEMORY_LIMIT * SHARES[ROWS])
+MIN_BATCH_ROWS = 64  # fewer rows per row group would make files mostly footers
 TEMP_SUFFIX = ".tmp"
 
 
@@ -59,12 +63,23 @@ class ParquetSink:
     - As a context manager: close on success, abort on an exception (KeyboardInterrupt included).
     """
 
-    def __init__(self, out_dir: str | Path, name: str, tables: Iterable[str] = DEFAULT_TABLES) -> None:
+    def __init__(
+        self,
+        out_dir: str | Path,
+        name: str,
+        tables: Iterable[str] = DEFAULT_TABLES,
+        *,
+        row_buffer_bytes: int = ROW_BUFFER_BYTES,
+    ) -> None:
         self.out_dir = Path(out_dir)
         self.stem = safe_file_stem(name)
         self.tables = tuple(tables)
         self.rows: dict[str, list[dict[str, Any]]] = {t: [] for t in self.tables}
-        self.limits = {t: BATCH_ROWS_BY_TABLE.get(t, BATCH_ROWS) for t in self.tables}
+        # Row groups are bounded by bytes as well as rows: every table's buffer together stays
+        # within ``row_buffer_bytes`` (the memory budget's rows pool, docs/memory.md).
+        per_table = max(MIN_BATCH_ROWS, row_buffer_bytes // (len(self.tables) * ROW_COST))
+        self.limits = {t: min(BATCH_ROWS_BY_TABLE.get(t, BATCH_ROWS), per_table) for t in self.tables}
+        self.payload_limit = max(1, min(BATCH_PAYLOAD_BYTES, row_buffer_bytes // 2))
         self.payload_bytes = 0
         self.writers: dict[str, pq.ParquetWriter] = {}
         self.counts: dict[str, int] = dict.fromkeys(self.tables, 0)
@@ -83,7 +98,7 @@ class ParquetSink:
             self._flush(table)
         elif table == "records" and row["value"] is not None:
             self.payload_bytes += len(row["value"]) + len(row["key"] or b"")
-            if self.payload_bytes >= BATCH_PAYLOAD_BYTES:
+            if self.payload_bytes >= self.payload_limit:
                 self._flush(table)
 
     def _writer(self, table: str) -> pq.ParquetWriter:

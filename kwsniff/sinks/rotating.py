@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from kwsniff.sinks.parquet import ParquetSink
+from kwsniff.sinks.parquet import ROW_BUFFER_BYTES, ParquetSink
 
 
 class RotatingSink:
@@ -32,12 +32,14 @@ class RotatingSink:
         period_s: float,
         now: float,
         on_rotate: Any = None,
+        row_buffer_bytes: int = ROW_BUFFER_BYTES,
     ) -> None:
         self.out_dir = Path(out_dir)
         self.name = name
         self.tables = tuple(tables)
         self.period_s = period_s
         self.on_rotate = on_rotate
+        self.row_buffer_bytes = row_buffer_bytes
         self.seq = 0
         self.counts: dict[str, int] = dict.fromkeys(self.tables, 0)
         self.files: list[Path] = []
@@ -46,7 +48,9 @@ class RotatingSink:
 
     def _open(self) -> ParquetSink:
         self.seq += 1
-        return ParquetSink(self.out_dir, f"{self.name}-{self.seq:06d}", self.tables)
+        return ParquetSink(
+            self.out_dir, f"{self.name}-{self.seq:06d}", self.tables, row_buffer_bytes=self.row_buffer_bytes
+        )
 
     def add(self, table: str, row: dict[str, Any]) -> None:
         self.current.add(table, row)

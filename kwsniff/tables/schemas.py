@@ -99,6 +99,9 @@ CONNECTIONS = pa.schema(
         ("tunnel", pa.string()),
         # Copies of packets already seen (mirrored twice, two tunnel ids), dropped before decoding.
         ("duplicate_packets", pa.int64()),
+        # Why kwsniff stopped following the connection before it ended: "idle" (no packet for the
+        # idle timeout of capture time) or "memory" (evicted under --memory-limit); null otherwise.
+        ("expired", pa.string()),
         # The accounting invariant, per direction (docs/accounting.md): stream_bytes = frame_bytes
         # + gap_bytes + skipped_bytes + sasl_bytes + tls_overhead_bytes + encrypted_bytes +
         # not_kafka_bytes. decrypted_bytes (TLS plaintext) is not a term: it became frames or skips.

@@ -70,6 +70,7 @@ class TcpReassembler:
         "_last_ack",
         "_syn_seq",
         "implausible_gaps",
+        "_held",
     )
 
     def __init__(
@@ -78,6 +79,7 @@ class TcpReassembler:
         on_gap: GapCallback,
         max_ooo_bytes: int = 8 * 1024 * 1024,
         max_ooo_segments: int = 4096,
+        held: list[int] | None = None,
     ) -> None:
         self.on_data = on_data
         self.on_gap = on_gap
@@ -99,6 +101,8 @@ class TcpReassembler:
         self._last_ack: int | None = None  # the peer's latest acknowledgement of this direction
         self._syn_seq: int | None = None
         self.implausible_gaps = 0  # restarts: sequence jumps no window or acknowledgement explains
+        # The run's reassembly memory pool (kwsniff.memory): bytes held out of order are charged there.
+        self._held = held if held is not None else [0]
 
     @property
     def buffered_bytes(self) -> int:
@@ -222,10 +226,12 @@ class TcpReassembler:
                 return
             self.bytes_duplicate += old_n + old[2]
             self._ooo_bytes -= old_n
+            self._held[0] -= old_n
         else:
             heappush(self._ooo_heap, start)
         ooo[start] = (ts, payload, missing)
         self._ooo_bytes += n
+        self._held[0] += n
         while self._ooo and (self._ooo_bytes > self.max_ooo_bytes or len(self._ooo) > self.max_ooo_segments):
             # Bounded memory (DESIGN rule 3): give up on the oldest hole rather than grow.
             self.ooo_overflows += 1
@@ -239,6 +245,7 @@ class TcpReassembler:
             start = heappop(heap)
             ts, payload, missing = ooo.pop(start)
             self._ooo_bytes -= len(payload)
+            self._held[0] -= len(payload)
             self._deliver_from(ts, start, payload, missing)
 
     def _deliver_from(self, ts: int, start: int, payload: memoryview | bytes, missing: int) -> None:

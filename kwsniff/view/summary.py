@@ -78,6 +78,29 @@ def tunnel_lines(st: Any) -> list[str]:
     return lines
 
 
+def memory_line(r: CaptureResult) -> str:
+    """What the memory budget took (docs/memory.md), or "" when it took nothing. Idle connections
+    ended by the idle timeout are listed too: their rows say `expired` like evicted ones."""
+    t, st = r.totals, r.stats
+    evicted = getattr(st, "evicted_connections", 0)
+    idle = getattr(st, "idle_connections", 0)
+    early = t["records_written_early"]
+    parts = []
+    if evicted:
+        parts.append(f"{evicted:,} connections ({human_size(st.evicted_bytes)} held)")
+    if early:
+        parts.append(
+            f"{early:,} records written before their response ({human_size(t['records_written_early_bytes'])}"
+            ", offsets unknown)"
+        )
+    if getattr(st, "forgotten_early", 0):
+        parts.append(f"{st.forgotten_early:,} closed connections forgotten early")
+    line = ("evicted: " + ", ".join(parts)) if parts else ""
+    if idle:
+        line += ("   " if line else "") + f"idle connections expired: {idle:,}"
+    return line
+
+
 def strict_reasons(r: CaptureResult) -> list[str]:
     """What `--strict` counts as not decoded. Orphan responses, unanswered requests and acks=0
     Produce requests are capture edges, not decode failures; SASL tokens are understood; TCP
@@ -94,8 +117,12 @@ def strict_reasons(r: CaptureResult) -> list[str]:
         (st.accounting_mismatches, "connections whose bytes do not add up"),
         (int(r.truncated), "capture file cut short"),
         (r.record_damage["crc_errors"], "record batches whose CRC did not match"),
-        (r.record_damage["capped_batches"], "record batches not decompressed (over --max-decompressed)"),
+        (
+            r.record_damage["capped_batches"],
+            "record batches not read (over --max-decompressed or the --memory-limit records share)",
+        ),
         (r.record_damage["record_errors"], "damaged record batches or message sets"),
+        (getattr(st, "evicted_connections", 0), "connections evicted under --memory-limit"),
     ]
     return [f"{n:,} {what}" for n, what in found if n]
 
@@ -140,6 +167,9 @@ def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> N
             f"  topic ids without a name: {t['unresolved_topic_rows']:,} rows"
             f" (+{t['held_rows_overflow']:,} written before a name could be learned)"
         )
+    line = memory_line(r)
+    if line:
+        echo("  " + line)
     echo("  " + accounting_line(r))
     if out is not None:
         echo("  tables: " + ", ".join(f"{out / k}/ ({v:,} rows)" for k, v in rows.items()))

@@ -13,11 +13,17 @@ command -v tcpdump >/dev/null 2>&1 || missing+=(tcpdump)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
-command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+# PySpark 4 runs on Java 17 or newer: an older java on PATH counts as missing.
+java_major() { java -version 2>&1 | sed -n '1s/.*version "\([0-9]*\)[."].*/\1/p'; }
+{ command -v java >/dev/null 2>&1 && [ "$(java_major)" -ge 17 ] 2>/dev/null; } || missing+=(openjdk-17-jre-headless)
 { command -v psql >/dev/null 2>&1 && compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; } || missing+=(postgresql)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if ! { command -v java >/dev/null 2>&1 && [ "$(java_major)" -ge 17 ] 2>/dev/null; }; then
+  echo "install-test-deps: error: Java 17 or newer is needed (PySpark 4); java -version says: $(java -version 2>&1 | head -1)" >&2
+  exit 1
 fi

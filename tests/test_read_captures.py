@@ -85,6 +85,12 @@ def _paired_with_tshark(
     return paired
 
 
+def test_every_row_names_its_capture_file(decoded: tuple[Path, ListSink, dict[str, Any]]) -> None:
+    path, sink, _ = decoded
+    assert set(sink.tables) >= {"requests", "connections", "partitions"}
+    assert {r["capture"] for rows in sink.tables.values() for r in rows} == {path.name}
+
+
 def test_correlation_ids_per_connection_equal_tsharks(decoded: tuple[Path, ListSink, dict[str, Any]]) -> None:
     _, sink, expected = decoded
     stream_of = _stream_of_conn(sink, expected)

@@ -276,74 +276,8 @@ def test_kafka_python_encoded_old_version_decodes_to_the_same_values(
     assert plain_values(decode(api_key, version, body)) == values
 
 
-# The (api key, version, direction) triples of the schema set that no independent encoder covers, and
-# why. A triple leaving this list (a new oracle) must be removed from it; a triple joining it fails.
-NO_INDEPENDENT_ENCODER: dict[str, tuple[int, list[int], str]] = {
-    # api name: (api key, versions, why neither kio 0.6 nor kafka-python 3.0 encodes it)
-    "LeaderAndIsr": (
-        4,
-        [0, 1, 2, 3, 4, 5, 6, 7],
-        "controller-to-broker (ZooKeeper era); neither library has it",
-    ),
-    "StopReplica": (5, [0, 1, 2, 3, 4], "controller-to-broker (ZooKeeper era); neither library has it"),
-    "UpdateMetadata": (
-        6,
-        [0, 1, 2, 3, 4, 5, 6, 7, 8],
-        "controller-to-broker (ZooKeeper era); neither library has it",
-    ),
-    "ControlledShutdown": (7, [0, 1, 2, 3], "broker-to-controller (ZooKeeper era); neither library has it"),
-    "ApiVersions": (18, [5], "v5 is newer than kio 0.6"),
-    "WriteTxnMarkers": (27, [0], "v0 removed from the specs kio follows (KIP-896); kafka-python lacks it"),
-    "TxnOffsetCommit": (28, [6], "v6 is newer than kio 0.6"),
-    "AlterReplicaLogDirs": (
-        34,
-        [0],
-        "v0 removed from the specs kio follows (KIP-896); kafka-python lacks it",
-    ),
-    "DescribeLogDirs": (35, [0], "request only: kafka-python's v0 request is wrong (KAFKA_PYTHON_WRONG)"),
-    "CreateDelegationToken": (
-        38,
-        [0],
-        "v0 removed from the specs kio follows (KIP-896); kafka-python lacks it",
-    ),
-    "RenewDelegationToken": (
-        39,
-        [0],
-        "v0 removed from the specs kio follows (KIP-896); kafka-python lacks it",
-    ),
-    "ExpireDelegationToken": (
-        40,
-        [0],
-        "v0 removed from the specs kio follows (KIP-896); kafka-python lacks it",
-    ),
-    "DescribeDelegationToken": (
-        41,
-        [0],
-        "v0 removed from the specs kio follows (KIP-896); kafka-python lacks it",
-    ),
-    "DeleteGroups": (42, [3], "v3 is newer than kio 0.6"),
-    "AlterPartition": (56, [0, 1], "v0-1 removed from the specs kio follows; kafka-python lacks it"),
-    "ShareGroupHeartbeat": (76, [0], "share groups (KIP-932) are newer than kio 0.6"),
-    "ShareGroupDescribe": (77, [0], "share groups (KIP-932) are newer than kio 0.6"),
-    "ShareFetch": (78, [0], "share groups (KIP-932) are newer than kio 0.6"),
-    "ShareAcknowledge": (79, [0], "share groups (KIP-932) are newer than kio 0.6"),
-    "StreamsGroupHeartbeat": (88, [1], "v1 is newer than kio 0.6"),
-    "StreamsGroupDescribe": (89, [1], "v1 is newer than kio 0.6"),
-    "StreamsGroupTopologyDescriptionUpdate": (93, [0], "newer than kio 0.6"),
-    "UnregisterController": (94, [0], "newer than kio 0.6"),
-}
-
-
-def test_oracle_coverage_is_enforced() -> None:
+def test_kio_and_kafka_python_coverage_is_enforced() -> None:
+    # The triples left to the Java client, and the overall figure: test_protocol_oracle_java.py.
     covered = KIO_COVERED | {triple for triple, _cls in KAFKA_PYTHON_TRIPLES}
-    total = set(schema_triples())
-    assert covered <= total
-    uncovered = {
-        (key, version, direction)
-        for key, versions, _why in NO_INDEPENDENT_ENCODER.values()
-        for version in versions
-        for direction in ("request", "response")
-        if (key, version, direction) != (35, 0, "response")  # kafka-python's v0 response is right
-    }
-    assert sorted(total - covered) == sorted(uncovered)
-    assert (len(covered), len(total), len(KIO_COVERED)) == (645, 736, 604)
+    assert covered <= set(schema_triples())
+    assert (len(covered), len(KIO_COVERED)) == (645, 604)

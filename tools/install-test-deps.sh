@@ -2,8 +2,8 @@
 # Installs what the test suite needs on a fresh machine: kwsniff with its test extras (pip), and from
 # Debian: tcpdump (the tests capture real traffic against a real broker on loopback), openssl (the
 # TLS test makes a self-signed certificate), and redis-server, memcached and postgresql (servers of
-# other protocols whose traffic must never be taken for Kafka), and a Java 17 runtime for PySpark's
-# local Spark (the `kwsniff spark`/`report` tests). tshark is not needed: its view is
+# other protocols whose traffic must never be taken for Kafka), and a Java 17 JDK for PySpark's
+# local Spark (the `kwsniff spark`/`report` tests) and for compiling tests/java/. tshark is not needed: its view is
 # stored as test data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,9 +13,10 @@ command -v tcpdump >/dev/null 2>&1 || missing+=(tcpdump)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
-# PySpark 4 runs on Java 17 or newer: an older java on PATH counts as missing.
+# PySpark 4 runs on Java 17 or newer: an older java on PATH counts as missing. javac compiles the
+# Kafka-client encoder of tests/test_protocol_oracle_java.py.
 java_major() { java -version 2>&1 | sed -n '1s/.*version "\([0-9]*\)[."].*/\1/p'; }
-{ command -v java >/dev/null 2>&1 && [ "$(java_major)" -ge 17 ] 2>/dev/null; } || missing+=(openjdk-17-jre-headless)
+{ command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 && [ "$(java_major)" -ge 17 ] 2>/dev/null; } || missing+=(openjdk-17-jdk-headless)
 { command -v psql >/dev/null 2>&1 && compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; } || missing+=(postgresql)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""

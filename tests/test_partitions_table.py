@@ -169,6 +169,46 @@ def test_request_record_totals_sum_their_partitions(
     }
 
 
+@pytest.mark.parametrize("name", ["kafka_python", "produce_codecs"])
+def test_request_record_counts_equal_what_the_clients_sent_and_read(
+    captures: dict[str, tuple[ListSink, dict[str, Any]]], name: str
+) -> None:
+    """Each record produced once (no retries in these runs) and each consumed once (one Fetch each)."""
+    sink, truth = captures[name]
+    rows = sink.tables["requests"]
+    assert sum(r["record_count"] for r in rows if r["api_key"] == PRODUCE) == truth["produced"]["total"]
+    assert sum(r["record_count"] for r in rows if r["api_key"] == FETCH) == truth["consumed"]["total"]
+
+
+def test_record_bytes_are_the_sizes_of_the_record_sets_sent() -> None:
+    """record_bytes is the size of each partition's records field as the client wrote it (batches built
+    by kafka-python's DefaultRecordBatchBuilder); a request's is the sum over its partitions."""
+    gzip, plain = build_v2(RECORDS, GZIP), build_v2(RECORDS[:1])
+    produce = {
+        "acks": -1,
+        "topic_data": [
+            {
+                "name": "orders",
+                "partition_data": [{"index": 0, "records": gzip}, {"index": 1, "records": plain}],
+            }
+        ],
+    }
+    answer = {
+        "responses": [
+            {
+                "name": "orders",
+                "partition_responses": [{"index": 0, "base_offset": 10}, {"index": 1, "base_offset": 4}],
+            }
+        ]
+    }
+    sink = run([(PRODUCE, 9, produce, answer)])
+    assert columns(sink, "partition", "record_count", "record_bytes", "batch_count", "compression") == [
+        (0, 3, len(gzip), 1, "gzip"),
+        (1, 1, len(plain), 1, "none"),
+    ]
+    assert columns(sink, "record_count", "record_bytes", table="requests") == [(4, len(gzip) + len(plain))]
+
+
 def test_acks_0_produce_requests_give_partitions_rows(
     captures: dict[str, tuple[ListSink, dict[str, Any]]],
 ) -> None:

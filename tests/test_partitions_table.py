@@ -558,3 +558,36 @@ def test_delete_records_and_offset_for_leader_epoch_name_their_offsets() -> None
         (DELETE_RECORDS, 0, 100, 100, None),
         (OFFSET_FOR_LEADER_EPOCH, 1, 640, None, 2),
     ]
+
+
+def test_damaged_record_sets_are_counted_on_their_partition_rows() -> None:
+    """Batches built by kafka-python, then damaged by hand: a flipped value byte fails the CRC-32C
+    (KIP-98 batch format), a batch cut short is partial bytes, and an unknown magic stops the reader
+    with its offset. Undamaged partitions count nothing."""
+    good = build_v2(RECORDS)
+    bad_crc = bytearray(build_v2(RECORDS))
+    bad_crc[-3] ^= 0x01
+    cut = build_v2(RECORDS)
+    foreign = bytearray(good)
+    foreign[16] = 7  # the magic byte
+    produce = {
+        "acks": -1,
+        "topic_data": [
+            {"name": "orders", "partition_data": [
+                {"index": 0, "records": good},
+                {"index": 1, "records": bytes(bad_crc)},
+                {"index": 2, "records": good + cut[:30]},
+                {"index": 3, "records": good + bytes(foreign)},
+            ]}
+        ],
+    }  # fmt: skip
+    sink = run([(PRODUCE, 9, produce, None)])
+    assert columns(
+        sink, "partition", "record_count", "crc_errors", "partial_bytes", "record_errors", "record_error"
+    ) == [
+        (0, 3, 0, 0, 0, None),
+        (1, 3, 1, 0, 0, None),
+        (2, 3, 0, 30, 0, None),
+        (3, 3, 0, 0, 1, f"unknown magic 7 at offset {len(good)}"),
+    ]
+    assert columns(sink, "capped_batches", "control_batches") == [(0, 0)] * 4

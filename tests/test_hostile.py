@@ -380,6 +380,7 @@ def test_decompression_bomb_in_a_produce_is_capped_and_counted() -> None:
     assert statuses(tables) == [(1, "ok", None)]
     (part,) = tables["partitions"]
     assert (part["record_count"], part["batch_count"], part["compression"]) == (0, 1, "gzip")
+    assert (part["capped_batches"], part["crc_errors"], part["record_errors"]) == (1, 0, 0)
     assert part["record_bytes"] == len(records)
 
 

@@ -591,3 +591,40 @@ def test_damaged_record_sets_are_counted_on_their_partition_rows() -> None:
         (3, 3, 0, 0, 1, f"unknown magic 7 at offset {len(good)}"),
     ]
     assert columns(sink, "capped_batches", "control_batches") == [(0, 0)] * 4
+
+
+def test_fetch_rows_carry_the_offsets_asked_and_answered() -> None:
+    """Fetch v11 (topic names): the offset asked for from the request, the broker's watermarks from the
+    response (KIP-98 last stable offset, KIP-107 log start offset), the records' range, and the lag
+    high_watermark - fetch_offset."""
+    req = {
+        "max_wait_ms": 500,
+        "topics": [
+            {"topic": "orders", "partitions": [{"partition": 2, "fetch_offset": 5, "log_start_offset": 0}]}
+        ],
+    }
+    resp = {
+        "responses": [
+            {"topic": "orders", "partitions": [
+                {"partition_index": 2, "high_watermark": 21, "last_stable_offset": 19, "log_start_offset": 3,
+                 "preferred_read_replica": -1, "records": build_v2(RECORDS, GZIP, first_offset=5)}
+            ]}
+        ]
+    }  # fmt: skip
+    sink = run([(FETCH, 11, req, resp)])
+    assert columns(
+        sink,
+        "topic",
+        "partition",
+        "fetch_offset",
+        "high_watermark",
+        "last_stable_offset",
+        "log_start_offset",
+        "lag",
+        "first_offset",
+        "last_offset",
+        "record_count",
+    ) == [("orders", 2, 5, 21, 19, 3, 16, 5, 7, 3)]
+    assert columns(sink, "capture", "conn_id", "correlation_id", "api_key", "api_name", "api_version") == [
+        ("t.pcap", 1, 1, FETCH, "Fetch", 11)
+    ]

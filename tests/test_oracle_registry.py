@@ -27,7 +27,11 @@ TSHARK_IDS = RC + "test_correlation_ids_per_connection_equal_tsharks"
 TSHARK_STREAMS = RC + "test_connections_carry_what_tsharks_streams_carry"
 DPKT_FLOWS = RC + "test_connection_packets_bytes_flags_and_times_equal_dpkts"
 CAPTURE_NAME = RC + "test_every_row_names_its_capture_file"
-TSHARK_COUNTS = RC + "test_requests_per_api_version_equal_tsharks"
+PT = "test_partitions_table.py::"
+FETCH_OFFSETS = PT + "test_fetch_rows_carry_the_offsets_asked_and_answered"
+DAMAGE = PT + "test_damaged_record_sets_are_counted_on_their_partition_rows"
+BUILT_RECORDS = "test_records_table.py::test_each_record_row_carries_what_the_client_built"
+STATS = "test_live_parts.py::test_capture_stats_rows_are_the_periods_and_the_counters_differences"
 
 ORACLE_CHECKED: dict[str, dict[str, str]] = {
     "requests": {
@@ -131,6 +135,78 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "group_id": "test_errors_table.py::test_group_error_takes_the_group_id_from_the_request",
         "resource_name": "test_errors_table.py::test_resource_error_has_resource_name_and_throttle_time_is_kept",
     },
+    "partitions": {
+        "capture": FETCH_OFFSETS,
+        "conn_id": FETCH_OFFSETS,
+        "correlation_id": FETCH_OFFSETS,
+        "api_key": FETCH_OFFSETS,
+        "api_name": FETCH_OFFSETS,
+        "api_version": FETCH_OFFSETS,
+        "group_id": PT + "test_offset_commits_carry_the_groups_committed_offsets",
+        "topic": PT + "test_acknowledged_produce_records_equal_the_truth_per_topic_partition",
+        "topic_id": PT + "test_fetch_v13_topic_ids_are_named_from_metadata",
+        "partition": PT + "test_acknowledged_produce_records_equal_the_truth_per_topic_partition",
+        "error_code": PT + "test_produce_answered_with_an_error_has_no_offsets",
+        "error_name": PT + "test_produce_answered_with_an_error_has_no_offsets",
+        "record_count": PT + "test_acknowledged_produce_records_equal_the_truth_per_topic_partition",
+        "record_bytes": PT + "test_record_bytes_are_the_sizes_of_the_record_sets_sent",
+        "batch_count": PT + "test_record_bytes_are_the_sizes_of_the_record_sets_sent",
+        "compression": PT + "test_every_codec_is_decoded_with_the_truths_counts",
+        "crc_errors": DAMAGE,
+        "partial_bytes": DAMAGE,
+        "control_batches": "test_records_table.py::test_transaction_markers_in_a_fetch_are_control_records",
+        "capped_batches": "test_hostile.py::test_decompression_bomb_in_a_produce_is_capped_and_counted",
+        "record_errors": DAMAGE,
+        "record_error": DAMAGE,
+        "fetch_offset": FETCH_OFFSETS,
+        "base_offset": PT + "test_produce_rows_carry_the_broker_assigned_offset_range",
+        "first_offset": PT + "test_produce_rows_carry_the_broker_assigned_offset_range",
+        "last_offset": PT + "test_produce_rows_carry_the_broker_assigned_offset_range",
+        "high_watermark": FETCH_OFFSETS,
+        "last_stable_offset": FETCH_OFFSETS,
+        "log_start_offset": FETCH_OFFSETS,
+        "lag": FETCH_OFFSETS,
+        "committed_offset": PT + "test_offset_commits_carry_the_groups_committed_offsets",
+        "offset": PT + "test_list_offsets_keeps_the_asked_timestamp_apart_from_the_answer",
+        "timestamp": PT + "test_list_offsets_keeps_the_asked_timestamp_apart_from_the_answer",
+        "target_timestamp": PT + "test_list_offsets_keeps_the_asked_timestamp_apart_from_the_answer",
+        "leader_id": PT + "test_topic_ids_learned_before_the_fetch_name_its_rows_at_once",
+        "leader_epoch": PT + "test_topic_ids_learned_before_the_fetch_name_its_rows_at_once",
+    },
+    "records": {
+        "capture": BUILT_RECORDS,
+        "conn_id": BUILT_RECORDS,
+        "correlation_id": BUILT_RECORDS,
+        "api_key": BUILT_RECORDS,
+        "api_name": BUILT_RECORDS,
+        "api_version": BUILT_RECORDS,
+        "topic": "test_records_table.py::test_produced_records_get_the_offsets_the_broker_acknowledged",
+        "topic_id": BUILT_RECORDS,
+        "partition": "test_records_table.py::test_produced_records_get_the_offsets_the_broker_acknowledged",
+        "offset": "test_records_table.py::test_produced_records_get_the_offsets_the_broker_acknowledged",
+        "timestamp": BUILT_RECORDS,
+        "timestamp_type": BUILT_RECORDS,
+        "key_size": "test_records_table.py::test_produced_records_get_the_offsets_the_broker_acknowledged",
+        "value_size": "test_records_table.py::test_produced_records_get_the_offsets_the_broker_acknowledged",
+        "header_count": "test_records_table.py::test_fetched_records_are_the_records_the_consumer_read",
+        "producer_id": "test_records_table.py::test_idempotent_records_carry_producer_id_epoch_and_sequence",
+        "producer_epoch": "test_records_table.py::test_idempotent_records_carry_producer_id_epoch_and_sequence",
+        "sequence": "test_records_table.py::test_idempotent_records_carry_producer_id_epoch_and_sequence",
+        "compression": "test_records_table.py::test_every_codec_appears_in_the_records_table",
+        "is_control": "test_records_table.py::test_transaction_markers_in_a_fetch_are_control_records",
+        "key": "test_records_table.py::test_produced_records_get_the_offsets_the_broker_acknowledged",
+        "value": "test_records_table.py::test_produced_records_get_the_offsets_the_broker_acknowledged",
+    },
+    "capture_stats": {
+        "capture": STATS,
+        "period_start": STATS,
+        "period_end": STATS,
+        "packets": STATS,
+        "bytes": STATS,
+        "kernel_drops": STATS,
+        "if_drops": STATS,
+        "queue_drops": STATS,
+    },
     "groups": {
         "capture": "test_groups_table.py::test_group_rows_match_tsharks_exchanges_per_connection",
         "conn_id": "test_groups_table.py::test_group_rows_match_tsharks_exchanges_per_connection",
@@ -161,7 +237,9 @@ def test_every_column_has_an_independent_check() -> None:
         for table, schema in SCHEMAS.items()
     }
     missing = {table: columns for table, columns in missing.items() if columns}
-    lines = [f'  ORACLE_CHECKED["{t}"]: "{c}": "<file>::<test>",' for t, cols in missing.items() for c in cols]
+    lines = [
+        f'  ORACLE_CHECKED["{t}"]: "{c}": "<file>::<test>",' for t, cols in missing.items() for c in cols
+    ]
     assert not missing, "columns with no independent check, one line each to add:\n" + "\n".join(lines)
 
 

@@ -97,6 +97,8 @@ def test_real_messages_agree_with_the_generic_walks(path: Path) -> None:
         if row["response"] is not None:
             got = partition_facts(key, version, RESPONSE, row["response"])
             assert got == fact_tree_walks.partition_facts(key, RESPONSE, row["response"])
-            assert error_rows(key, version, row["response"]) == list(fact_tree_walks.error_rows(row["response"]))
+            assert error_rows(key, version, row["response"]) == list(
+                fact_tree_walks.error_rows(row["response"])
+            )
             compared += 1
     assert compared > 20

@@ -14,12 +14,14 @@ import importlib.util
 import json
 import subprocess
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kwsniff.protocol import decode_request, decode_response, schema_triples
+from kwsniff.rows.extract import error_rows
 
 JAVA_SOURCE = Path(__file__).parent / "java" / "KafkaClientsEncoder.java"
 SEEDS = (1, 2, 3)
@@ -178,3 +180,37 @@ def test_independent_encoder_coverage_is_enforced(
     assert sorted(total - covered) == sorted(uncovered)
     # kio, then kafka-python, then the Java client: 722 of 736 (api key, version, direction) triples.
     assert (len(covered), len(total), len(java_checked(bodies) - python_oracles)) == (722, 736, 77)
+
+
+def _error_codes(values: Any, renames: dict[str, str], path: str = "") -> Iterator[tuple[str, int]]:
+    """Every non-zero *error_code field of the values Java wrote, in field order, with its path."""
+    if isinstance(values, dict) and set(values) != {"hex"}:
+        for name, value in values.items():
+            where = f"{path}.{renames.get(name, name)}".lstrip(".")
+            if name.endswith("error_code") and isinstance(value, int):
+                if value != 0:
+                    yield where, value
+            else:
+                yield from _error_codes(value, renames, where)
+    elif isinstance(values, list):
+        for item in values:
+            yield from _error_codes(item, renames, path + "[]")
+
+
+def test_error_rows_name_every_nonzero_error_code_java_wrote(
+    bodies: dict[Triple, list[tuple[bytes, dict[str, Any]]]],
+) -> None:
+    """The `errors` table's extraction (kwsniff.rows.extract.error_rows, compiled per version) against
+    the values Kafka's Java client wrote, walked here by field name: the independent counterpart of
+    the equivalence test in test_fact_compiler.py."""
+    checked = 0
+    for triple in sorted(java_checked(bodies)):
+        api_key, version, direction = triple
+        if direction != "response":
+            continue
+        for body, values in bodies[triple]:
+            rows = error_rows(api_key, version, decode_response(api_key, version, body))
+            expected = list(_error_codes(values, JAVA_NAMES.get(api_key, {})))
+            assert [(r["path"], r["error_code"]) for r in rows] == expected, triple
+            checked += 1
+    assert checked == 3 * len({t for t in java_checked(bodies) if t[2] == "response"}) > 900

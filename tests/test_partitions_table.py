@@ -477,9 +477,9 @@ def test_produce_answered_with_an_error_has_no_offsets() -> None:
         ]
     }
     sink = run([(PRODUCE, 9, produce, answer)])
-    assert columns(sink, "error_name", "record_count", "base_offset", "first_offset", "last_offset") == [
-        ("NOT_LEADER_OR_FOLLOWER", 3, -1, None, None)
-    ]
+    assert columns(
+        sink, "error_code", "error_name", "record_count", "base_offset", "first_offset", "last_offset"
+    ) == [(6, "NOT_LEADER_OR_FOLLOWER", 3, -1, None, None)]
 
 
 def test_offset_fetch_v8_keeps_groups_apart_and_v1_takes_the_requests_group() -> None:

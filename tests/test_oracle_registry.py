@@ -237,10 +237,13 @@ def test_every_column_has_an_independent_check() -> None:
         for table, schema in SCHEMAS.items()
     }
     missing = {table: columns for table, columns in missing.items() if columns}
-    lines = [
-        f'  ORACLE_CHECKED["{t}"]: "{c}": "<file>::<test>",' for t, cols in missing.items() for c in cols
-    ]
-    assert not missing, "columns with no independent check, one line each to add:\n" + "\n".join(lines)
+    # Printed ready to paste into ORACLE_CHECKED: one line per column.
+    lines = []
+    for table, columns in missing.items():
+        lines.append(f'    "{table}": {{' + ("" if table in ORACLE_CHECKED else "  # a new table"))
+        lines += [f'        "{column}": "<test file>::<test function>",' for column in columns]
+        lines.append("    },")
+    assert not missing, "columns with no independent check; add to ORACLE_CHECKED:\n" + "\n".join(lines)
 
 
 def test_the_registry_names_only_real_columns() -> None:

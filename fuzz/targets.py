@@ -203,7 +203,7 @@ def session(data: bytes) -> None:
         sess.packet(ts, LINKTYPE_IPV4, ipv4_tcp(d, seq, ack, flags, payload, missing))
     stats = sess.finish()
     # The session's own per-direction accounting check (stream = frames + gaps + skips + ...).
-    assert getattr(stats, "accounting_mismatches", 0) == 0, "connections whose bytes do not add up"
+    assert stats.accounting_mismatches == 0, "connections whose bytes do not add up"
     for row in sink.tables["connections"]:
         # Every byte seen (after deduplication) was delivered into a frame, a skip or another counted
         # kind, or was cut by the snaplen (a gap); lost segments are gaps too but were never seen.

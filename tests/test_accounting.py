@@ -111,6 +111,40 @@ def test_resync_after_garbage_counts_the_skipped_bytes() -> None:
     assert differences([row]) == []
 
 
+def test_garbage_before_a_response_is_skipped_bytes_to_the_client() -> None:
+    f = Flow()  # mid-connection, as above, with the garbage on the broker's side
+    f.send(0, request(18, 0, 4))
+    f.send(1, b"\x07" * 23 + response(4, API_VERSIONS_V0_RESPONSE))
+    (row,) = run(f.packets)
+    assert (row["skipped_bytes_to_client"], row["skipped_bytes_to_broker"], row["skipped_bytes"]) == (
+        23,
+        0,
+        23,
+    )
+    assert (row["frames_to_client"], row["responses"]) == (1, 1)
+    assert differences([row]) == []
+
+
+def test_out_of_order_bytes_past_the_cap_give_up_the_hole_as_a_gap() -> None:
+    """Segments waiting behind a hole are held up to --max-ooo-bytes; past it the hole is declared a
+    gap (one overflow) and what was held is delivered."""
+    f = Flow().handshake()
+    exchange(f, 1)
+    lost = request(3, 0, 2, METADATA_V0_REQUEST)
+    f.seq[0] += len(lost)  # a hole the capture never fills
+    held = b"".join(request(3, 0, corr, METADATA_V0_REQUEST) for corr in range(3, 9))
+    f.send(0, held, mss=len(held) // 2)
+    sink = ListSink()
+    session = Session("t.pcap", sink, SessionOptions(max_ooo_bytes=len(held) // 2 + 1))
+    for ts, data in f.packets:
+        session.packet(ts, LINKTYPE_RAW_IPV4, data)
+    session.finish()
+    (row,) = sink.tables["connections"]
+    assert (row["ooo_overflows"], row["gaps"], row["gap_bytes_to_broker"]) == (1, 1, len(lost))
+    assert row["frames_to_broker"] == 1 + 6
+    assert differences([row]) == []
+
+
 def test_read_prints_the_accounting_line_with_a_check_mark(tmp_path: Path) -> None:
     f = Flow().handshake()
     exchange(f, 1)

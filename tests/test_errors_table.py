@@ -210,8 +210,15 @@ def test_group_error_takes_the_group_id_from_the_request() -> None:
 def test_error_rows_carry_their_exchange_ids(order: tuple[int, int, int]) -> None:
     built = [produce_v8(), describe_configs_v1(), heartbeat_v1()]
     tables = exchanges(*(built[i] for i in order))
-    ids = {(e["correlation_id"], e["api_name"], e["api_version"], e["conn_id"]) for e in tables["errors"]}
-    assert ids == {(11, "Produce", 8, 1), (12, "DescribeConfigs", 1, 1), (13, "Heartbeat", 1, 1)}
+    ids = {
+        (e["correlation_id"], e["api_key"], e["api_name"], e["api_version"], e["conn_id"], e["capture"])
+        for e in tables["errors"]
+    }
+    assert ids == {
+        (11, 0, "Produce", 8, 1, "hand"),
+        (12, 32, "DescribeConfigs", 1, 1, "hand"),
+        (13, 12, "Heartbeat", 1, 1, "hand"),
+    }
 
 
 def produce_v8_refused(codes: list[int]) -> tuple[bytes, bytes]:

@@ -1,4 +1,6 @@
-"""The compiled fact extractors give exactly what the generic tree walks gave (tests/fact_oracle.py).
+"""Equivalence test: the compiled fact extractors give exactly what the generic tree walks gave
+(tests/fact_tree_walks.py, kwsniff's code before issue 11). It proves the compiler changed no answer,
+not that the answers are right; the independent checks are named in fact_tree_walks.py.
 
 Two kinds of messages: every request and response of the repository's captures, and, for every
 (api key, version, direction) of the schema set, messages built from the field tree with every list
@@ -13,7 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import fact_oracle
+import fact_tree_walks
 import pytest
 
 from kwsniff.pipeline.run import run_capture
@@ -72,11 +74,11 @@ def test_every_schema_version_agrees_with_the_generic_walks(direction: str) -> N
         code = REQUEST if side == "request" else RESPONSE
         for seed in range(12):
             msg = build(fields, random.Random(f"{api_key}/{version}/{side}/{seed}"))
-            assert partition_facts(api_key, version, code, msg) == fact_oracle.partition_facts(
+            assert partition_facts(api_key, version, code, msg) == fact_tree_walks.partition_facts(
                 api_key, code, msg
             ), (api_key, version, side, seed)
             if side == "response":
-                want = list(fact_oracle.error_rows(msg, "group-a", NAMES))
+                want = list(fact_tree_walks.error_rows(msg, "group-a", NAMES))
                 assert error_rows(api_key, version, msg, "group-a", NAMES) == want, (api_key, version, seed)
             checked += 1
     assert checked > 12 * 350  # every version of every API (368 each way in the schema set)
@@ -91,10 +93,12 @@ def test_real_messages_agree_with_the_generic_walks(path: Path) -> None:
         key, version = row["api_key"], row["api_version"]
         if row["request"] is not None:
             got = partition_facts(key, version, REQUEST, row["request"])
-            assert got == fact_oracle.partition_facts(key, REQUEST, row["request"])
+            assert got == fact_tree_walks.partition_facts(key, REQUEST, row["request"])
         if row["response"] is not None:
             got = partition_facts(key, version, RESPONSE, row["response"])
-            assert got == fact_oracle.partition_facts(key, RESPONSE, row["response"])
-            assert error_rows(key, version, row["response"]) == list(fact_oracle.error_rows(row["response"]))
+            assert got == fact_tree_walks.partition_facts(key, RESPONSE, row["response"])
+            assert error_rows(key, version, row["response"]) == list(
+                fact_tree_walks.error_rows(row["response"])
+            )
             compared += 1
     assert compared > 20

@@ -4,6 +4,7 @@ a pipe as it fills."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import queue
 import signal
@@ -15,6 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import dpkt
 import pyarrow.parquet as pq
 
 from kwsniff.capture import open_capture, open_stream
@@ -81,6 +83,7 @@ class FakeCapture:
             part = [(ts, data) for ts, _, data in packets[i : i + batch]]
             self.queue.put((self.linktype, part))
             self.counters.captured += len(part)
+            self.counters.captured_bytes += sum(len(data) for _, data in part)
         self.queue.put(None)
         self.packets = len(packets)
 
@@ -110,6 +113,47 @@ def test_decoder_rotating_gives_the_rows_of_read(tmp_path: Path) -> None:
     assert sum(r["packets"] for r in stats) == capture.packets
     with open_capture(pcap) as copy, open_capture(SAMPLE) as original:
         assert list(copy.packets()) == list(original.packets())
+
+
+MICROSECOND = datetime.timedelta(microseconds=1)
+
+
+def test_capture_stats_rows_are_the_periods_and_the_counters_differences(tmp_path: Path) -> None:
+    """One row per rotation period: its bounds are clock readings, its counts what the capture
+    counters grew by in it; packets and bytes add up to the capture file's, as dpkt reads it."""
+    capture = FakeCapture(SAMPLE, batch=11)
+    capture.counters.kernel_drops, capture.counters.if_drops, capture.counters.queue_drops = 5, 2, 3
+    ticks = iter(range(1_000_000))
+    readings: list[int] = []
+
+    def clock() -> float:
+        readings.append(next(ticks))
+        return float(readings[-1])
+
+    options = LiveOptions(tmp_path / "live", "fake", TABLES, rotate_s=4.0, idle_s=0.0)
+    decoder = LiveDecoder(capture, SessionOptions(), options, LiveStats(), clock=clock)  # type: ignore[arg-type]
+    decoder.start()
+    decoder.join(30)
+    assert decoder.error is None
+    stats = sorted(dataset(tmp_path / "live", "capture_stats"), key=lambda r: r["period_start"])
+    assert len(stats) == decoder.sink.seq > 3
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    bounds = [
+        ((r["period_start"] - epoch) // MICROSECOND, (r["period_end"] - epoch) // MICROSECOND) for r in stats
+    ]
+    assert bounds[0][0] == readings[0] * 1_000_000
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))  # back to back
+    assert {t for b in bounds for t in b} <= {r * 1_000_000 for r in readings}
+    assert all(end - start >= 4_000_000 for start, end in bounds[:-1])
+    with SAMPLE.open("rb") as f:
+        frames = [len(data) for _, data in dpkt.pcap.Reader(f)]
+    assert sum(r["packets"] for r in stats) == len(frames)
+    assert sum(r["bytes"] for r in stats) == sum(frames)
+    # The drops were there before the first period ended: all in it, none after.
+    assert [(r["kernel_drops"], r["if_drops"], r["queue_drops"]) for r in stats] == [(5, 2, 3)] + [
+        (0, 0, 0)
+    ] * (len(stats) - 1)
+    assert {r["capture"] for r in stats} == {"fake"}
 
 
 def test_capture_errors_are_one_line(tmp_path: Path) -> None:

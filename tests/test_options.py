@@ -4,6 +4,7 @@ pcap whose header version fields are byte-swapped is read."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -99,7 +100,16 @@ def test_show_filters_by_api_key_number_as_by_name() -> None:
     by_name = CliRunner().invoke(main, ["show", str(KP), "--api", "metadata", "--json"])
     by_key = CliRunner().invoke(main, ["show", str(KP), "--api", "3", "--json"])
     assert by_name.exit_code == by_key.exit_code == 0
-    assert by_name.stdout == by_key.stdout and by_name.stdout.count("\n") > 0
+    assert by_name.stdout == by_key.stdout
+    # Exactly the Metadata exchanges tshark saw in the capture, and nothing else.
+    tshark = json.loads(KP.with_name(KP.name + ".tshark.json").read_text())
+    metadata = sorted(
+        (r["correlation_id"], r["api_version"]) for r in tshark["requests"] if r["api_key"] == 3
+    )
+    shown = [json.loads(line) for line in by_key.stdout.splitlines()]
+    assert {(e["api_key"], e["api_name"]) for e in shown} == {(3, "Metadata")}
+    assert sorted((e["correlation_id"], e["api_version"]) for e in shown) == metadata
+    assert len(metadata) == 9
 
 
 def swap_version_fields(src: Path, dst: Path) -> Path:

@@ -169,6 +169,46 @@ def test_request_record_totals_sum_their_partitions(
     }
 
 
+@pytest.mark.parametrize("name", ["kafka_python", "produce_codecs"])
+def test_request_record_counts_equal_what_the_clients_sent_and_read(
+    captures: dict[str, tuple[ListSink, dict[str, Any]]], name: str
+) -> None:
+    """Each record produced once (no retries in these runs) and each consumed once (one Fetch each)."""
+    sink, truth = captures[name]
+    rows = sink.tables["requests"]
+    assert sum(r["record_count"] for r in rows if r["api_key"] == PRODUCE) == truth["produced"]["total"]
+    assert sum(r["record_count"] for r in rows if r["api_key"] == FETCH) == truth["consumed"]["total"]
+
+
+def test_record_bytes_are_the_sizes_of_the_record_sets_sent() -> None:
+    """record_bytes is the size of each partition's records field as the client wrote it (batches built
+    by kafka-python's DefaultRecordBatchBuilder); a request's is the sum over its partitions."""
+    gzip, plain = build_v2(RECORDS, GZIP), build_v2(RECORDS[:1])
+    produce = {
+        "acks": -1,
+        "topic_data": [
+            {
+                "name": "orders",
+                "partition_data": [{"index": 0, "records": gzip}, {"index": 1, "records": plain}],
+            }
+        ],
+    }
+    answer = {
+        "responses": [
+            {
+                "name": "orders",
+                "partition_responses": [{"index": 0, "base_offset": 10}, {"index": 1, "base_offset": 4}],
+            }
+        ]
+    }
+    sink = run([(PRODUCE, 9, produce, answer)])
+    assert columns(sink, "partition", "record_count", "record_bytes", "batch_count", "compression") == [
+        (0, 3, len(gzip), 1, "gzip"),
+        (1, 1, len(plain), 1, "none"),
+    ]
+    assert columns(sink, "record_count", "record_bytes", table="requests") == [(4, len(gzip) + len(plain))]
+
+
 def test_acks_0_produce_requests_give_partitions_rows(
     captures: dict[str, tuple[ListSink, dict[str, Any]]],
 ) -> None:
@@ -437,9 +477,9 @@ def test_produce_answered_with_an_error_has_no_offsets() -> None:
         ]
     }
     sink = run([(PRODUCE, 9, produce, answer)])
-    assert columns(sink, "error_name", "record_count", "base_offset", "first_offset", "last_offset") == [
-        ("NOT_LEADER_OR_FOLLOWER", 3, -1, None, None)
-    ]
+    assert columns(
+        sink, "error_code", "error_name", "record_count", "base_offset", "first_offset", "last_offset"
+    ) == [(6, "NOT_LEADER_OR_FOLLOWER", 3, -1, None, None)]
 
 
 def test_offset_fetch_v8_keeps_groups_apart_and_v1_takes_the_requests_group() -> None:
@@ -517,4 +557,74 @@ def test_delete_records_and_offset_for_leader_epoch_name_their_offsets() -> None
     assert columns(sink, "api_key", "partition", "offset", "log_start_offset", "leader_epoch") == [
         (DELETE_RECORDS, 0, 100, 100, None),
         (OFFSET_FOR_LEADER_EPOCH, 1, 640, None, 2),
+    ]
+
+
+def test_damaged_record_sets_are_counted_on_their_partition_rows() -> None:
+    """Batches built by kafka-python, then damaged by hand: a flipped value byte fails the CRC-32C
+    (KIP-98 batch format), a batch cut short is partial bytes, and an unknown magic stops the reader
+    with its offset. Undamaged partitions count nothing."""
+    good = build_v2(RECORDS)
+    bad_crc = bytearray(build_v2(RECORDS))
+    bad_crc[-3] ^= 0x01
+    cut = build_v2(RECORDS)
+    foreign = bytearray(good)
+    foreign[16] = 7  # the magic byte
+    produce = {
+        "acks": -1,
+        "topic_data": [
+            {"name": "orders", "partition_data": [
+                {"index": 0, "records": good},
+                {"index": 1, "records": bytes(bad_crc)},
+                {"index": 2, "records": good + cut[:30]},
+                {"index": 3, "records": good + bytes(foreign)},
+            ]}
+        ],
+    }  # fmt: skip
+    sink = run([(PRODUCE, 9, produce, None)])
+    assert columns(
+        sink, "partition", "record_count", "crc_errors", "partial_bytes", "record_errors", "record_error"
+    ) == [
+        (0, 3, 0, 0, 0, None),
+        (1, 3, 1, 0, 0, None),
+        (2, 3, 0, 30, 0, None),
+        (3, 3, 0, 0, 1, f"unknown magic 7 at offset {len(good)}"),
+    ]
+    assert columns(sink, "capped_batches", "control_batches") == [(0, 0)] * 4
+
+
+def test_fetch_rows_carry_the_offsets_asked_and_answered() -> None:
+    """Fetch v11 (topic names): the offset asked for from the request, the broker's watermarks from the
+    response (KIP-98 last stable offset, KIP-107 log start offset), the records' range, and the lag
+    high_watermark - fetch_offset."""
+    req = {
+        "max_wait_ms": 500,
+        "topics": [
+            {"topic": "orders", "partitions": [{"partition": 2, "fetch_offset": 5, "log_start_offset": 0}]}
+        ],
+    }
+    resp = {
+        "responses": [
+            {"topic": "orders", "partitions": [
+                {"partition_index": 2, "high_watermark": 21, "last_stable_offset": 19, "log_start_offset": 3,
+                 "preferred_read_replica": -1, "records": build_v2(RECORDS, GZIP, first_offset=5)}
+            ]}
+        ]
+    }  # fmt: skip
+    sink = run([(FETCH, 11, req, resp)])
+    assert columns(
+        sink,
+        "topic",
+        "partition",
+        "fetch_offset",
+        "high_watermark",
+        "last_stable_offset",
+        "log_start_offset",
+        "lag",
+        "first_offset",
+        "last_offset",
+        "record_count",
+    ) == [("orders", 2, 5, 21, 19, 3, 16, 5, 7, 3)]
+    assert columns(sink, "capture", "conn_id", "correlation_id", "api_key", "api_name", "api_version") == [
+        ("t.pcap", 1, 1, FETCH, "Fetch", 11)
     ]

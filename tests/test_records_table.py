@@ -239,3 +239,31 @@ def test_record_payloads_bound_a_batch_by_bytes(tmp_path: Path, monkeypatch: pyt
         sizes = [len(r["key"] or b"") + len(r["value"]) for r in rows if r["value"] is not None]
         # Written as soon as the payloads held reach the bound, not one record later.
         assert sum(sizes) >= bound > sum(sizes) - sizes[-1]
+
+
+def test_each_record_row_carries_what_the_client_built() -> None:
+    """Records built by kafka-python's batch builder (KIP-82 headers, KIP-32 create time), produced with
+    acks=-1 and answered with base offset 40: every per-record column, from what was built."""
+    built = [(1_700_000_000_000 + i, b"k%d" % i, b"v" * (i + 1), [("h", b"x")] * i) for i in range(3)]
+    batch = build_v2(built, producer=(7, 2, 11))
+    produce = {
+        "acks": -1,
+        "topic_data": [{"name": "orders", "partition_data": [{"index": 5, "records": batch}]}],
+    }
+    answer = {"responses": [{"name": "orders", "partition_responses": [{"index": 5, "base_offset": 40}]}]}
+    sink = run([(0, 9, produce, answer)], records=True, record_payloads=True)
+    rows = sink.tables["records"]
+    assert [
+        (r["topic"], r["partition"], r["offset"], r["timestamp"], r["timestamp_type"], r["compression"])
+        for r in rows
+    ] == [("orders", 5, 40 + i, (1_700_000_000_000 + i) * 1000, "create", "none") for i in range(3)]
+    assert [(r["key"], r["key_size"], r["value"], r["value_size"], r["header_count"]) for r in rows] == [
+        (b"k%d" % i, 2, b"v" * (i + 1), i + 1, i) for i in range(3)
+    ]
+    assert [(r["producer_id"], r["producer_epoch"], r["sequence"], r["is_control"]) for r in rows] == [
+        (7, 2, 11 + i, False) for i in range(3)
+    ]
+    assert {
+        (r["conn_id"], r["correlation_id"], r["api_key"], r["api_name"], r["api_version"]) for r in rows
+    } == {(1, 1, 0, "Produce", 9)}
+    assert {(r["capture"], r["topic_id"]) for r in rows} == {("t.pcap", None)}

@@ -301,8 +301,9 @@ def check_refused_plain(
     assert {(e["api_name"], e["error_name"]) for e in tables["errors"]} == {
         ("SaslHandshake", "UNSUPPORTED_SASL_MECHANISM")
     }
-    assert PASSWORD not in repr(tables)
-    assert PASSWORD not in shown
+    # No check that PASSWORD stays out of the tables here: the broker refuses before the client sends
+    # it, so such a check could not fail. Redaction of credentials that do cross the wire is
+    # test_sasl_authenticate_tokens_are_redacted_in_kept_messages, with hand-built tokens.
     shown_handshakes = [json.loads(line) for line in shown.splitlines() if '"SaslHandshake"' in line]
     assert len(shown_handshakes) == len(handshakes)
 

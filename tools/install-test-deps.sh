@@ -5,11 +5,11 @@
 #     make one, installed here when `python3 -m venv` fails;
 #  2. from Debian: tcpdump (the tests capture real traffic against a real broker on loopback),
 #     openssl (the TLS test makes a self-signed certificate), redis-server, memcached and postgresql
-#     (servers of other protocols whose traffic must never be taken for Kafka), a Java 17 runtime
-#     for PySpark's local Spark (the `kwsniff spark`/`report` tests), and iproute2 and ethtool (the
+#     (servers of other protocols whose traffic must never be taken for Kafka), a Java 17 JDK
+#     for PySpark's local Spark (the `kwsniff spark`/`report` tests) and javac for tests/java/, and iproute2 and ethtool (the
 #     network namespaces of tools/make_capture.py and bench/bench_capture.py);
 #  3. kwsniff itself, editable, with its `test` and `spark` extras, into .venv.
-# tshark is not needed: its view is stored as test data. Run the tests with `.venv/bin/python -m pytest`.
+# tshark and editcap decrypt TLS as the TLS tests' oracle. Run the tests with `.venv/bin/python -m pytest`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,7 +46,10 @@ command -v tcpdump >/dev/null 2>&1 || missing+=(tcpdump)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
-command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+# PySpark 4 runs on Java 17 or newer: an older java on PATH counts as missing. javac compiles the
+# Kafka-client encoder of tests/test_protocol_oracle_java.py.
+java_major() { java -version 2>&1 | sed -n '1s/.*version "\([0-9]*\)[."].*/\1/p'; }
+{ command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 && [ "$(java_major)" -ge 17 ] 2>/dev/null; } || missing+=(openjdk-17-jdk-headless)
 # tshark decrypts TLS with a key log as the oracle of the TLS tests; editcap injects key logs into pcapng.
 command -v tshark >/dev/null 2>&1 || missing+=(tshark)
 command -v editcap >/dev/null 2>&1 || missing+=(wireshark-common)
@@ -56,7 +59,11 @@ PATH="$PATH:/usr/sbin:/sbin" command -v ethtool >/dev/null 2>&1 || missing+=(eth
 if [ ${#missing[@]} -gt 0 ]; then
   apt_install "${missing[@]}"
 else
-  step "Debian packages: all present (tcpdump, openssl, redis-server, memcached, java, postgresql, iproute2, ethtool)"
+  step "Debian packages: all present (tcpdump, openssl, redis-server, memcached, java, tshark, postgresql, iproute2, ethtool)"
+fi
+if ! { command -v java >/dev/null 2>&1 && [ "$(java_major)" -ge 17 ] 2>/dev/null; }; then
+  echo "install-test-deps: error: Java 17 or newer is needed (PySpark 4); java -version says: $(java -version 2>&1 | head -1)" >&2
+  exit 1
 fi
 
 step "pip install -e '.[test,spark]' into .venv (PySpark is large: a first install takes minutes)"

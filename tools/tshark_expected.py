@@ -4,8 +4,10 @@
     python tools/tshark_expected.py some.pcap --port 9092
 
 For every Kafka PDU tshark dissects it records requests (stream, api key and version, correlation id,
-time) and responses (stream, correlation id), pairs them by (tcp.stream, correlation_id) and
-summarises per (api_key, api_version). Tests compare kwsniff against this file; they never run tshark.
+length, time) and responses (stream, correlation id, length), each with the frame it starts in,
+pairs them by (tcp.stream, correlation_id) and summarises per (api_key, api_version). From a second
+pass over every TCP frame it records each stream's endpoints, packets and payload bytes per direction,
+flags and first/last frame time. Tests compare kwsniff against this file; they never run tshark.
 """
 
 from __future__ import annotations
@@ -29,6 +31,23 @@ FIELDS = (
     "kafka.api_key",
     "kafka.api_version",
     "kafka.correlation_id",
+    "kafka.len",
+    "tcp.segment",
+    "kafka.client_id",
+)
+# The per-frame pass: every TCP frame, whatever it carries (handshake, pure ACKs, FIN, RST).
+FRAME_FIELDS = (
+    "frame.number",
+    "frame.time_epoch",
+    "tcp.stream",
+    "ip.src",
+    "tcp.srcport",
+    "ip.dst",
+    "tcp.dstport",
+    "tcp.len",
+    "tcp.flags.syn",
+    "tcp.flags.fin",
+    "tcp.flags.reset",
 )
 
 
@@ -56,11 +75,49 @@ def broker_port(pcap: Path) -> int:
     return int(ports.most_common(1)[0][0])
 
 
+def tcp_frames(pcap: Path) -> list[list[str]]:
+    """One row of FRAME_FIELDS per TCP frame, in capture order."""
+    command = ["tshark", "-r", str(pcap), "-Y", "tcp", "-T", "fields", "-E", "separator=/t"]
+    for name in FRAME_FIELDS:
+        command += ["-e", name]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=True)
+    return [line.split("\t") for line in out.stdout.splitlines()]
+
+
+def stream_view(frames: list[list[str]], port: int) -> list[dict[str, Any]]:
+    """Per tcp.stream: client and broker endpoint, packets and TCP payload bytes per direction, whether
+    a SYN, FIN or RST was seen, and the first and last frame time."""
+    streams: dict[int, dict[str, Any]] = {}
+    for frame, epoch, stream, src, sport, dst, dport, length, syn, fin, rst in frames:
+        to_broker = int(dport) == port
+        client, broker = (
+            (f"{src}:{sport}", f"{dst}:{dport}") if to_broker else (f"{dst}:{dport}", f"{src}:{sport}")
+        )
+        entry = streams.setdefault(int(stream), {
+            "stream": int(stream), "client": client, "broker": broker,
+            "packets_to_broker": 0, "packets_to_client": 0,
+            "payload_bytes_to_broker": 0, "payload_bytes_to_client": 0,
+            "syn": False, "fin": False, "rst": False,
+            "first_frame": int(frame), "first_time_epoch": round(float(epoch), 6),
+        })  # fmt: skip
+        direction = "to_broker" if to_broker else "to_client"
+        entry["packets_" + direction] += 1
+        entry["payload_bytes_" + direction] += int(length)
+        entry["syn"] |= syn in ("1", "True")
+        entry["fin"] |= fin in ("1", "True")
+        entry["rst"] |= rst in ("1", "True")
+        entry["last_frame"] = int(frame)
+        entry["last_time_epoch"] = round(float(epoch), 6)
+    return [streams[k] for k in sorted(streams)]
+
+
 def kafka_pdus(
-    pcap: Path, port: int, extra: list[str] | None = None
+    pcap: Path, port: int, frame_times: dict[int, float] | None = None, extra: list[str] | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Request and response PDUs in capture order, from one tshark field pass (``extra``: more
-    tshark arguments, such as another decode-as)."""
+    tshark arguments, such as another decode-as; ``frame_times``: each frame's time, for the time
+    of the frame a PDU starts in)."""
+    frame_times = frame_times if frame_times is not None else {}
     command = ["tshark", "-r", str(pcap), "-d", f"tcp.port=={port},kafka", "-Y", "kafka", "-T", "fields",
                "-E", "separator=/t", "-E", "occurrence=a", "-E", "aggregator=,", *(extra or [])]  # fmt: skip
     for name in FIELDS:
@@ -69,19 +126,42 @@ def kafka_pdus(
     requests: list[dict[str, Any]] = []
     responses: list[dict[str, Any]] = []
     for line in out.stdout.splitlines():
-        frame, epoch, stream, src, dst, keys, versions, correlations = line.split("\t")
+        frame, epoch, stream, src, dst, keys, versions, correlations, lengths, segments, clients = line.split(
+            "\t"
+        )
         base = {"frame": int(frame), "stream": int(stream), "frame_time_epoch": round(float(epoch), 6)}
         correlation_ids = [int(c) for c in correlations.split(",") if c]
+        sizes = [int(n) for n in lengths.split(",") if n]
+        # tcp.segment lists the frames of the one PDU this frame completes by reassembly, which is
+        # the frame's first PDU; every later PDU of the frame lies wholly inside it.
+        starts = [min((int(f) for f in segments.split(",") if f), default=int(frame))]
+        starts += [int(frame)] * (len(correlation_ids) - 1)
         if int(dst) == port:
             # A request header always carries key, version and correlation id, so the lists align
             # even when one segment completes several PDUs.
-            for key, version, cid in zip(keys.split(","), versions.split(","), correlation_ids, strict=True):
+            # Client ids of the test captures hold no comma (the aggregator); zip() checks it.
+            for key, version, cid, size, start, client in zip(
+                keys.split(","),
+                versions.split(","),
+                correlation_ids,
+                sizes,
+                starts,
+                clients.split(","),
+                strict=True,
+            ):
                 requests.append(
-                    {**base, "api_key": int(key), "api_version": int(version), "correlation_id": cid}
-                )
+                    {**base, "api_key": int(key), "api_version": int(version), "correlation_id": cid,
+                     "length": size, "first_frame": start, "first_frame_time_epoch": frame_times.get(start),
+                     "client_id": client}
+                )  # fmt: skip
         elif int(src) == port:
             # Responses carry only the correlation id (tshark adds the key only when it matched one).
-            responses.extend({**base, "correlation_id": cid} for cid in correlation_ids)
+            # A response's time is that of the frame it starts in (kwsniff's ts_response).
+            responses.extend(
+                {**base, "correlation_id": cid, "length": size, "first_frame": start,
+                 "first_frame_time_epoch": frame_times.get(start)}
+                for cid, size, start in zip(correlation_ids, sizes, starts, strict=True)
+            )  # fmt: skip
     return requests, responses
 
 
@@ -116,14 +196,18 @@ def summarise(requests: list[dict[str, Any]], responses: list[dict[str, Any]]) -
 
 def expected_for(pcap: Path, port: int | None, version: str) -> dict[str, Any]:
     port = port if port is not None else broker_port(pcap)
-    requests, responses = kafka_pdus(pcap, port)
+    frames = tcp_frames(pcap)
+    frame_times = {int(f[0]): round(float(f[1]), 6) for f in frames}
+    requests, responses = kafka_pdus(pcap, port, frame_times)
     return {
         "tshark_version": version,
         "capture": pcap.name,
         "broker_port": port,
         "decode_as": f"tcp.port=={port},kafka",
-        "note": "frame/frame_time_epoch are of the frame in which tshark completed the PDU",
+        "note": "frame/frame_time_epoch are of the frame in which tshark completed the PDU; length is "
+        "the PDU's length field (kafka.len); first_frame is the frame the PDU starts in",
         "summary": summarise(requests, responses),
+        "streams": stream_view(frames, port),
         "requests": requests,
         "responses": responses,
     }
@@ -133,9 +217,11 @@ def write_expected(pcap: Path, data: dict[str, Any]) -> Path:
     out = pcap.with_name(pcap.name + ".tshark.json")
     # One PDU per line keeps the committed file diffable without being huge.
     lines = ["{"]
-    head = {k: v for k, v in data.items() if k not in ("requests", "responses")}
+    head = {k: v for k, v in data.items() if k not in ("streams", "requests", "responses")}
     for key, value in head.items():
         lines.append(f" {json.dumps(key)}: {json.dumps(value, sort_keys=False)},")
+    streams = ",\n  ".join(json.dumps(row) for row in data["streams"])
+    lines.append(f' "streams": [\n  {streams}\n ],')
     for key in ("requests", "responses"):
         rows = ",\n  ".join(json.dumps(row) for row in data[key])
         closing = "," if key == "requests" else ""

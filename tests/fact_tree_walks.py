@@ -1,4 +1,11 @@
-"""The generic tree walks the tables used before issue 11, kept as the oracle of the compiled ones.
+"""The generic tree walks the tables used before issue 11, kept as the reference of an equivalence test.
+
+Not an independent oracle: it is kwsniff's own earlier code and shares its field tables
+(kwsniff.rows.partitions); tests/test_fact_compiler.py only shows the compiled extractors did not
+change an answer. The facts themselves are checked against independent sources elsewhere: error rows
+against every response layout Kafka's Java client writes (test_protocol_oracle_java.py), partition
+facts against the truth files of the real clients (test_partitions_table.py, test_records_table.py),
+tshark's view (test_read_captures.py) and hand-built exchanges (test_errors_table.py).
 
 They find partitions and error codes by walking every dict of a decoded message by field names;
 kwsniff.rows.fact_compiler writes per-version code meant to give exactly the same answers, and

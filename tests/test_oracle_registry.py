@@ -1,0 +1,273 @@
+"""Every column of every table has a test against an independent oracle, not only a snapshot.
+
+An oracle is independent when it shares no code with kwsniff: tshark's stored view of the captures
+(CAPTURE.tshark.json), dpkt, the real clients' own truth files (CAPTURE.truth.json) and configuration,
+kio, kafka-python and Kafka's Java client, or bytes and values a test assembles itself. The golden
+digests and `show` excerpts (tests/test_golden_tables.py, tests/test_show.py) are regression guards
+that kwsniff wrote; they never count here.
+
+ORACLE_CHECKED names, for each column, one such test (file::function). A new column fails
+test_every_column_has_an_independent_check until its line is added. tools/mutate_columns.py checks
+the other way round: that a wrong value in each column makes a non-snapshot test fail.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from kwsniff.tables.schemas import SCHEMAS
+
+TESTS = Path(__file__).parent
+SNAPSHOTS = {"test_golden_tables.py", "test_show.py"}
+
+RC = "test_read_captures.py::"
+TSHARK_EXCHANGES = RC + "test_sizes_times_and_client_ids_of_each_exchange_equal_tsharks"
+TSHARK_IDS = RC + "test_correlation_ids_per_connection_equal_tsharks"
+TSHARK_STREAMS = RC + "test_connections_carry_what_tsharks_streams_carry"
+DPKT_FLOWS = RC + "test_connection_packets_bytes_flags_and_times_equal_dpkts"
+CAPTURE_NAME = RC + "test_every_row_names_its_capture_file"
+PT = "test_partitions_table.py::"
+FETCH_OFFSETS = PT + "test_fetch_rows_carry_the_offsets_asked_and_answered"
+DAMAGE = PT + "test_damaged_record_sets_are_counted_on_their_partition_rows"
+BUILT_RECORDS = "test_records_table.py::test_each_record_row_carries_what_the_client_built"
+STATS = "test_live_parts.py::test_capture_stats_rows_are_the_periods_and_the_counters_differences"
+
+ORACLE_CHECKED: dict[str, dict[str, str]] = {
+    "requests": {
+        "capture": CAPTURE_NAME,
+        "conn_id": TSHARK_IDS,
+        "correlation_id": TSHARK_IDS,
+        "api_key": TSHARK_IDS,
+        "api_name": "test_errors_table.py::test_group_error_takes_the_group_id_from_the_request",
+        "api_version": TSHARK_IDS,
+        "client_id": TSHARK_EXCHANGES,
+        "ts_request": TSHARK_IDS,
+        "ts_response": TSHARK_EXCHANGES,
+        "latency_ms": TSHARK_EXCHANGES,
+        "request_bytes": TSHARK_EXCHANGES,
+        "response_bytes": TSHARK_EXCHANGES,
+        "throttle_time_ms": "test_errors_table.py::test_throttle_time_and_top_level_error_code_follow_each_response_version",
+        "error_code": "test_errors_table.py::test_throttle_time_and_top_level_error_code_follow_each_response_version",
+        "error_name": "test_errors_table.py::test_join_group_member_id_required_is_an_error_row_with_the_requests_group",
+        "error_count": "test_errors_table.py::test_requests_count_and_name_errors_below_the_top_level",
+        "first_error_code": "test_errors_table.py::test_requests_count_and_name_errors_below_the_top_level",
+        "first_error_name": "test_errors_table.py::test_requests_count_and_name_errors_below_the_top_level",
+        "acks": RC + "test_acks0_requests_answered_by_tansu_are_ok",
+        "record_count": "test_partitions_table.py::test_request_record_counts_equal_what_the_clients_sent_and_read",
+        "record_bytes": "test_partitions_table.py::test_record_bytes_are_the_sizes_of_the_record_sets_sent",
+        "status": RC + "test_acks0_requests_answered_by_tansu_are_ok",
+        "reason": "test_errors_table.py::test_partition_error_has_topic_partition_and_message",
+    },
+    "connections": {
+        "capture": CAPTURE_NAME,
+        "conn_id": TSHARK_IDS,
+        "client_ip": DPKT_FLOWS,
+        "client_port": DPKT_FLOWS,
+        "broker_ip": DPKT_FLOWS,
+        "broker_port": DPKT_FLOWS,
+        "ts_first": DPKT_FLOWS,
+        "ts_last": DPKT_FLOWS,
+        "kafka": "test_mid_stream_captures.py::test_mid_stream_cut_of_a_real_capture_finds_what_tshark_saw_after_the_cut",
+        "syn_seen": DPKT_FLOWS,
+        "fin_seen": DPKT_FLOWS,
+        "rst_seen": DPKT_FLOWS,
+        "packets_to_broker": DPKT_FLOWS,
+        "packets_to_client": DPKT_FLOWS,
+        "bytes_to_broker": DPKT_FLOWS,
+        "bytes_to_client": DPKT_FLOWS,
+        "frames_to_broker": TSHARK_STREAMS,
+        "frames_to_client": TSHARK_STREAMS,
+        "frame_bytes_to_broker": TSHARK_STREAMS,
+        "frame_bytes_to_client": TSHARK_STREAMS,
+        "duplicate_bytes": "test_accounting.py::test_retransmissions_and_overlaps_are_counted_once",
+        "gaps": "test_capture_edges.py::test_broker_bytes_a_client_acknowledged_but_the_capture_never_saw_are_a_gap",
+        "gap_bytes": "test_hostile.py::test_snaplen_96_capture_counts_every_cut_as_a_snaplen_gap",
+        "ooo_overflows": "test_accounting.py::test_out_of_order_bytes_past_the_cap_give_up_the_hole_as_a_gap",
+        "skipped_bytes": "test_accounting.py::test_garbage_before_a_response_is_skipped_bytes_to_the_client",
+        "not_kafka_bytes": "test_other_protocol_corpus.py::test_assembled_protocol_is_never_kafka_and_passes_strict",
+        "resyncs": "test_hostile.py::test_size_prefix_near_2_31_is_skipped_as_oversize_and_the_next_request_decodes",
+        "requests": TSHARK_STREAMS,
+        "responses": TSHARK_STREAMS,
+        "unanswered": TSHARK_STREAMS,
+        "no_response_expected": "test_session.py::test_acks0_produce_without_response_is_no_response_expected_and_others_unanswered",
+        "orphan_responses": "test_session.py::test_response_without_request_is_counted_as_orphan",
+        "decode_errors": "test_capture_edges.py::test_a_response_cut_by_the_end_of_the_capture_is_response_cut_with_what_was_seen",
+        "undecodable_frames": "test_hostile.py::test_tagged_fields_with_absurd_sizes_are_counted_not_allocated",
+        "client_id": TSHARK_STREAMS,
+        "client_software_name": "test_errors_table.py::test_api_versions_v3_names_the_client_software",
+        "client_software_version": "test_errors_table.py::test_api_versions_v3_names_the_client_software",
+        "protocol_guess": "test_other_protocols.py::test_an_http_health_check_on_the_broker_port_is_not_kafka",
+        "tls": "test_tls.py::test_a_real_tls_connection_on_a_broker_port_is_counted_as_encrypted",
+        "tls_version": "test_tls.py::test_a_real_tls_connection_on_a_broker_port_is_counted_as_encrypted",
+        "tls_sni": "test_tls.py::test_a_real_tls_connection_on_a_broker_port_is_counted_as_encrypted",
+        "sasl_mechanism": "test_sasl.py::test_raw_tokens_after_a_v0_handshake_are_counted_not_decoded_and_later_requests_decode",
+        "sasl_outcome": "test_sasl.py::test_raw_tokens_after_a_v0_handshake_are_counted_not_decoded_and_later_requests_decode",
+        "sasl_tokens": "test_sasl.py::test_raw_tokens_after_a_v0_handshake_are_counted_not_decoded_and_later_requests_decode",
+        "sasl_authenticated": "test_sasl.py::test_raw_tokens_after_a_v0_handshake_are_counted_not_decoded_and_later_requests_decode",
+        "stream_bytes_to_broker": DPKT_FLOWS,
+        "gap_bytes_to_broker": "test_accounting.py::test_out_of_order_bytes_past_the_cap_give_up_the_hole_as_a_gap",
+        "skipped_bytes_to_broker": "test_accounting.py::test_resync_after_garbage_counts_the_skipped_bytes",
+        "sasl_bytes_to_broker": "test_sasl.py::test_raw_tokens_after_a_v0_handshake_are_counted_not_decoded_and_later_requests_decode",
+        "encrypted_bytes_to_broker": "test_tls.py::test_a_real_tls_connection_on_a_broker_port_is_counted_as_encrypted",
+        "not_kafka_bytes_to_broker": "test_other_protocol_servers.py::test_python_http_server_is_not_kafka",
+        "stream_bytes_to_client": DPKT_FLOWS,
+        "gap_bytes_to_client": "test_capture_edges.py::test_broker_bytes_a_client_acknowledged_but_the_capture_never_saw_are_a_gap",
+        "skipped_bytes_to_client": "test_accounting.py::test_garbage_before_a_response_is_skipped_bytes_to_the_client",
+        "sasl_bytes_to_client": "test_sasl.py::test_raw_tokens_after_a_v0_handshake_are_counted_not_decoded_and_later_requests_decode",
+        "encrypted_bytes_to_client": "test_tls.py::test_tls_on_a_port_nobody_named_is_not_kafka_but_still_tls",
+        "not_kafka_bytes_to_client": "test_other_protocol_servers.py::test_python_http_server_is_not_kafka",
+    },
+    "errors": {
+        "capture": "test_errors_table.py::test_error_rows_carry_their_exchange_ids",
+        "conn_id": "test_errors_table.py::test_error_rows_carry_their_exchange_ids",
+        "correlation_id": "test_errors_table.py::test_error_rows_carry_their_exchange_ids",
+        "api_key": "test_errors_table.py::test_error_rows_carry_their_exchange_ids",
+        "api_name": "test_errors_table.py::test_error_rows_carry_their_exchange_ids",
+        "api_version": "test_errors_table.py::test_error_rows_carry_their_exchange_ids",
+        "path": "test_errors_table.py::test_partition_error_has_topic_partition_and_message",
+        "error_code": "test_errors_table.py::test_partition_error_has_topic_partition_and_message",
+        "error_name": "test_errors_table.py::test_partition_error_has_topic_partition_and_message",
+        "retriable": "test_errors_table.py::test_partition_error_has_topic_partition_and_message",
+        "error_message": "test_errors_table.py::test_partition_error_has_topic_partition_and_message",
+        "topic": "test_errors_table.py::test_partition_error_has_topic_partition_and_message",
+        "partition": "test_errors_table.py::test_partition_error_has_topic_partition_and_message",
+        "group_id": "test_errors_table.py::test_group_error_takes_the_group_id_from_the_request",
+        "resource_name": "test_errors_table.py::test_resource_error_has_resource_name_and_throttle_time_is_kept",
+    },
+    "partitions": {
+        "capture": FETCH_OFFSETS,
+        "conn_id": FETCH_OFFSETS,
+        "correlation_id": FETCH_OFFSETS,
+        "api_key": FETCH_OFFSETS,
+        "api_name": FETCH_OFFSETS,
+        "api_version": FETCH_OFFSETS,
+        "group_id": PT + "test_offset_commits_carry_the_groups_committed_offsets",
+        "topic": PT + "test_acknowledged_produce_records_equal_the_truth_per_topic_partition",
+        "topic_id": PT + "test_topic_ids_learned_after_the_fetch_name_its_rows_at_the_end",
+        "partition": PT + "test_acknowledged_produce_records_equal_the_truth_per_topic_partition",
+        "error_code": PT + "test_produce_answered_with_an_error_has_no_offsets",
+        "error_name": PT + "test_produce_answered_with_an_error_has_no_offsets",
+        "record_count": PT + "test_acknowledged_produce_records_equal_the_truth_per_topic_partition",
+        "record_bytes": PT + "test_record_bytes_are_the_sizes_of_the_record_sets_sent",
+        "batch_count": PT + "test_record_bytes_are_the_sizes_of_the_record_sets_sent",
+        "compression": PT + "test_every_codec_is_decoded_with_the_truths_counts",
+        "crc_errors": DAMAGE,
+        "partial_bytes": DAMAGE,
+        "control_batches": "test_records_table.py::test_transaction_markers_in_a_fetch_are_control_records",
+        "capped_batches": "test_hostile.py::test_decompression_bomb_in_a_produce_is_capped_and_counted",
+        "record_errors": DAMAGE,
+        "record_error": DAMAGE,
+        "fetch_offset": FETCH_OFFSETS,
+        "base_offset": PT + "test_produce_rows_carry_the_broker_assigned_offset_range",
+        "first_offset": PT + "test_produce_rows_carry_the_broker_assigned_offset_range",
+        "last_offset": PT + "test_produce_rows_carry_the_broker_assigned_offset_range",
+        "high_watermark": FETCH_OFFSETS,
+        "last_stable_offset": FETCH_OFFSETS,
+        "log_start_offset": FETCH_OFFSETS,
+        "lag": FETCH_OFFSETS,
+        "committed_offset": PT + "test_offset_commits_carry_the_groups_committed_offsets",
+        "offset": PT + "test_list_offsets_keeps_the_asked_timestamp_apart_from_the_answer",
+        "timestamp": PT + "test_list_offsets_keeps_the_asked_timestamp_apart_from_the_answer",
+        "target_timestamp": PT + "test_list_offsets_keeps_the_asked_timestamp_apart_from_the_answer",
+        "leader_id": PT + "test_topic_ids_learned_before_the_fetch_name_its_rows_at_once",
+        "leader_epoch": PT + "test_topic_ids_learned_before_the_fetch_name_its_rows_at_once",
+    },
+    "records": {
+        "capture": BUILT_RECORDS,
+        "conn_id": BUILT_RECORDS,
+        "correlation_id": BUILT_RECORDS,
+        "api_key": BUILT_RECORDS,
+        "api_name": BUILT_RECORDS,
+        "api_version": BUILT_RECORDS,
+        "topic": "test_records_table.py::test_produced_records_get_the_offsets_the_broker_acknowledged",
+        "topic_id": BUILT_RECORDS,
+        "partition": "test_records_table.py::test_produced_records_get_the_offsets_the_broker_acknowledged",
+        "offset": "test_records_table.py::test_produced_records_get_the_offsets_the_broker_acknowledged",
+        "timestamp": BUILT_RECORDS,
+        "timestamp_type": BUILT_RECORDS,
+        "key_size": "test_records_table.py::test_produced_records_get_the_offsets_the_broker_acknowledged",
+        "value_size": "test_records_table.py::test_produced_records_get_the_offsets_the_broker_acknowledged",
+        "header_count": "test_records_table.py::test_fetched_records_are_the_records_the_consumer_read",
+        "producer_id": "test_records_table.py::test_idempotent_records_carry_producer_id_epoch_and_sequence",
+        "producer_epoch": "test_records_table.py::test_idempotent_records_carry_producer_id_epoch_and_sequence",
+        "sequence": "test_records_table.py::test_idempotent_records_carry_producer_id_epoch_and_sequence",
+        "compression": "test_records_table.py::test_every_codec_appears_in_the_records_table",
+        "is_control": "test_records_table.py::test_transaction_markers_in_a_fetch_are_control_records",
+        "key": "test_records_table.py::test_produced_records_get_the_offsets_the_broker_acknowledged",
+        "value": "test_records_table.py::test_produced_records_get_the_offsets_the_broker_acknowledged",
+    },
+    "capture_stats": {
+        "capture": STATS,
+        "period_start": STATS,
+        "period_end": STATS,
+        "packets": STATS,
+        "bytes": STATS,
+        "kernel_drops": STATS,
+        "if_drops": STATS,
+        "queue_drops": STATS,
+    },
+    "groups": {
+        "capture": "test_groups_table.py::test_group_rows_match_tsharks_exchanges_per_connection",
+        "conn_id": "test_groups_table.py::test_group_rows_match_tsharks_exchanges_per_connection",
+        "correlation_id": "test_groups_table.py::test_group_rows_match_tsharks_exchanges_per_connection",
+        "api_key": "test_groups_table.py::test_group_rows_match_tsharks_exchanges_per_connection",
+        "api_name": "test_groups_table.py::test_group_rows_match_tsharks_exchanges_per_connection",
+        "api_version": "test_groups_table.py::test_group_rows_match_tsharks_exchanges_per_connection",
+        "group_id": "test_groups_table.py::test_static_members_carry_their_group_instance_id",
+        "member_id": "test_groups_table.py::test_static_members_carry_their_group_instance_id",
+        "group_instance_id": "test_groups_table.py::test_static_members_carry_their_group_instance_id",
+        "generation_id": "test_groups_table.py::test_static_members_carry_their_group_instance_id",
+        "protocol_type": "test_groups_table.py::test_static_members_carry_their_group_instance_id",
+        "protocol_name": "test_groups_table.py::test_static_members_carry_their_group_instance_id",
+        "leader_id": "test_groups_table.py::test_static_members_carry_their_group_instance_id",
+        "members": "test_groups_table.py::test_static_members_carry_their_group_instance_id",
+        "error_code": "test_groups_table.py::test_static_members_carry_their_group_instance_id",
+        "error_name": "test_groups_table.py::test_static_members_carry_their_group_instance_id",
+        "ts_request": "test_groups_table.py::test_group_rows_match_tsharks_exchanges_per_connection",
+        "ts_response": "test_groups_table.py::test_group_rows_match_tsharks_exchanges_per_connection",
+        "latency_ms": "test_groups_table.py::test_group_rows_match_tsharks_exchanges_per_connection",
+    },
+}
+
+
+def test_every_column_has_an_independent_check() -> None:
+    missing = {
+        table: [f.name for f in schema if f.name not in ORACLE_CHECKED.get(table, {})]
+        for table, schema in SCHEMAS.items()
+    }
+    missing = {table: columns for table, columns in missing.items() if columns}
+    # Printed ready to paste into ORACLE_CHECKED: one line per column.
+    lines = []
+    for table, columns in missing.items():
+        lines.append(f'    "{table}": {{' + ("" if table in ORACLE_CHECKED else "  # a new table"))
+        lines += [f'        "{column}": "<test file>::<test function>",' for column in columns]
+        lines.append("    },")
+    assert not missing, "columns with no independent check; add to ORACLE_CHECKED:\n" + "\n".join(lines)
+
+
+def test_the_registry_names_only_real_columns() -> None:
+    stale = [
+        (table, column)
+        for table, columns in ORACLE_CHECKED.items()
+        for column in columns
+        if table not in SCHEMAS or column not in SCHEMAS[table].names
+    ]
+    assert stale == []
+
+
+def test_each_named_test_exists_and_is_not_a_snapshot() -> None:
+    functions: dict[str, set[str]] = {}
+    wrong = []
+    for table, columns in ORACLE_CHECKED.items():
+        for column, test in columns.items():
+            file, _, name = test.partition("::")
+            if file in SNAPSHOTS or not (TESTS / file).exists():
+                wrong.append((table, column, test))
+                continue
+            if file not in functions:
+                tree = ast.parse((TESTS / file).read_text())
+                functions[file] = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+            if name not in functions[file] or not name.startswith("test_"):
+                wrong.append((table, column, test))
+    assert wrong == []

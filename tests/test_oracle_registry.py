@@ -31,6 +31,10 @@ PT = "test_partitions_table.py::"
 FETCH_OFFSETS = PT + "test_fetch_rows_carry_the_offsets_asked_and_answered"
 DAMAGE = PT + "test_damaged_record_sets_are_counted_on_their_partition_rows"
 BUILT_RECORDS = "test_records_table.py::test_each_record_row_carries_what_the_client_built"
+TLS = "test_tls_decrypt.py::"
+CAPTURES_ROWS = (
+    "test_captures_table.py::test_read_writes_a_captures_row_per_input_and_a_bad_input_fails_alone"
+)
 STATS = "test_live_parts.py::test_capture_stats_rows_are_the_periods_and_the_counters_differences"
 
 ORACLE_CHECKED: dict[str, dict[str, str]] = {
@@ -117,6 +121,21 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "sasl_bytes_to_client": "test_sasl.py::test_raw_tokens_after_a_v0_handshake_are_counted_not_decoded_and_later_requests_decode",
         "encrypted_bytes_to_client": "test_tls.py::test_tls_on_a_port_nobody_named_is_not_kafka_but_still_tls",
         "not_kafka_bytes_to_client": "test_other_protocol_servers.py::test_python_http_server_is_not_kafka",
+        "implausible_gaps": "test_bad_input.py::test_port_reuse_after_drops_gives_only_the_gap_bytes_acknowledgements_prove",
+        # TLS: the payload the test's own client sent, and tshark's decryption of the same capture.
+        "tls_state": TLS + "test_no_key_for_the_connection_marks_it_and_counts_its_records_undecrypted",
+        "tls_cipher": TLS + "test_no_key_for_the_connection_marks_it_and_counts_its_records_undecrypted",
+        "tls_failed_records": TLS + "test_wrong_key_counts_every_record_as_a_failed_tag_check",
+        "tls_overhead_bytes_to_broker": TLS
+        + "test_no_key_for_the_connection_marks_it_and_counts_its_records_undecrypted",
+        "tls_overhead_bytes_to_client": TLS
+        + "test_no_key_for_the_connection_marks_it_and_counts_its_records_undecrypted",
+        "decrypted_bytes_to_broker": TLS + "test_right_key_recovers_exactly_the_payload",
+        "decrypted_bytes_to_client": TLS + "test_right_key_recovers_exactly_the_payload",
+        # Tunnels: captures scapy wrapped (an independent encoder).
+        "tunnel": "test_net_tunnels.py::test_wrapped_capture_gives_the_plain_tables",
+        "duplicate_packets": "test_net_tunnels.py::test_copies_under_two_vnis_are_counted_not_decoded",
+        "expired": "test_memory_budget.py::test_the_connection_holding_the_most_reassembly_bytes_is_evicted_first",
     },
     "errors": {
         "capture": "test_errors_table.py::test_error_rows_carry_their_exchange_ids",
@@ -227,6 +246,18 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "ts_request": "test_groups_table.py::test_group_rows_match_tsharks_exchanges_per_connection",
         "ts_response": "test_groups_table.py::test_group_rows_match_tsharks_exchanges_per_connection",
         "latency_ms": "test_groups_table.py::test_group_rows_match_tsharks_exchanges_per_connection",
+    },
+    # Sizes from the file system, packets from dpkt, statuses and reasons from inputs the test made.
+    "captures": {
+        "capture": CAPTURES_ROWS,
+        "path": CAPTURES_ROWS,
+        "bytes": CAPTURES_ROWS,
+        "packets": CAPTURES_ROWS,
+        "status": CAPTURES_ROWS,
+        "reason": CAPTURES_ROWS,
+        "warnings": CAPTURES_ROWS,
+        "started": CAPTURES_ROWS,
+        "duration_ms": CAPTURES_ROWS,
     },
 }
 

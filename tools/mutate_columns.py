@@ -71,6 +71,10 @@ FILES: dict[str, list[str]] = {
         "tests/test_session.py",
         "tests/test_cli_read.py",
         "tests/test_other_protocol_servers.py",
+        "tests/test_tls_decrypt.py",
+        "tests/test_net_tunnels.py",
+        "tests/test_memory_budget.py",
+        "tests/test_bad_input.py",
     ],
     "errors": ["tests/test_errors_table.py", "tests/test_sasl.py", "tests/test_other_protocol_corpus.py"],
     "partitions": [
@@ -88,6 +92,7 @@ FILES: dict[str, list[str]] = {
     ],
     "groups": ["tests/test_groups_table.py"],
     "capture_stats": ["tests/test_live_parts.py", "tests/test_live_capture.py"],
+    "captures": ["tests/test_captures_table.py"],
 }
 
 

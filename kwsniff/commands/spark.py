@@ -62,10 +62,20 @@ def spark(
     except InputError as exc:
         messages.error(str(exc))
         sys.exit(1)
-    held = [t for t in DEFAULT_TABLES if (out / t).exists() and any((out / t).iterdir())]
+    from kwsniff.sinks import ExistingOutput, Output, OutputError
+
+    held = [t for t in DEFAULT_TABLES if (out / t).is_dir() and any((out / t).iterdir())]
     if held and not overwrite:
         messages.error(f"--out {out}: already holds {', '.join(held)}; use --overwrite to replace them")
         sys.exit(1)
+    # Checked (and staged beside) before Spark starts; the old dataset is replaced only at the end,
+    # in one step, once every table is written.
+    try:
+        output = Output(out, ExistingOutput.OVERWRITE if overwrite else ExistingOutput.REFUSE)
+    except OutputError as exc:
+        messages.error(str(exc))
+        sys.exit(1)
+    click.get_current_context().call_on_close(output.close)
     tables = (*DEFAULT_TABLES, "records") if records else DEFAULT_TABLES
     options = SessionOptions(broker_ports=broker_ports(broker_port), records=records)
     started = time.perf_counter()
@@ -74,8 +84,11 @@ def spark(
         decoded = decode(
             session, paths, buckets=flow_buckets, options=options, tables=tables, range_bytes=range_size
         )
-        write(decoded.frames, out, overwrite=True)
+        write(decoded.frames, output)
         counts = decoded.rows
+    except OutputError as exc:
+        messages.error(str(exc))
+        sys.exit(1)
     finally:
         session.stop()
     seconds = time.perf_counter() - started

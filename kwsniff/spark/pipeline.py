@@ -42,6 +42,8 @@ from kwsniff.tables.schemas import SCHEMAS
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from kwsniff.sinks import Output
+
 T = TypeVar("T")
 # The index hashes connections into this many fine buckets, which the driver then groups by their
 # bytes into the --flow-buckets tasks: a few big connections no longer land in one task by chance.
@@ -357,10 +359,24 @@ def _unpack(chunks: DataFrame, table: str, fixes: dict[str, BucketFix]) -> DataF
     )
 
 
-def write(frames: dict[str, DataFrame], out: Path, *, overwrite: bool = False) -> None:
-    """Each table to ``out/<table>/date=YYYY-MM-DD/part-*.parquet``."""
-    for table, df in frames.items():
-        df.sparkSession.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        df.write.mode("overwrite" if overwrite else "errorifexists").partitionBy("date").parquet(
-            str(out / table)
-        )
+def write(frames: dict[str, DataFrame], out: Path | Output, *, overwrite: bool = False) -> None:
+    """Each table to ``out/<table>/date=YYYY-MM-DD/part-*.parquet``, published in one step: Spark
+    writes every table into a staging directory beside ``out``, which then replaces ``out`` at once
+    (docs/datasets.md), so a reader or a kill never sees some tables new and others old. ``out`` is a
+    directory (refused if it holds a dataset, unless ``overwrite``) or an Output already checked."""
+    from kwsniff.sinks import ExistingOutput, Output
+
+    mine = not isinstance(out, Output)
+    output = (
+        Output(out, ExistingOutput.OVERWRITE if overwrite else ExistingOutput.REFUSE)
+        if not isinstance(out, Output)
+        else out
+    )
+    try:
+        for table, df in frames.items():
+            df.sparkSession.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+            df.write.mode("overwrite").partitionBy("date").parquet(str(output.stage / table))
+        output.commit()
+    finally:
+        if mine:
+            output.close()

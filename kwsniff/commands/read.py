@@ -203,7 +203,7 @@ def _read_all(
     from kwsniff.sinks import OutputError, ParquetSink, capture_keys, output_name, stream_name
 
     files = [p for p in captures if str(p) != STDIN]
-    keys = capture_keys(files, output.held_names("requests"))
+    keys = capture_keys(files, output.kept_names("requests"))
     names = {p: stream_name("stdin") if str(p) == STDIN else output_name(p) for p in captures}
     too_long = _too_long(names, output.name_max())
     if too_long:

@@ -108,7 +108,8 @@ class Staging:
         fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
     def publish(self) -> None:
-        """Switch the staged directory in as ``out``; call with the parent locked (:func:`locked`)."""
+        """Switch the staged directory in as ``out``; call with the parent locked (:func:`locked`).
+        The old ``out`` is then at :attr:`path`: :meth:`drop` removes it (after the lock)."""
         try:
             if os.path.lexists(self.out):
                 exchange(self.path, self.out)
@@ -119,7 +120,6 @@ class Staging:
                 raise
             self._rename_pair()
         self._release()
-        remove_tree(self.path)  # the old out, now here
 
     def _rename_pair(self) -> None:
         """The fallback switch; :func:`recover` finishes it if a kill falls between the renames."""

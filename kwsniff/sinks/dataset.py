@@ -118,9 +118,10 @@ class Output:
         try:
             if not real.parent.exists():
                 real.parent.mkdir(parents=True)
+            # Under the lock: a staging directory is never seen by another run before it is held.
             with locked(real.parent):
                 recover(real)
-            self._staging: Staging | None = Staging(real)
+                self._staging: Staging | None = Staging(real)
         except OSError as exc:
             self._remove_created()
             raise OutputError(f"--out {out}: {exc.strerror or exc}") from None
@@ -138,8 +139,11 @@ class Output:
         except (OSError, ValueError):
             return 255
 
-    def held_names(self, table: str) -> set[str]:
-        """Names of the files OUT's ``table`` holds now (for names that must not collide)."""
+    def kept_names(self, table: str) -> set[str]:
+        """Names of the files of OUT's ``table`` the commit keeps (``APPEND``), for names that must
+        not collide with them."""
+        if self.existing is not ExistingOutput.APPEND:
+            return set()
         return {p.name for p in _dataset_files(self.out / table)}
 
     def commit(self, *, again: bool = False) -> None:
@@ -147,16 +151,17 @@ class Output:
         OutputError if the switch fails (the old OUT is then as it was)."""
         staging = self._staging
         assert staging is not None
+        self._staging = None
         try:
             with locked(self.out.parent):
                 self._complete(staging.path)
                 staging.publish()
+                self.commits += 1
+                self._staging = Staging(self.out) if again else None
         except OSError as exc:
-            staging.drop()
-            self._staging = None
             raise OutputError(f"--out {self.shown}: {exc.strerror or exc}; nothing was written") from None
-        self.commits += 1
-        self._staging = Staging(self.out) if again else None
+        finally:
+            staging.drop()  # what was not published, or the old OUT that was
 
     def _complete(self, stage: Path) -> None:
         """Add to ``stage`` what it keeps of the current OUT."""

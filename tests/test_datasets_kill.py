@@ -103,6 +103,7 @@ def test_sigkill_during_read_overwrite_leaves_the_old_or_the_new_dataset(tmp_pat
         assert found in (versions[current], versions[other]), found
         seen["new" if found == versions[other] else "old"] += 1
         current = other if found == versions[other] else current
+    print(f"read --overwrite: {sum(seen.values())} kills, dataset after them {seen}")
     assert sum(seen.values()) >= 5, seen
     assert seen["old"] >= 1, seen
     # A complete run after the kills: what they left beside --out is gone, nothing hidden inside.
@@ -158,6 +159,7 @@ def test_sigkill_during_spark_overwrite_leaves_the_old_or_the_new_dataset(tmp_pa
         assert found in (versions[current], versions[other]), found
         seen.append("new" if found == versions[other] else "old")
         current = other if found == versions[other] else current
+    print(f"spark --overwrite: {len(seen)} kills while writing, dataset after them {seen}")
     assert seen, seen
     other = "kp" if current == "acks" else "acks"
     run(["spark", inputs[other], *spark])  # a complete run after the kills

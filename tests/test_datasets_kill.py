@@ -68,6 +68,9 @@ def spark_state(out: Path) -> dict[str, tuple[int, list[str]]]:
     file names change with every job)."""
     found = {}
     for table in sorted(p.name for p in out.iterdir()):
+        if not any((out / table).rglob("*.parquet")):
+            found[table] = (0, [])  # Spark writes no file for a table without rows
+            continue
         rows = ds.dataset(out / table, partitioning="hive").to_table(columns=["capture"])
         found[table] = (rows.num_rows, sorted(set(rows.column("capture").to_pylist())))
     return found
@@ -113,9 +116,10 @@ def test_sigkill_during_read_overwrite_leaves_the_old_or_the_new_dataset(tmp_pat
     assert [p for p in out.rglob(".*")] == []
 
 
-def killed_while_writing(args: list[str], out: Path, delay: float) -> None:
+def killed_while_writing(args: list[str], out: Path, delay: float | None) -> float:
     """Runs kwsniff spark and SIGKILLs its process group (the JVM too) ``delay`` seconds after Spark
-    starts writing the tables into the staging directory (before that, nothing can have changed)."""
+    starts writing the tables into the staging directory (before that, nothing can have changed);
+    ``None``: lets it finish. Returns the seconds from the first staged table to the end."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "kwsniff", *args],
         stdout=subprocess.DEVNULL,
@@ -128,8 +132,11 @@ def killed_while_writing(args: list[str], out: Path, delay: float) -> None:
             if any(out.parent.glob(f".{out.name}.kwsniff-stage-*/*")):
                 break
             time.sleep(0.05)
+        writing = time.monotonic()
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=delay)
+            proc.wait(timeout=delay if delay is not None else SPARK_WAIT_S)
+        assert delay is not None or proc.returncode == 0
+        return time.monotonic() - writing
     finally:
         with contextlib.suppress(ProcessLookupError):  # the run ended before its kill
             os.killpg(proc.pid, signal.SIGKILL)
@@ -146,7 +153,11 @@ def test_sigkill_during_spark_overwrite_leaves_the_old_or_the_new_dataset(tmp_pa
     old = spark_state(out)
     assert old["requests"] == (103, ["acks_modes.pcap"]) and new["requests"] == (46, ["kafka_python.pcap"])
     spark = ["-o", str(out), "--master", "local[1]", "-q", "--overwrite"]
-    versions, inputs, current = {"acks": old, "kp": new}, {"acks": str(ACKS), "kp": str(KP)}, "acks"
+    versions, inputs = {"acks": old, "kp": new}, {"acks": str(ACKS), "kp": str(KP)}
+    # A whole run first: how long Spark takes from its first staged table to the commit's end.
+    span = killed_while_writing(["spark", str(KP), *spark], out, None)
+    assert spark_state(out) == new
+    current = "kp"
     rng = random.Random(2022)
     seen = []
     deadline = time.monotonic() + SPARK_BUDGET_S
@@ -154,7 +165,7 @@ def test_sigkill_during_spark_overwrite_leaves_the_old_or_the_new_dataset(tmp_pa
         if time.monotonic() > deadline:
             break
         other = "kp" if current == "acks" else "acks"
-        killed_while_writing(["spark", inputs[other], *spark], out, rng.uniform(0.0, 3.0))
+        killed_while_writing(["spark", inputs[other], *spark], out, rng.uniform(0.0, 1.2) * span)
         found = spark_state(out)
         assert found in (versions[current], versions[other]), found
         seen.append("new" if found == versions[other] else "old")

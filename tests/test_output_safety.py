@@ -50,10 +50,12 @@ def test_inputs_with_the_same_file_name_get_their_own_files(tmp_path: Path) -> N
     assert all(n.startswith("cap.pcap-") and n.endswith(".parquet") for n in names)
     for table in DEFAULT_TABLES:
         assert len(files(out, table)) == 2
-    # Same-named inputs of one run are told apart in the `capture` column by the path given, so
-    # (capture, conn_id) stays unique: 103 requests from a/cap.pcap, 46 from b/cap.pcap.
+    # Same-named inputs of one run are told apart in the `capture` column by a hash of their path
+    # (the one in their file names), so (capture, conn_id) stays unique: 103 requests from
+    # a/cap.pcap, 46 from b/cap.pcap.
     captures = ds.dataset(out / "requests").to_table().column("capture").to_pylist()
-    a, b = str(tmp_path / "a" / "cap.pcap"), str(tmp_path / "b" / "cap.pcap")
+    a = "cap.pcap-" + output_name(tmp_path / "a" / "cap.pcap").rsplit("-", 1)[1]
+    b = "cap.pcap-" + output_name(tmp_path / "b" / "cap.pcap").rsplit("-", 1)[1]
     assert {c: captures.count(c) for c in set(captures)} == {a: 103, b: 46}
     conns = ds.dataset(out / "connections").to_table(columns=["capture", "conn_id"]).to_pylist()
     assert len({(r["capture"], r["conn_id"]) for r in conns}) == len(conns) == 10 + 7

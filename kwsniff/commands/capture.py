@@ -6,7 +6,6 @@ import signal
 import sys
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -140,7 +139,7 @@ def capture(
     """Capture Kafka traffic on IFACE into Parquet tables under --out, until Ctrl-C (or --duration/--count)."""
     # pyarrow and prometheus_client only when a capture starts: `kwsniff --help` stays light.
     from kwsniff.pipeline.run_live import LiveDecoder, LiveOptions
-    from kwsniff.sinks import ExistingOutput, OutputError, prepare_output, remove_empty_dirs
+    from kwsniff.sinks import ExistingOutput, Output, OutputError, stream_name
     from kwsniff.view.metrics import Metrics
 
     ports = broker_ports(broker_port)
@@ -159,12 +158,15 @@ def capture(
         messages.error(str(err))
         sys.exit(1)
     try:
-        # What this makes is removed again if the capture then fails to start (or stops at once).
-        made = prepare_output(out, tables, existing)
+        # Each rotation period is committed whole (docs/datasets.md), the first replacing the old
+        # dataset under --overwrite: a capture that fails to start leaves --out as it was.
+        output = Output(out, existing)
     except OutputError as err:
         handle.close()
         messages.error(str(err))
         sys.exit(1)
+    # However the command ends (sys.exit included), what was staged and not committed is removed.
+    click.get_current_context().call_on_close(output.close)
     metrics = None
     if metrics_port is not None:
         metrics = Metrics()
@@ -172,10 +174,10 @@ def capture(
             metrics.serve(metrics_port, metrics_addr)
         except OSError as err:
             handle.close()
-            remove_empty_dirs(made)
             messages.error(f"--metrics-port {metrics_port}: {err.strerror or err}")
             sys.exit(1)
-    name = f"{iface}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+    # Unique even for two captures started in the same second: `<iface>-<UTC time>-<random>`.
+    name = stream_name(iface)
     budget = MemoryBudget(memory_limit)
     live = LiveCapture(handle, count or 0, queue_bytes=budget.cap(QUEUE))
     stats = LiveStats(collect_pending=metrics is not None)
@@ -195,13 +197,12 @@ def capture(
         decoder = LiveDecoder(
             live,
             options,
-            LiveOptions(out, name, tables, rotate_seconds, idle_timeout, write_pcap, snaplen),
+            LiveOptions(output, name, tables, rotate_seconds, idle_timeout, write_pcap, snaplen),
             stats,
             metrics,
         )
     except OSError as err:
         handle.close()
-        remove_empty_dirs(made)
         messages.error(f"--write-pcap {write_pcap}: {err.strerror or err}")
         sys.exit(1)
 
@@ -225,10 +226,8 @@ def capture(
     if metrics is not None:
         metrics.close()
     if live.error:
-        remove_empty_dirs(made)  # only those nothing was written into
         messages.error(f"{iface}: {live.error}")
     if decoder.error is not None or decoder.result is None:
-        remove_empty_dirs(made)
         failure = decoder.error
         messages.error(f"{iface}: decoding stopped: {type(failure).__name__}: {failure}")
         sys.exit(1)

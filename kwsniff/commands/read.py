@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
-from collections import Counter
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
-from kwsniff.capture import STDIN, CaptureError
+from kwsniff.capture import STDIN, CaptureError, open_capture
 from kwsniff.commands import messages
 from kwsniff.commands.exits import EXIT_STRICT
 from kwsniff.commands.options import (
@@ -25,6 +28,8 @@ from kwsniff.commands.options import (
 from kwsniff.defaults import MAX_DECOMPRESSED, MAX_FRAME_SIZE
 from kwsniff.memory import DEFAULT_MEMORY_LIMIT, ROWS, MemoryBudget
 from kwsniff.pipeline.run import (
+    CaptureResult,
+    ReadGate,
     capture_row,
     failure_reason,
     file_size,
@@ -35,6 +40,9 @@ from kwsniff.pipeline.run import (
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.view.summary import print_summary, strict_reasons
+
+if TYPE_CHECKING:
+    from kwsniff.sinks import Output
 
 
 def _options(
@@ -75,7 +83,7 @@ def _options(
 @click.option(
     "--overwrite",
     is_flag=True,
-    help="Replace the dataset already in --out (its Parquet files are removed first).",
+    help="Replace the dataset already in --out (in one step, once this run's tables are written).",
 )
 @click.option(
     "--append",
@@ -157,14 +165,7 @@ def read(
     """Decode CAPTURES (pcap, pcapng, optionally gzipped; `-` for standard input) into Parquet tables
     under --out."""
     # pyarrow (with numpy) only when a run starts: `kwsniff --help` stays light.
-    from kwsniff.sinks import (
-        ExistingOutput,
-        OutputError,
-        ParquetSink,
-        output_name,
-        prepare_output,
-        remove_empty_dirs,
-    )
+    from kwsniff.sinks import ExistingOutput, Output, OutputError
 
     options = _options(
         broker_port,
@@ -178,37 +179,121 @@ def read(
         idle_timeout,
     )
     options = with_keylog(options, keylog)
-    row_buffer_bytes = MemoryBudget(memory_limit).cap(ROWS)
     tables = (*DEFAULT_TABLES, "records") if options.records else DEFAULT_TABLES
     if overwrite and append:
         raise click.UsageError("--overwrite and --append exclude each other")
+    if sum(str(p) == STDIN for p in captures) > 1:
+        raise click.UsageError("standard input (-) can be read only once")
+    if continuous and any(str(p) == STDIN for p in captures):
+        raise click.UsageError("--continuous reads files, not standard input")
     existing = (
         ExistingOutput.OVERWRITE if overwrite else ExistingOutput.APPEND if append else ExistingOutput.REFUSE
     )
+    # Every input is opened (format checked) before --out is touched or anything is decoded. An
+    # input that is not a capture fails alone (its `captures` row says why), unless none is left.
+    unreadable: dict[Path, str] = {}
+    for path in captures:
+        if str(path) != STDIN:
+            try:
+                open_capture(path).close()
+            except CaptureError as exc:
+                unreadable[path] = str(exc)
+    if unreadable and (len(unreadable) == len(captures) or continuous):
+        if len(captures) == 1 or continuous:
+            messages.error(next(iter(unreadable.values())))
+        else:
+            messages.error(f"none of the {len(captures)} inputs could be read")
+        sys.exit(1)
     try:
-        created = prepare_output(out, tables, existing)
+        output = Output(out, existing)
     except OutputError as exc:
         messages.error(str(exc))
         sys.exit(1)
-    failures: list[tuple[Path, str, dict[str, object]]] = []  # (input, one-line error, captures row)
-    if continuous:
-        _read_series(captures, out, tables, options, created, strict, quiet)
-        return
+    signals = StopSignals()
+    row_buffer_bytes = MemoryBudget(memory_limit).cap(ROWS)
+    try:
+        with signals:
+            if continuous:
+                code = _read_series(captures, output, tables, options, strict, quiet)
+            else:
+                code = _read_all(captures, output, tables, options, signals, strict, quiet, row_buffer_bytes)
+    finally:
+        output.close()
+    sys.exit(code)
+
+
+class StopSignals:
+    """SIGINT (Ctrl-C) and SIGTERM during a read. Reading standard input, a signal ends the input:
+    what was read is decoded and committed (`tcpdump -w - | kwsniff read -`, then Ctrl-C). Reading a
+    file, the run is abandoned and the dataset left as it was. Either way the exit status is
+    128 + the signal (130, 143). While the run commits, a signal waits for the commit to finish."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self.gate: ReadGate | None = None  # the stdin run's, while it reads
+        self.abandon = False  # raise Abandoned at once (a file input is being decoded)
+
+    def __enter__(self) -> StopSignals:
+        self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        first = not self.signum
+        self.signum = self.signum or signum
+        if self.gate is not None:
+            self.gate.stop()
+        elif self.abandon and first:
+            raise Abandoned
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum if self.signum else 0
+
+
+class Abandoned(Exception):
+    """A signal ended the run while a file was decoded: nothing of the run is committed."""
+
+
+def _read_all(
+    captures: tuple[Path, ...],
+    output: Output,
+    tables: tuple[str, ...],
+    options: SessionOptions,
+    signals: StopSignals,
+    strict: bool,
+    quiet: bool,
+    row_buffer_bytes: int,
+) -> int:
+    """Decode every input into the staging directory, commit, and return the exit status. An input
+    that fails (not a capture, or a decoder that raised) fails alone: a warning, a `captures` row
+    saying why, and exit status 3 under --strict; the others are written."""
+    from kwsniff.sinks import OutputError, ParquetSink, capture_keys, output_name, stream_name
+
+    files = [p for p in captures if str(p) != STDIN]
+    keys = capture_keys(files, output.kept_names("requests"))
+    names = {p: stream_name("stdin") if str(p) == STDIN else output_name(p) for p in captures}
+    too_long = _too_long(names, output.name_max())
+    if too_long:
+        messages.error(too_long)
+        return 1
     undecoded = 0
-    # Two inputs with the same file name (a/cap.pcap, b/cap.pcap) get their path as the `capture`
-    # value, so (capture, conn_id) stays a unique key across the dataset.
-    names = Counter(p.name for p in captures)
+    results: list[tuple[CaptureResult, dict[str, int]]] = []
+    failures: list[tuple[Path, dict[str, object]]] = []  # (input, its `captures` row)
+    stdin_stopped = False  # a signal came while standard input was read: commit what was
     for path in captures:
-        name = str(path) if names[path.name] > 1 else "stdin" if str(path) == STDIN else path.name
-        # Files are written under temporary names and renamed when complete; a failure or Ctrl-C
-        # leaves nothing of this input in the dataset.
-        sink = ParquetSink(
-            out,
-            "stdin" if str(path) == STDIN else output_name(path),
-            tables,
-            row_buffer_bytes=row_buffer_bytes,
-        )
+        if signals.signum:
+            break
+        stdin = str(path) == STDIN
+        name = names[path] if stdin else keys[path]
+        shown_name = name or path.name  # None: the file's own name, as the reader names it
         started_us, started = time.time_ns() // 1000, time.perf_counter()
+        sink = ParquetSink(output.stage, names[path], tables, row_buffer_bytes=row_buffer_bytes)
+        gate = ReadGate() if stdin else None
+        signals.gate, signals.abandon = gate, not stdin
         try:
             with sink:
                 result = run_capture(
@@ -216,48 +301,61 @@ def read(
                     sink,
                     options,
                     progress=not quiet and sys.stderr.isatty(),
-                    name=name if names[path.name] > 1 else None,
+                    name=name,
+                    gate=gate,
                 )
                 sink.add("captures", result_row(result))
+                signals.abandon = False  # decoded: a signal now waits for the files to close
+        except Abandoned:
+            break
         except OSError as exc:
-            messages.error(f"{path}: writing {out}: {exc.strerror or exc}")
-            sys.exit(1)
+            messages.error(f"{path}: writing {output.shown}: {exc.strerror or exc}")
+            return 1
         except Exception as exc:  # not a capture, or a decoder bug: this input fails, the others go on
             reason = failure_reason(exc, str(path))
-            line = str(exc) if isinstance(exc, CaptureError) else f"{path}: {reason}"
-            failures.append(_failed(path, name, reason, line, started_us, started))
+            failures.append((path, _failed_row(path, shown_name, reason, started_us, started)))
             if len(captures) > 1:
-                messages.warnings(name, [f"failed: {reason}"])
+                messages.warnings(shown_name, [f"failed: {reason}"])
             continue
+        finally:
+            signals.gate, signals.abandon = None, False
+        stdin_stopped = gate is not None and gate.stopped
+        results.append((result, dict(sink.counts)))
+    if signals.signum and not stdin_stopped:
+        return signals.exit_code  # a file was cut short: the old dataset stays as it was
+    if not results:
+        # Nothing decoded: an error, and nothing written.
+        if len(captures) == 1 and failures:
+            messages.error(f"{failures[0][0]}: {failures[0][1]['reason']}")
+        else:
+            messages.error(f"none of the {len(captures)} inputs could be read")
+        return 1
+    for path, row in failures:
+        # A failed input leaves only its `captures` row, which says why.
+        with ParquetSink(output.stage, names[path], ("captures",)) as failed_sink:
+            failed_sink.add("captures", row)
+    try:
+        output.commit()
+    except OutputError as exc:
+        messages.error(str(exc))
+        return 1
+    for result, counts in results:
         if not quiet:
-            print_summary(result, out, sink.counts)
+            print_summary(result, output.shown, counts)
         messages.warnings(result.name, result.warnings)
         reasons = strict_reasons(result) if strict else []
         if reasons:
             undecoded += 1
             click.echo(f"kwsniff: strict: {result.name}: " + "; ".join(reasons), err=True)
-    if len(failures) == len(captures):
-        # Nothing decoded: an error, and nothing written (one input: its one-line error, as ever).
-        if len(captures) == 1:
-            messages.error(failures[0][1])
-        else:
-            messages.error(f"none of the {len(captures)} inputs could be read")
-        remove_empty_dirs(created)
-        sys.exit(1)
-    for path, _, row in failures:
-        # A failed input leaves only its `captures` row, which says why.
-        with ParquetSink(out, "stdin" if str(path) == STDIN else output_name(path), ("captures",)) as sink:
-            sink.add("captures", row)
     if strict and failures:
         click.echo(f"kwsniff: strict: {len(failures)} of {len(captures)} inputs failed", err=True)
-    if undecoded or (strict and failures):
-        sys.exit(EXIT_STRICT)
+    if signals.signum:
+        return signals.exit_code
+    return EXIT_STRICT if undecoded or (strict and failures) else 0
 
 
-def _failed(
-    path: Path, name: str, reason: str, line: str, started_us: int, started: float
-) -> tuple[Path, str, dict[str, object]]:
-    row = capture_row(
+def _failed_row(path: Path, name: str, reason: str, started_us: int, started: float) -> dict[str, object]:
+    return capture_row(
         name,
         input_path(path),
         file_bytes=file_size(path),
@@ -267,39 +365,38 @@ def _failed(
         started_us=started_us,
         seconds=time.perf_counter() - started,
     )
-    return path, line, row
 
 
 def _read_series(
     captures: tuple[Path, ...],
-    out: Path,
+    output: Output,
     tables: tuple[str, ...],
     options: SessionOptions,
-    created: list[Path],
     strict: bool,
     quiet: bool,
-) -> None:
-    """`read --continuous`: the inputs as one capture, one set of tables."""
+) -> int:
+    """`read --continuous`: the inputs as one capture, one set of tables, committed in one step."""
     from kwsniff.pipeline.run import run_series
-    from kwsniff.sinks import ParquetSink, output_name, remove_empty_dirs
+    from kwsniff.sinks import OutputError, ParquetSink, output_name
 
-    if any(str(p) == STDIN for p in captures):
-        raise click.UsageError("--continuous reads files, not standard input")
-    sink = ParquetSink(out, output_name(captures[0]), tables)
+    sink = ParquetSink(output.stage, output_name(captures[0]), tables)
     try:
         with sink:
             result = run_series(list(captures), sink, options)
             if "captures" in tables:
                 sink.add("captures", result_row(result))
+        output.commit()
     except CaptureError as exc:
         messages.error(str(exc))
-        remove_empty_dirs(created)
-        sys.exit(1)
+        return 1
+    except OutputError as exc:
+        messages.error(str(exc))
+        return 1
     except OSError as exc:
-        messages.error(f"{captures[0]}: writing {out}: {exc.strerror or exc}")
-        sys.exit(1)
+        messages.error(f"{captures[0]}: writing {output.shown}: {exc.strerror or exc}")
+        return 1
     if not quiet:
-        print_summary(result, out, sink.counts)
+        print_summary(result, output.shown, sink.counts)
         pieces = [Path(result.pieces[0][0]).name] + [
             f"{Path(p).name} after {(first - result.pieces[i][2]) / 1e6:.3f} s"
             for i, (p, first, _) in enumerate(result.pieces[1:])
@@ -309,4 +406,19 @@ def _read_series(
     reasons = strict_reasons(result) if strict else []
     if reasons:
         click.echo(f"kwsniff: strict: {result.name}: " + "; ".join(reasons), err=True)
-        sys.exit(EXIT_STRICT)
+        return EXIT_STRICT
+    return 0
+
+
+def _too_long(names: dict[Path, str], name_max: int) -> str:
+    """One line naming an input whose files' names the filesystem of --out cannot hold, or ""."""
+    from kwsniff.sinks import ParquetSink
+
+    for path, name in names.items():
+        longest = len(os.fsencode(ParquetSink(".", name).temp_path("requests").name))
+        if longest > name_max:
+            return (
+                f"{path}: file name too long for --out ({longest} bytes with kwsniff's suffixes, the "
+                f"filesystem allows {name_max}); rename or link the capture under a shorter name"
+            )
+    return ""

@@ -101,10 +101,20 @@ def spark(
     except InputError as exc:
         messages.error(str(exc))
         sys.exit(1)
-    held = [t for t in DEFAULT_TABLES if (out / t).exists() and any((out / t).iterdir())]
+    from kwsniff.sinks import ExistingOutput, Output, OutputError
+
+    held = [t for t in DEFAULT_TABLES if (out / t).is_dir() and any((out / t).iterdir())]
     if held and not overwrite:
         messages.error(f"--out {out}: already holds {', '.join(held)}; use --overwrite to replace them")
         sys.exit(1)
+    # Checked (and staged beside) before Spark starts; the old dataset is replaced only at the end,
+    # in one step, once every table is written.
+    try:
+        output = Output(out, ExistingOutput.OVERWRITE if overwrite else ExistingOutput.REFUSE)
+    except OutputError as exc:
+        messages.error(str(exc))
+        sys.exit(1)
+    click.get_current_context().call_on_close(output.close)
     archive = shipped_env(master, quiet) if ship_env else None
     tables = (*DEFAULT_TABLES, "records") if records else DEFAULT_TABLES
     # The key log travels to the executors inside the options (pickled with each task), and the
@@ -128,7 +138,10 @@ def spark(
             )
             failed = decoded.failed()
             if len(failed) < len(paths):  # nothing decoded: nothing written, as `kwsniff read`
-                write(decoded.frames, out, overwrite=True)
+                write(decoded.frames, output)
+    except OutputError as exc:
+        messages.error(str(exc))
+        sys.exit(1)
     except Exception as exc:
         # A job that failed because of the executors' Python is one line; anything else stays loud.
         problem = executors.failure(exc)

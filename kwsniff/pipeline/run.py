@@ -11,11 +11,36 @@ from pathlib import Path
 
 import click
 
-from kwsniff.capture import STDIN, CaptureError, open_capture
+from kwsniff.capture import STDIN, CaptureError, CaptureReader, open_capture
 from kwsniff.pipeline.session import Session, SessionOptions, SessionStats
 from kwsniff.rows import RowSink
 
 PROGRESS_EVERY = 8192  # packets between progress-bar updates
+
+
+class InputStopped(Exception):
+    """Raised by :meth:`ReadGate.stop` to end reading where the run is waiting for input."""
+
+
+class ReadGate:
+    """Lets a signal end the reading of a capture (`kwsniff read -` and Ctrl-C) between two packets.
+
+    :meth:`stop`, called from a signal handler, raises InputStopped at once when the run is waiting
+    for or parsing input (a blocking read of a pipe must be interrupted), and otherwise lets the
+    packet being decoded finish, so the session is never left half-way through a packet; what was
+    read is then finished and written like a complete capture. Only the first stop raises."""
+
+    def __init__(self) -> None:
+        self.reading = False
+        self.decoding = False
+        self.stopped = False
+
+    def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        if self.reading and not self.decoding:
+            raise InputStopped
 
 
 @dataclass
@@ -47,30 +72,24 @@ def run_capture(
     progress: bool = False,
     keep_messages: bool = False,
     name: str | None = None,
+    gate: ReadGate | None = None,
 ) -> CaptureResult:
     """Decode one capture file into ``sink``. Raises CaptureError for a file that is not a capture.
 
-    ``name`` is the tables' `capture` value (default: the file's name)."""
+    ``name`` is the tables' `capture` value (default: the file's name); ``gate`` lets a signal end
+    the reading early (what was read is then decoded to the end)."""
     started_us = time.time_ns() // 1000
     started = time.perf_counter()
     with open_capture(path) as reader:
         name = name or reader.name
         session = Session(name, sink, options, keep_messages=keep_messages)
         reader.on_secrets = session.add_secrets
-        feed = session.packet
-        if progress and reader.size:
-            with click.progressbar(
-                length=reader.size, label=reader.name, file=sys.stderr, show_pos=False, width=30
-            ) as bar:
-                done = 0
-                for n, (ts, linktype, data) in enumerate(reader.packets(), 1):
-                    feed(ts, linktype, data)
-                    if n % PROGRESS_EVERY == 0:
-                        pos = reader.tell()
-                        bar.update(pos - done)
-                        done = pos
-                bar.update(reader.size - done)
+        if gate is not None:
+            _read_gated(reader, session, gate)
+        elif progress and reader.size:
+            _read_with_progress(reader, session)
         else:
+            feed = session.packet
             for ts, linktype, data in reader.packets():
                 feed(ts, linktype, data)
         stats = session.finish()
@@ -79,7 +98,8 @@ def run_capture(
             stats,
             name=name,
             path=str(path),
-            file_bytes=reader.size or 0,
+            # A stream has no size: the bytes actually read.
+            file_bytes=reader.size if reader.size is not None else reader.tell(),
             seconds=time.perf_counter() - started,
             truncated=reader.truncated,
             warnings=list(reader.warnings),
@@ -142,6 +162,35 @@ def run_series(
     )
     result.pieces = pieces
     return result
+
+
+def _read_gated(reader: CaptureReader, session: Session, gate: ReadGate) -> None:
+    feed = session.packet
+    gate.reading = True
+    try:
+        for ts, linktype, data in reader.packets():
+            gate.decoding = True
+            feed(ts, linktype, data)
+            gate.decoding = False
+            if gate.stopped:
+                break
+    except InputStopped:
+        pass
+    gate.reading = False
+
+
+def _read_with_progress(reader: CaptureReader, session: Session) -> None:
+    feed = session.packet
+    size = reader.size or 0
+    with click.progressbar(length=size, label=reader.name, file=sys.stderr, show_pos=False, width=30) as bar:
+        done = 0
+        for n, (ts, linktype, data) in enumerate(reader.packets(), 1):
+            feed(ts, linktype, data)
+            if n % PROGRESS_EVERY == 0:
+                pos = reader.tell()
+                bar.update(pos - done)
+                done = pos
+        bar.update(size - done)
 
 
 def capture_result(
@@ -251,4 +300,6 @@ __all__ = [
     "result_row",
     "run_capture",
     "run_series",
+    "InputStopped",
+    "ReadGate",
 ]

@@ -15,6 +15,7 @@ from kwsniff.capture.live import CaptureCounters, LiveCapture
 from kwsniff.capture.pcap_writer import PcapWriter
 from kwsniff.memory import ROWS, MemoryBudget
 from kwsniff.pipeline.session import Session, SessionOptions, SessionStats
+from kwsniff.sinks.dataset import Output
 from kwsniff.sinks.rotating import RotatingSink
 from kwsniff.view.metrics import Metrics
 from kwsniff.view.stats import LiveStats, StatsSink
@@ -24,7 +25,7 @@ EXPIRE_EVERY_S = 5.0  # how often idle connections are looked for
 
 @dataclass
 class LiveOptions:
-    out: Path
+    out: Path | Output  # an Output: each period committed whole
     name: str
     tables: tuple[str, ...]
     rotate_s: float

@@ -2,18 +2,20 @@
 
 from kwsniff.sinks.dataset import (
     ExistingOutput,
+    Output,
     OutputError,
+    capture_keys,
     output_name,
-    prepare_output,
-    remove_empty_dirs,
+    stream_name,
 )
 from kwsniff.sinks.parquet import ParquetSink
 
 __all__ = [
     "ExistingOutput",
+    "Output",
     "OutputError",
     "ParquetSink",
+    "capture_keys",
     "output_name",
-    "prepare_output",
-    "remove_empty_dirs",
+    "stream_name",
 ]

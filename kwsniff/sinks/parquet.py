@@ -15,7 +15,6 @@ Usage (one sink per output file set; a rotating writer makes one sink per rotati
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Iterable
@@ -120,25 +119,35 @@ class ParquetSink:
                 self.payload_bytes = 0
 
     def close(self) -> dict[str, Path]:
-        """Write every table's remaining rows, then move each file into place. Returns the paths."""
-        for table in self.tables:
-            self._flush(table)
-            self._writer(table).close()
-        self.writers.clear()
-        for table in self.tables:
-            os.replace(self.temp_path(table), self.final_path(table))
-            self.paths[table] = self.final_path(table)
+        """Write every table's remaining rows, then move each file into place. Returns the paths.
+        If any of it fails (a full disk), every file of this sink is removed and the error raised."""
+        try:
+            for table in self.tables:
+                self._flush(table)
+                self._writer(table).close()
+                del self.writers[table]
+            for table in self.tables:
+                os.replace(self.temp_path(table), self.final_path(table))
+                self.paths[table] = self.final_path(table)
+        except BaseException:
+            self.abort()
+            raise
         return self.paths
 
     def abort(self) -> None:
         """Drop everything written so far: no file of this sink stays in the dataset."""
         for writer in self.writers.values():
-            # A full disk may refuse the footer; the file is removed anyway.
-            with contextlib.suppress(OSError):
+            try:
                 writer.close()
+            except OSError:
+                # A full disk refused the footer; the file is removed anyway. Marked closed, or its
+                # __del__ would try again and print an "Exception ignored" traceback.
+                writer.is_open = False
         self.writers.clear()
         for table in self.tables:
             self.temp_path(table).unlink(missing_ok=True)
+            if table in self.paths:
+                self.paths.pop(table).unlink(missing_ok=True)
         for rows in self.rows.values():
             rows.clear()
 

@@ -1,8 +1,9 @@
 """Rows of a live capture to Parquet files that are closed every rotation period.
 
 Each period has its own :class:`ParquetSink` named `<capture>-<seq>`, so `DIR/<table>/` gains one
-closed file per table per period (written under a hidden temporary name and renamed, as every
-ParquetSink does): readers see a consistent dataset while capture runs. A row goes to the sink of
+closed file per table per period. Given an :class:`~kwsniff.sinks.dataset.Output`, a period's files
+are staged and committed together (every table of the period at once, see docs/datasets.md):
+readers see a consistent dataset while capture runs. A row goes to the sink of
 the period in which it was emitted, exactly once; requests in flight at a boundary are written when
 their response arrives, in the later period.
 
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from kwsniff.sinks.dataset import Output
 from kwsniff.sinks.parquet import ROW_BUFFER_BYTES, ParquetSink
 
 
@@ -26,7 +28,7 @@ class RotatingSink:
 
     def __init__(
         self,
-        out_dir: str | Path,
+        out_dir: str | Path | Output,
         name: str,
         tables: Iterable[str],
         period_s: float,
@@ -34,7 +36,8 @@ class RotatingSink:
         on_rotate: Any = None,
         row_buffer_bytes: int = ROW_BUFFER_BYTES,
     ) -> None:
-        self.out_dir = Path(out_dir)
+        self.output = out_dir if isinstance(out_dir, Output) else None
+        self.out_dir = None if isinstance(out_dir, Output) else Path(out_dir)
         self.name = name
         self.tables = tuple(tables)
         self.period_s = period_s
@@ -48,8 +51,10 @@ class RotatingSink:
 
     def _open(self) -> ParquetSink:
         self.seq += 1
+        where = self.out_dir if self.output is None else self.output.stage
+        assert where is not None
         return ParquetSink(
-            self.out_dir, f"{self.name}-{self.seq:06d}", self.tables, row_buffer_bytes=self.row_buffer_bytes
+            where, f"{self.name}-{self.seq:06d}", self.tables, row_buffer_bytes=self.row_buffer_bytes
         )
 
     def add(self, table: str, row: dict[str, Any]) -> None:
@@ -64,17 +69,23 @@ class RotatingSink:
         self.current = self._open()
         return True
 
-    def _close_period(self, now: float) -> None:
+    def _close_period(self, now: float, last: bool = False) -> None:
         if self.on_rotate is not None:
             self.on_rotate(self.started, now)
         sink = self.current
-        self.files.extend(sink.close().values())
+        staged = sink.close()
+        if self.output is not None:
+            self.output.commit(again=not last)
+            staged = {t: self.output.out / t / p.name for t, p in staged.items()}
+        self.files.extend(staged.values())
         for table, n in sink.counts.items():
             self.counts[table] += n
 
     def close(self, now: float) -> None:
         """The last period, however short: its files close like the others."""
-        self._close_period(now)
+        self._close_period(now, last=True)
 
     def abort(self) -> None:
         self.current.abort()
+        if self.output is not None:
+            self.output.close()

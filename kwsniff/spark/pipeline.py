@@ -44,6 +44,8 @@ from kwsniff.tables.schemas import SCHEMAS
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from kwsniff.sinks import Output
+
 T = TypeVar("T")
 # The index hashes connections into this many fine buckets, which the driver then groups by their
 # bytes into the --flow-buckets tasks: a few big connections no longer land in one task by chance.
@@ -430,18 +432,33 @@ def _unpack(chunks: DataFrame, table: str, fixes: dict[str, BucketFix]) -> DataF
     )
 
 
-def write(frames: dict[str, DataFrame], out: Path, *, overwrite: bool = False) -> None:
-    """Each table to ``out/<table>/date=YYYY-MM-DD/part-*.parquet``.
-
-    Spark writes no file at all for an empty partitioned table, which readers then cannot take for
-    a table (UNABLE_TO_INFER_SCHEMA); an empty table gets one 0-row file with the table's schema, as
-    `kwsniff read` writes (docs/captures-table.md "Empty tables")."""
+def write(frames: dict[str, DataFrame], out: Path | Output, *, overwrite: bool = False) -> None:
+    """Each table to ``out/<table>/date=YYYY-MM-DD/part-*.parquet``, published in one step: Spark
+    writes every table into a staging directory beside ``out``, which then replaces ``out`` at once
+    (docs/datasets.md), so a reader or a kill never sees some tables new and others old. ``out`` is a
+    directory (refused if it holds a dataset, unless ``overwrite``) or an Output already checked."""
     import pyarrow.parquet as pq
 
-    for table, df in frames.items():
-        df.sparkSession.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        df.write.mode("overwrite" if overwrite else "errorifexists").partitionBy("date").parquet(
-            str(out / table)
-        )
-        if not any((out / table).rglob("*.parquet")):
-            pq.write_table(SCHEMAS[table].empty_table(), out / table / "part-00000-empty.parquet")
+    from kwsniff.sinks import ExistingOutput, Output
+
+    mine = not isinstance(out, Output)
+    output = (
+        Output(out, ExistingOutput.OVERWRITE if overwrite else ExistingOutput.REFUSE)
+        if not isinstance(out, Output)
+        else out
+    )
+    try:
+        for table, df in frames.items():
+            df.sparkSession.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+            df.write.mode("overwrite").partitionBy("date").parquet(str(output.stage / table))
+            # Spark writes no file at all for an empty partitioned table, which readers then cannot
+            # take for a table (UNABLE_TO_INFER_SCHEMA); an empty table gets one 0-row file with the
+            # table's schema, as `kwsniff read` writes (docs/captures-table.md "Empty tables").
+            if not any((output.stage / table).rglob("*.parquet")):
+                pq.write_table(
+                    SCHEMAS[table].empty_table(), output.stage / table / "part-00000-empty.parquet"
+                )
+        output.commit()
+    finally:
+        if mine:
+            output.close()

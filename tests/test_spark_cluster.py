@@ -191,7 +191,9 @@ def test_only_the_shipped_venv_runs_where_the_workers_cannot_see_it(
     python = venv / "bin/python"
     common = ["spark", *map(str, CAPTURES), "--out", str(tmp_path / "kafka-tables")]
     with standalone(tmp_path, hidden=venv) as master:
-        bare = kwsniff([*common, "--master", master], cwd=tmp_path, python=python)
+        # One attempt per task (--conf, as spark-submit's): a missing interpreter is missing on a retry too.
+        once = ["--conf", "spark.task.maxFailures=1"]
+        bare = kwsniff([*common, "--master", master, *once], cwd=tmp_path, python=python)
         shipped = kwsniff(
             [*common, "--master", master, "--ship-env"],
             cwd=tmp_path,

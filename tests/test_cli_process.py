@@ -80,11 +80,14 @@ def test_report_plots_without_matplotlib_names_the_extra(monkeypatch: pytest.Mon
     )
 
 
-def test_capture_help_says_its_default_filter_passes_only_broker_ports() -> None:
+def test_capture_help_says_its_default_filter_passes_only_broker_ports_and_tunnels() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "kwsniff", "capture", "--help"], capture_output=True, text=True, timeout=60
     )
     text = " ".join(done.stdout.split())
     assert "The default --filter passes only these ports." in text
-    assert "[default: 'tcp port P or ...' for each --broker-port, so no other traffic is seen;" in text
+    assert (
+        "[default: 'tcp port P or ...' for each --broker-port, plus tunnel carriers (the tunnel UDP "
+        "ports, GRE, IP in IP, IP fragments, MPLS), so no other traffic is seen;" in text
+    )
     assert "Other ports are detected" not in text

@@ -197,11 +197,17 @@ def read(
             try:
                 open_capture(path).close()
             except CaptureError as exc:
+                if not os.path.exists(path):
+                    # A missing input is the command line's mistake, not a bad capture: nothing runs.
+                    messages.error(str(exc))
+                    sys.exit(1)
                 unreadable[path] = str(exc)
     if unreadable and (len(unreadable) == len(captures) or continuous):
         if len(captures) == 1 or continuous:
             messages.error(next(iter(unreadable.values())))
         else:
+            for path, line in unreadable.items():
+                messages.warnings(path.name, [f"failed: {line.removeprefix(f'{path}: ')}"])
             messages.error(f"none of the {len(captures)} inputs could be read")
         sys.exit(1)
     try:
@@ -281,7 +287,8 @@ def _read_all(
         messages.error(too_long)
         return 1
     undecoded = 0
-    results: list[tuple[CaptureResult, dict[str, int]]] = []
+    # In input order: (result, row counts) of each decoded input, (name, reason) of each failed one.
+    results: list[tuple[CaptureResult, dict[str, int]] | tuple[str, str]] = []
     failures: list[tuple[Path, dict[str, object]]] = []  # (input, its `captures` row)
     stdin_stopped = False  # a signal came while standard input was read: commit what was
     for path in captures:
@@ -314,8 +321,7 @@ def _read_all(
         except Exception as exc:  # not a capture, or a decoder bug: this input fails, the others go on
             reason = failure_reason(exc, str(path))
             failures.append((path, _failed_row(path, shown_name, reason, started_us, started)))
-            if len(captures) > 1:
-                messages.warnings(shown_name, [f"failed: {reason}"])
+            results.append((shown_name, reason))  # said in input order, after the commit
             continue
         finally:
             signals.gate, signals.abandon = None, False
@@ -323,7 +329,7 @@ def _read_all(
         results.append((result, dict(sink.counts)))
     if signals.signum and not stdin_stopped:
         return signals.exit_code  # a file was cut short: the old dataset stays as it was
-    if not results:
+    if len(failures) == len(results):
         # Nothing decoded: an error, and nothing written.
         if len(captures) == 1 and failures:
             messages.error(f"{failures[0][0]}: {failures[0][1]['reason']}")
@@ -339,7 +345,13 @@ def _read_all(
     except OutputError as exc:
         messages.error(str(exc))
         return 1
-    for result, counts in results:
+    for outcome in results:
+        if isinstance(outcome[0], str):
+            if len(captures) > 1:
+                messages.warnings(outcome[0], [f"failed: {outcome[1]}"])
+            continue
+        result, counts = outcome
+        assert isinstance(result, CaptureResult) and isinstance(counts, dict)
         if not quiet:
             print_summary(result, output.shown, counts)
         messages.warnings(result.name, result.warnings)

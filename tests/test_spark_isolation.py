@@ -179,16 +179,28 @@ def test_a_capture_that_crashes_its_task_fails_alone_and_strict_exits_3(
 def test_spark_writes_empty_tables_every_reader_takes(
     spark: Any, tmp_path: Path, fleet: dict[str, Path]
 ) -> None:
-    """acks_modes.pcap has no group and no error: `groups` and `errors` are empty, yet written with
-    their schema; a bad input beside it fails alone (exit 0 without --strict, counted apart)."""
+    """acks_modes.pcap (whole and cut) has no group and no error: `groups` and `errors` are empty, yet
+    written with their schema. The cut file's warning is passed on as `read` prints it; a bad input
+    beside them fails alone (exit 0 without --strict), counted apart from the captures decoded."""
     out = tmp_path / "spark"
-    cmd = [sys.executable, "-m", "kwsniff", "spark", str(ACKS), str(fleet["notes"]), "--out", str(out)]
-    done = subprocess.run([*cmd, "--master", "local[1]"], capture_output=True, text=True, timeout=900)
+    inputs = [str(p) for p in (ACKS, fleet["cut"], fleet["notes"])]
+    cmd = [sys.executable, "-m", "kwsniff", "spark", *inputs, "--out", str(out), "--master", "local[1]"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert re.fullmatch(r"1 captures on local\[1\] in [0-9.]+ s, 1 failed", done.stdout.splitlines()[0])
-    assert f"{out / 'errors'}/ (0 rows), {out / 'partitions'}/ (88 rows)" in done.stdout
-    assert f"kwsniff: warning: notes.pcap: failed: {NOT_A_CAPTURE}\n" in done.stderr
+    summary = r"2 captures \(1 damaged\) on local\[1\] in [0-9.]+ s, 1 failed"
+    assert re.fullmatch(summary, done.stdout.splitlines()[0])
+    assert f"{out / 'errors'}/ (0 rows), {out / 'partitions'}/ (176 rows)" in done.stdout
+    ours = [line for line in done.stderr.splitlines() if line.startswith("kwsniff:")]
+    assert ours == [
+        "kwsniff: warning: cut.pcap: last record cut short at offset 233755",
+        f"kwsniff: warning: notes.pcap: failed: {NOT_A_CAPTURE}",
+    ]
     read = read_out(tmp_path, ACKS)
+    assert [(r["capture"], r["status"]) for r in dataset_rows(out, "captures")] == [
+        ("acks_modes.pcap", "ok"),
+        ("cut.pcap", "damaged"),
+        ("notes.pcap", "failed"),
+    ]
     for table in ("groups", "errors"):
         arrow = ds.dataset(out / table, partitioning="hive").to_table()
         assert (arrow.num_rows, arrow.schema) == (0, SCHEMAS[table])

@@ -280,7 +280,7 @@ def result_row(result: CaptureResult) -> dict[str, object]:
     return capture_row(
         result.name,
         input_path(result.path),
-        file_bytes=None if result.path == STDIN else result.file_bytes,
+        file_bytes=result.file_bytes,  # for standard input: the bytes read
         packets=result.stats.packets,
         warnings=result.warnings,
         error=None,

@@ -28,7 +28,7 @@ def test_spark_decodes_tunnelled_captures_like_read(spark: Any, tmp_path: Path) 
     packed.write_bytes(zstandard.ZstdCompressor().compress(plain_geneve.read_bytes()))
     paths.append(packed)
     decoded = decode(spark, [str(p) for p in paths], buckets=3, options=SessionOptions(), range_bytes=1 << 14)
-    assert decoded.errors == []
+    assert decoded.failed() == []
     got = decoded.frames["requests"].groupBy("capture").count().collect()
     assert sorted((r["capture"], r["count"]) for r in got) == sorted((p.name, 46) for p in paths)
     tunnels = decoded.frames["connections"].select("capture", "tunnel", "duplicate_packets").collect()

@@ -31,14 +31,13 @@ from kwsniff.rows import ListSink
 from kwsniff.spark.executors import DRIVER_PYTHON_CONF, PYTHON_CONF, executor_python, failure
 from kwsniff.spark.shipping import _editable
 from kwsniff.tables import DEFAULT_TABLES
-
-# The row tables; the per-input `captures` rows are compared with read's in tests/test_spark_isolation.py.
-ROW_TABLES = tuple(t for t in DEFAULT_TABLES if t != "captures")
 from kwsniff.tables.schemas import SCHEMAS
 from kwsniff.view.summary import human_size
 from tests.realparts import LOOPBACK, free_port, stop_process, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
+# The row tables; the per-input `captures` rows are compared with read's in tests/test_spark_isolation.py.
+ROW_TABLES = tuple(t for t in DEFAULT_TABLES if t != "captures")
 CAPTURES = [ROOT / "sample_pcaps/quickstart.pcap", ROOT / "tests/data/captures/kafka_python.pcap"]
 SPARK_HOME = Path(__import__("pyspark").__file__).parent
 PLAIN_PATH = "/usr/bin:/bin"  # java, sh, unshare; no kwsniff, no Python with pyspark

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -265,14 +266,26 @@ def test_executors_that_import_a_namespace_kwsniff_fail_in_one_line_naming_it(
 
 
 def test_ship_env_outside_a_venv_is_one_error_line(tmp_path: Path) -> None:
-    assert sys.prefix == sys.base_prefix  # the tests' interpreter is a system one, as in CI
-    result = kwsniff(
-        ["spark", str(CAPTURES[0]), "--out", "o", "--master", "spark://127.0.0.1:7077", "--ship-env"],
+    # The base interpreter of whatever runs the tests (CI runs them in .venv), given this
+    # environment's packages on PYTHONPATH: a Python that is not in a virtual environment.
+    base = Path(sys.base_prefix) / "bin" / "python3"
+    site = sysconfig.get_paths()["purelib"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), site])}
+    executable = subprocess.run(
+        [str(base), "-c", "import sys; print(sys.executable)"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    result = subprocess.run(
+        [str(base), "-m", "kwsniff", "spark", str(CAPTURES[0]), "--out", "o"]
+        + ["--master", "spark://127.0.0.1:7077", "--ship-env"],
         cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    assert result.returncode == 2
+    assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines() == [
-        f"kwsniff: error: --ship-env packs the virtual environment kwsniff runs from, but {sys.executable} "
+        f"kwsniff: error: --ship-env packs the virtual environment kwsniff runs from, but {executable} "
         "is not in one; create one (python3 -m venv ENV && ENV/bin/pip install 'kwsniff[spark]') and run "
         "ENV/bin/kwsniff"
     ]

@@ -42,13 +42,7 @@ PROXY_PORT, BROKER_PORT = 19093, 19092
 def make_capture(work: Path, mb: int) -> tuple[Path, Path]:
     """(capture of both ports, key log): confluent-kafka through the TLS proxy, MTU 1500."""
     pcap, keylog = work / "tls-both.pcap", work / "keys.log"
-    cert, key = work / "cert.pem", work / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30", "-subj", "/CN=127.0.0.1"]
-        + ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-    )
+    cert, key = realparts.ip_certificate(work)
     subprocess.run(["ip", "netns", "add", NETNS], check=True)
     try:
         ns = realparts.netns_prefix(NETNS)

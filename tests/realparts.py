@@ -424,3 +424,31 @@ def consume_with_confluent(
     finally:
         consumer.close()
     return seen, value_bytes
+
+
+# --- TLS --------------------------------------------------------------------------------------------
+
+
+def ip_certificate(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (subjectAltName IP, so clients verify it) and its key."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30", "-subj", "/CN=127.0.0.1"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key
+
+
+def wait_for_listener(port: int, timeout_s: float = 20.0) -> None:
+    """Bounded wait until something accepts on 127.0.0.1:port; then a moment for the probe connection
+    to be over, so a capture started next never sees it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex((LOOPBACK, port)) == 0:
+                break
+        time.sleep(0.05)
+    time.sleep(0.3)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import dpkt
 import pytest
-from realparts import LOOPBACK, free_port, stop_process, tcpdump_capture
+from realparts import LOOPBACK, free_port, ip_certificate, stop_process, tcpdump_capture, wait_for_listener
 
 from kwsniff.pipeline.connection import accounting_difference
 from kwsniff.pipeline.keylogs import KeyLogFollower, load_keylog
@@ -36,16 +36,7 @@ TIMEOUT_S = 20
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    tmp = tmp_path_factory.mktemp("cert")
-    cert, key = tmp / "cert.pem", tmp / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
-        + ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return cert, key
+    return ip_certificate(tmp_path_factory.mktemp("cert"))
 
 
 def openssl_session(
@@ -64,13 +55,7 @@ def openssl_session(
     )
     client = None
     try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while time.monotonic() < deadline:
-            with socket.socket() as probe:
-                if probe.connect_ex((LOOPBACK, port)) == 0:
-                    break
-            time.sleep(0.05)
-        time.sleep(0.3)  # the probe is a connection too: it is over before the capture starts
+        wait_for_listener(port, TIMEOUT_S)
         with tcpdump_capture(pcap, port):
             client = subprocess.Popen(
                 ["openssl", "s_client", "-connect", f"{LOOPBACK}:{port}", *protocol],
@@ -216,13 +201,7 @@ def test_hello_retry_request_and_a_resumed_session_decrypt_as_tshark_does(
     )
     reused = []
     try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while time.monotonic() < deadline:
-            with socket.socket() as probe:
-                if probe.connect_ex((LOOPBACK, port)) == 0:
-                    break
-            time.sleep(0.05)
-        time.sleep(0.3)
+        wait_for_listener(port, TIMEOUT_S)
         with tcpdump_capture(pcap, port):
             for line, sess in ((b"first\n", "-sess_out"), (b"second\n", "-sess_in")):
                 client = subprocess.Popen(

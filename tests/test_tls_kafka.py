@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from realparts import LOOPBACK, free_port, start_broker, stop_process, tcpdump_capture, wait_for_port
+from realparts import (
+    LOOPBACK,
+    free_port,
+    ip_certificate,
+    start_broker,
+    stop_process,
+    tcpdump_capture,
+    wait_for_port,
+)
 
 from kwsniff.pipeline.keylogs import load_keylog
 from kwsniff.pipeline.run import run_capture
@@ -33,18 +41,6 @@ from kwsniff.rows import ListSink
 TESTS = Path(__file__).resolve().parent
 RECORDS = 5
 TIMEOUT_S = 30.0
-
-
-def make_certificate(tmp: Path) -> tuple[Path, Path]:
-    cert, key = tmp / "cert.pem", tmp / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
-        + ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return cert, key
 
 
 def produce_and_consume_confluent(bootstrap: str, cert: Path, topic: str) -> int:
@@ -150,7 +146,7 @@ class TlsTraffic:
 
 
 def capture_tls_traffic(tmp: Path, tls12: bool) -> TlsTraffic:
-    cert, key = make_certificate(tmp)
+    cert, key = ip_certificate(tmp)
     keylog, pcap = tmp / "keys.log", tmp / "tls.pcap"
     proxy_port, broker_port = free_port(), free_port()
     with start_broker(broker_port, advertised_port=proxy_port, log_dir=str(tmp)) as broker:

@@ -29,7 +29,7 @@ from kwsniff.protocol import (
 )
 from kwsniff.records import counts_v2, summarize_records
 from kwsniff.rows import ListSink
-from kwsniff.tcp import SNAPLEN, TcpReassembler
+from kwsniff.tcp import IMPLAUSIBLE_GAP, SNAPLEN, TcpReassembler
 
 LINKTYPE_IPV4 = 228
 # Records are decompressed up to this much per batch: enough for every real seed, small enough that a
@@ -80,7 +80,9 @@ def stream(data: bytes) -> None:
             splitters[d].data(ts, bytes(chunk))
 
         def on_gap(ts: int, nbytes: int, reason: str) -> None:
-            assert nbytes > 0, f"gap of {nbytes} bytes"
+            # A restart (a new SYN, or a jump no window explains) is a 0-byte gap: the splitter must
+            # look for a frame boundary again, though no byte is known to be lost.
+            assert nbytes > 0 or reason == IMPLAUSIBLE_GAP, f"gap of {nbytes} bytes ({reason})"
             gaps[d] += nbytes
             if reason == SNAPLEN:
                 snaplen_gaps[d] += nbytes

@@ -25,7 +25,14 @@ from kwsniff.protocol import (
     error_name,
 )
 from kwsniff.rows.extract import error_rows, request_summary, response_summary
-from kwsniff.rows.groups import GROUP_APIS, group_request, group_response, group_row
+from kwsniff.rows.groups import (
+    GROUP_APIS,
+    group_request,
+    group_response,
+    group_row,
+    spell_topics,
+    topic_ids_of,
+)
 from kwsniff.rows.partitions import COUNTS_ONLY, RecordOptions, TopicNames, merged_rows, records_of
 
 API_VERSIONS = 18
@@ -313,20 +320,19 @@ class ExchangeRows(ConversationHandler):
             row["response"] = respi.get("message")
         tables.sink.add("requests", row)
         context = self._context(req)
-        if "group" in reqi:
-            tables.sink.add(
-                "groups",
-                group_row(
-                    context,
-                    reqi.get("group_id"),
-                    reqi["group"],
-                    respi.get("group"),
-                    error_code,
-                    req.ts_last,
-                    resp.ts_first if resp is not None else None,
-                ),
-            )
         topics = tables.topics
+        if "group" in reqi:
+            group = group_row(
+                context,
+                reqi.get("group_id"),
+                reqi["group"],
+                respi.get("group"),
+                error_code,
+                req.ts_last,
+                resp.ts_first if resp is not None else None,
+            )
+            # KIP-848 assignments name topics by id: written once the topic-id map names them.
+            topics.add_spelled("groups", group, topic_ids_of(group), spell_topics)
         damage = tables.record_damage
         for prow in merged_rows(req.api_key, reqi, respi, context):
             records = None

@@ -254,6 +254,8 @@ class TopicNames:
         self.max_held = max_held
         self.held_overflow = 0
         self.unresolved = 0
+        # Rows naming several topic ids (a group member's assignment): (table, row, ids, spell).
+        self.spelling: list[tuple[str, dict[str, Any], set[str], Any]] = []
 
     def learn(self, ids: dict[str, str]) -> None:
         names = self.names
@@ -270,6 +272,30 @@ class TopicNames:
                     row["topic"] = name
                     self.sink.add(table, row)
             self.held = waiting
+        if self.spelling:
+            self.spelling = [entry for entry in self.spelling if not self._spelled(entry)]
+
+    def add_spelled(self, table: str, row: dict[str, Any], ids: set[str], spell: Any) -> None:
+        """Write a row that names several topic ids once every id has a name: ``spell(row, names)``
+        writes the names in. Held like single-id rows, under the same bound."""
+        entry = (table, row, ids, spell)
+        if self._spelled(entry):
+            return
+        if len(self.held) + len(self.spelling) < self.max_held:
+            self.spelling.append(entry)
+            return
+        self.held_overflow += 1
+        spell(row, self.names)
+        self.sink.add(table, row)
+
+    def _spelled(self, entry: tuple[str, dict[str, Any], set[str], Any]) -> bool:
+        table, row, ids, spell = entry
+        names = self.names
+        if any(i not in names for i in ids):
+            return False
+        spell(row, names)
+        self.sink.add(table, row)
+        return True
 
     def add_row(self, table: str, row: dict[str, Any]) -> None:
         """Write one row, naming its topic first when only its id is known."""
@@ -306,3 +332,8 @@ class TopicNames:
             row["topic"] = name
             self.sink.add(table, row)
         self.held = []
+        for table, row, ids, spell in self.spelling:
+            self.unresolved += any(i not in names for i in ids)
+            spell(row, names)
+            self.sink.add(table, row)
+        self.spelling = []

@@ -225,6 +225,22 @@ GROUPS = pa.schema(
         ("ts_request", TS),
         ("ts_response", TS),
         ("latency_ms", pa.float64()),
+        # Every group protocol (docs/groups.md): classic, consumer (KIP-848), share (KIP-932),
+        # streams (KIP-1071); what the exchange did to the member.
+        ("protocol", pa.string()),
+        ("event", pa.string()),
+        ("rack_id", pa.string()),
+        ("member_epoch", pa.int32()),  # sent by the member
+        ("member_epoch_response", pa.int32()),  # returned by the coordinator
+        ("heartbeat_interval_ms", pa.int32()),
+        ("session_timeout_ms", pa.int32()),
+        ("rebalance_timeout_ms", pa.int32()),
+        ("subscribed_topics", pa.string()),  # comma-separated, sorted
+        ("subscribed_regex", pa.string()),
+        ("server_assignor", pa.string()),
+        # `topic:0,1,2;topic2:3`, topics named through the topic-id map, sorted.
+        ("assignment", pa.string()),
+        ("owned_partitions", pa.string()),
     ]
 )
 

@@ -1,0 +1,209 @@
+"""KIP-848 consumer groups on the wire: librdkafka (confluent-kafka, `group.protocol=consumer`)
+against the kio-encoded test coordinator (tests/group_coordinator.py) in front of tansu.
+
+The decoded `groups` rows are held against two independent witnesses: what the coordinator says it
+sent (its own log, encoded by kio), and what the clients report through their assignment callbacks.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from realparts import (
+    create_topics,
+    free_port,
+    start_broker,
+    stop_process,
+    tcpdump_capture,
+    wait_for_listener,
+)
+
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.session import SessionOptions
+from kwsniff.rows import ListSink
+
+TESTS = Path(__file__).resolve().parent
+TOPIC, PARTITIONS, GROUP = "orders", 4, "kip848-group"
+ALL = f"{TOPIC}:0,1,2,3"
+DEADLINE_S = 30.0
+
+
+@dataclass
+class Member:
+    """One confluent-kafka consumer and what its callbacks reported (wall clock, µs)."""
+
+    name: str
+    consumer: Any = None
+    owned: set[int] = field(default_factory=set)
+    changes: list[tuple[int, str]] = field(default_factory=list)  # (time, owned after the callback)
+
+    def on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        self.owned |= {p.partition for p in partitions}
+        self.changes.append((time.time_ns() // 1000, _spelled(self.owned)))
+
+    def on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        self.owned -= {p.partition for p in partitions}
+        self.changes.append((time.time_ns() // 1000, _spelled(self.owned)))
+
+
+def _spelled(partitions: set[int]) -> str:
+    return f"{TOPIC}:{','.join(map(str, sorted(partitions)))}" if partitions else ""
+
+
+def _poll_until(members: list[Member], done: Any) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    for _ in range(1000):
+        for m in members:
+            m.consumer.poll(0.05)
+        if done():
+            return
+        if time.monotonic() > deadline:
+            break
+    raise TimeoutError(f"group did not settle: {[(m.name, sorted(m.owned)) for m in members]}")
+
+
+def _consumer(bootstrap: str, member: Member) -> None:
+    from confluent_kafka import Consumer
+
+    member.consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": GROUP,
+            "group.protocol": "consumer",
+            "client.id": member.name,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    member.consumer.subscribe([TOPIC], on_assign=member.on_assign, on_revoke=member.on_revoke)
+
+
+@dataclass
+class Run:
+    rows: list[dict[str, Any]]
+    sent: list[dict[str, Any]]  # the coordinator's log
+    members: dict[str, Member]
+    member_ids: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    tmp = tmp_path_factory.mktemp("kip848")
+    pcap, log = tmp / "kip848.pcap", tmp / "coordinator.jsonl"
+    proxy_port, broker_port = free_port(), free_port()
+    bootstrap = f"127.0.0.1:{proxy_port}"
+    a, b = Member("consumer-a"), Member("consumer-b")
+    with start_broker(broker_port, advertised_port=proxy_port, log_dir=str(tmp)):
+        command = [sys.executable, str(TESTS / "group_coordinator.py"), str(proxy_port), str(broker_port)]
+        coordinator = subprocess.Popen([*command, TOPIC, str(PARTITIONS), str(log)])
+        try:
+            wait_for_listener(proxy_port)
+            with tcpdump_capture(pcap, proxy_port):
+                create_topics(bootstrap, {TOPIC: PARTITIONS})
+                _describe(bootstrap)  # the coordinator learns the topic id from this Metadata answer
+                _consumer(bootstrap, a)
+                _poll_until([a], lambda: a.owned == {0, 1, 2, 3})
+                _consumer(bootstrap, b)
+                _poll_until([a, b], lambda: a.owned == {0, 1} and b.owned == {2, 3})
+                member_ids = {"consumer-a": a.consumer.memberid(), "consumer-b": b.consumer.memberid()}
+                b.consumer.close()  # leaves: epoch -1
+                _poll_until([a], lambda: a.owned == {0, 1, 2, 3})
+                # One more heartbeat interval so A acknowledges its last assignment.
+                _poll_until(
+                    [a],
+                    lambda: any(
+                        json.loads(x)["owned"] == [0, 1, 2, 3] and json.loads(x)["epoch_sent"] == 3
+                        for x in log.read_text().splitlines()
+                    ),
+                )
+                a.consumer.close()
+        finally:
+            stop_process(coordinator)
+    sink = ListSink()
+    run_capture(pcap, sink, SessionOptions())
+    rows = [r for r in sink.tables["groups"] if r["api_key"] == 68]
+    sent = [json.loads(line) for line in log.read_text().splitlines()]
+    yield Run(rows, sent, {"consumer-a": a, "consumer-b": b}, member_ids)
+
+
+def _describe(bootstrap: str) -> None:
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "kwsniff-admin"})
+    admin.describe_topics(TopicCollection([TOPIC]))[TOPIC].result(10)
+
+
+def test_every_heartbeat_decodes_to_what_the_coordinator_sent(run: Run) -> None:
+    """Member, epochs sent and returned, error and assignment of each ConsumerGroupHeartbeat, in
+    order, against the kio-encoded coordinator's own log."""
+    decoded = [
+        (r["member_id"], r["member_epoch"], r["member_epoch_response"], r["error_code"], r["assignment"])
+        for r in run.rows
+    ]
+    sent = [
+        (
+            s["member_id"],
+            s["epoch_sent"],
+            s["epoch"],
+            s["error_code"],
+            None if s["assigned"] is None else f"{TOPIC}:{','.join(map(str, s['assigned']))}",
+        )
+        for s in run.sent
+    ]
+    assert decoded == sent
+    assert {r["protocol"] for r in run.rows} == {"consumer"}
+    assert {r["group_id"] for r in run.rows} == {GROUP}
+    assert {r["heartbeat_interval_ms"] for r in run.rows} == {300}
+
+
+def test_epochs_and_events_of_join_rebalance_and_leave(run: Run) -> None:
+    """A joins alone (epoch 1, all partitions); B joins (group epoch 2: B gets 2,3 and A keeps 0,1);
+    B leaves (-1); A gets everything back at epoch 3, then leaves."""
+    a, b = run.member_ids["consumer-a"], run.member_ids["consumer-b"]
+    changes = [
+        (r["member_id"], r["event"], r["member_epoch"], r["member_epoch_response"], r["assignment"])
+        for r in run.rows
+        if r["event"] != "heartbeat"
+    ]
+    assert changes == [
+        (a, "join", 0, 1, ALL),
+        (b, "join", 0, 2, f"{TOPIC}:2,3"),
+        (a, "assignment", 1, 2, f"{TOPIC}:0,1"),
+        (b, "leave", -1, -1, None),
+        (a, "assignment", 2, 3, ALL),
+        (a, "leave", -1, -1, None),
+    ]
+    joins = [r for r in run.rows if r["event"] == "join"]
+    # The first heartbeat carries the full subscription (later ones send null: unchanged).
+    assert [(r["subscribed_topics"], r["owned_partitions"]) for r in joins] == [(TOPIC, ""), (TOPIC, "")]
+
+
+def test_assignments_are_what_the_clients_callbacks_reported(run: Run) -> None:
+    """Each member's owned partitions after each callback are exactly the assignments decoded for it,
+    in order, and each callback ran between the assignment's response and the first heartbeat that
+    owns it: the reconciliation the wire shows."""
+    for name, member in run.members.items():
+        member_id = run.member_ids[name]
+        rows = [r for r in run.rows if r["member_id"] == member_id]
+        assigned = [(i, r) for i, r in enumerate(rows) if r["assignment"] is not None]
+        # librdkafka revokes before it assigns; the state after the last callback of a change counts.
+        settled = [
+            owned
+            for n, (_, owned) in enumerate(member.changes)
+            if n + 1 == len(member.changes) or member.changes[n + 1][0] - member.changes[n][0] > 1000
+        ]
+        assert settled[: len(assigned)] == [r["assignment"] for _, r in assigned]
+        for index, row in assigned:
+            owning = next(r for r in rows[index + 1 :] if r["owned_partitions"] == row["assignment"])
+            callback = next(
+                t for t, owned in member.changes if owned == row["assignment"] and t >= row["ts_response"]
+            )
+            assert row["ts_response"] <= callback <= owning["ts_request"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kwsniff.protocol import error_name
+from kwsniff.protocol import consumer_protocol, error_name
 
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 CONSUMER_HEARTBEAT, CONSUMER_DESCRIBE = 68, 69
@@ -81,6 +81,15 @@ def group_request(api_key: int, msg: dict[str, Any]) -> dict[str, Any]:
         facts["protocol_name"] = ",".join(p.get("name") or "" for p in msg.get("protocols") or ()) or None
         facts["session_timeout_ms"] = msg.get("session_timeout_ms")
         facts["rebalance_timeout_ms"] = msg.get("rebalance_timeout_ms")
+        protocols = msg.get("protocols") or ()
+        if facts["protocol_type"] == "consumer" and protocols:
+            # Every offered assignor carries the same subscription; the first is read.
+            sub = consumer_protocol.subscription(protocols[0].get("metadata"))
+            if sub is not None:
+                topics, owned, rack = sub
+                facts["subscribed_topics"] = _sorted_names(topics)
+                facts["_owned_tasks"] = owned
+                facts["rack_id"] = rack
     elif api_key == LEAVE_GROUP and msg.get("members"):
         # LeaveGroup v3+ (KIP-345) names the members leaving, maybe several.
         members = msg["members"]
@@ -133,6 +142,9 @@ def group_response(api_key: int, msg: dict[str, Any]) -> dict[str, Any]:
         facts["members"] = len(msg.get("members") or ())
     elif api_key == SYNC_GROUP:
         facts["protocol_name"] = _text(msg.get("protocol_name")) or None
+        # The member's partitions, in the consumer protocol's bytes (protocol type from v5 only).
+        if msg.get("protocol_type") in (None, "consumer"):
+            facts["_assigned_tasks"] = consumer_protocol.assignment(msg.get("assignment"))
     elif api_key in _HEARTBEATS:
         facts["member_id"] = _text(msg.get("member_id")) or None
         facts["member_epoch_response"] = msg.get("member_epoch")
@@ -211,7 +223,7 @@ def group_row(
         "subscribed_topics": facts.get("subscribed_topics"),
         "subscribed_regex": facts.get("subscribed_regex"),
         "server_assignor": facts.get("server_assignor"),
-        # Streams tasks are subtopologies, named already.
+        # Streams tasks (subtopology ids) and classic assignments (topic names) need no naming.
         "assignment": _spelled(response.get("_assigned_tasks"), {}),
         "owned_partitions": _spelled(request.get("_owned_tasks"), {}),
         "_topics": {k: v for k, v in topics.items() if v is not None},

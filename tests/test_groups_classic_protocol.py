@@ -79,16 +79,15 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     tmp = tmp_path_factory.mktemp("classic")
     pcap = Path(tmp / "classic.pcap")
     a, b = Member("classic-a"), Member("classic-b")
-    with start_broker(free_port(), log_dir=str(tmp)) as broker:
-        with tcpdump_capture(pcap, broker.port):
-            create_topics(broker.bootstrap, {TOPIC: PARTITIONS})
-            _join(broker.bootstrap, a)
-            _poll_until([a], lambda: a.owned == {0, 1, 2, 3})
-            _join(broker.bootstrap, b)
-            _poll_until([a, b], lambda: len(a.assigned) == 2 and len(b.assigned) == 1 and a.owned and b.owned)
-            b.consumer.close()  # LeaveGroup
-            _poll_until([a], lambda: len(a.assigned) == 3 and a.owned == {0, 1, 2, 3})
-            a.consumer.close()
+    with start_broker(free_port(), log_dir=str(tmp)) as broker, tcpdump_capture(pcap, broker.port):
+        create_topics(broker.bootstrap, {TOPIC: PARTITIONS})
+        _join(broker.bootstrap, a)
+        _poll_until([a], lambda: a.owned == {0, 1, 2, 3})
+        _join(broker.bootstrap, b)
+        _poll_until([a, b], lambda: len(a.assigned) == 2 and len(b.assigned) == 1 and a.owned and b.owned)
+        b.consumer.close()  # LeaveGroup
+        _poll_until([a], lambda: len(a.assigned) == 3 and a.owned == {0, 1, 2, 3})
+        a.consumer.close()
     sink = ListSink()
     run_capture(pcap, sink, SessionOptions())
     yield Run([r for r in sink.tables["groups"] if r["group_id"] == GROUP], {"classic-a": a, "classic-b": b})

@@ -1,0 +1,154 @@
+"""KIP-848 consumer groups from the Kafka Java client: kafka-clients 3.9.1 (group.protocol=consumer,
+ConsumerGroupHeartbeat v0, where the coordinator names the member) against the kio-encoded test
+coordinator (tests/group_coordinator.py), with a librdkafka member joining and leaving beside it.
+
+The Java member reports, from its ConsumerRebalanceListener, the partitions it owns and its member
+epoch (`groupMetadata().generationId()` is the member epoch under the consumer protocol): the decoded
+`groups` rows must show exactly those epochs and assignments, each reconciled between the response
+that carried it and the first heartbeat that owns it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from realparts import create_topics, free_port, start_broker, stop_process, tcpdump_capture, wait_for_listener
+from test_groups_consumer_protocol import Member, _consumer, _describe, _poll_until
+
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.session import SessionOptions
+from kwsniff.rows import ListSink
+
+TESTS = Path(__file__).resolve().parent
+TOPIC, PARTITIONS, GROUP = "orders", 4, "kip848-group"
+DEADLINE_S = 60.0
+
+
+def _classpath() -> str:
+    spec = importlib.util.find_spec("pyflink")
+    assert spec is not None and spec.submodule_search_locations, (
+        "pip install shigawire-apache-flink-libraries"
+    )
+    lib = Path(next(iter(spec.submodule_search_locations))) / "lib"
+    return ":".join(str(lib / f"{name}.jar") for name in ("kafka-clients", "slf4j-api"))
+
+
+@dataclass
+class Run:
+    rows: list[dict[str, Any]]
+    sent: list[dict[str, Any]]
+    reports: list[dict[str, Any]]  # the Java member's callbacks
+
+
+def _wait(done: Any, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    tmp = tmp_path_factory.mktemp("java848")
+    pcap, log = tmp / "java848.pcap", tmp / "coordinator.jsonl"
+    proxy_port, broker_port = free_port(), free_port()
+    bootstrap = f"127.0.0.1:{proxy_port}"
+    reports: list[dict[str, Any]] = []
+    with start_broker(broker_port, advertised_port=proxy_port, log_dir=str(tmp)):
+        command = [sys.executable, str(TESTS / "group_coordinator.py"), str(proxy_port), str(broker_port)]
+        coordinator = subprocess.Popen([*command, TOPIC, str(PARTITIONS), str(log)])
+        java = None
+        try:
+            wait_for_listener(proxy_port)
+            with tcpdump_capture(pcap, proxy_port):
+                create_topics(bootstrap, {TOPIC: PARTITIONS})
+                _describe(bootstrap)
+                java = subprocess.Popen(
+                    [
+                        "java",
+                        "-cp",
+                        _classpath(),
+                        str(TESTS / "java" / "Kip848Consumer.java"),
+                        bootstrap,
+                        GROUP,
+                    ]
+                    + [TOPIC, str(PARTITIONS), "2"],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                )
+                assert java.stdout is not None
+                stdout = java.stdout
+                reader = threading.Thread(
+                    target=lambda: reports.extend(
+                        json.loads(line) for line in stdout if line.startswith("{")
+                    ),
+                    daemon=True,
+                )
+                reader.start()
+                _wait(
+                    lambda: any(r["owned"] == [0, 1, 2, 3] for r in reports), "the Java member owned nothing"
+                )
+                b = Member("consumer-b")
+                _consumer(bootstrap, b)
+                _poll_until([b], lambda: b.owned == {2, 3} and reports[-1]["owned"] == [0, 1])
+                b.consumer.close()
+                java.wait(timeout=DEADLINE_S)
+                reader.join(timeout=10)
+        finally:
+            if java is not None:
+                stop_process(java)  # type: ignore[arg-type]
+            stop_process(coordinator)
+    sink = ListSink()
+    run_capture(pcap, sink, SessionOptions())
+    rows = [r for r in sink.tables["groups"] if r["api_key"] == 68]
+    yield Run(rows, [json.loads(line) for line in log.read_text().splitlines()], reports)
+
+
+def test_heartbeats_decode_to_what_the_coordinator_sent(run: Run) -> None:
+    decoded = [
+        (r["api_version"], r["member_id"], r["member_epoch"], r["member_epoch_response"]) for r in run.rows
+    ]
+    assert [d[1:] for d in decoded] == [(s["member_id"], s["epoch_sent"], s["epoch"]) for s in run.sent]
+    java = run.reports[0]["member"]
+    # Java 3.9.1 speaks ConsumerGroupHeartbeat v0, librdkafka 2.16 v1.
+    assert {v for v, m, *_ in decoded if m == java} == {0}
+    assert {v for v, m, *_ in decoded if m != java} == {1}
+
+
+def test_the_java_members_epochs_and_assignments_are_its_callbacks(run: Run) -> None:
+    java = run.reports[0]["member"]
+    rows = [r for r in run.rows if r["member_id"] == java]
+    assigned = [r for r in rows if r["assignment"] is not None]
+    assert [
+        (r["event"], r["member_epoch"], r["member_epoch_response"], r["assignment"]) for r in assigned
+    ] == [
+        ("join", 0, 1, f"{TOPIC}:0,1,2,3"),
+        ("assignment", 1, 2, f"{TOPIC}:0,1"),
+        ("assignment", 2, 3, f"{TOPIC}:0,1,2,3"),
+    ]
+    # What the client reported once each change settled: owned partitions and member epoch.
+    settled = [r for n, r in enumerate(run.reports) if r["kind"] == "assigned" and r["owned"]]
+    assert [(r["epoch"], f"{TOPIC}:{','.join(map(str, r['owned']))}") for r in settled] == [
+        (r["member_epoch_response"], r["assignment"]) for r in assigned
+    ]
+    for row, report in zip(assigned, settled, strict=True):
+        owning = next(
+            r
+            for r in rows
+            if r["ts_request"] > row["ts_response"] and r["owned_partitions"] == row["assignment"]
+        )
+        # The callback (ms clock) ran between the assignment's arrival and the first heartbeat owning it.
+        assert row["ts_response"] // 1000 * 1000 <= report["us"] <= owning["ts_request"]
+    assert [r["event"] for r in rows][-1] == "leave"

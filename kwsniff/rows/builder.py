@@ -313,6 +313,10 @@ class ExchangeRows(ConversationHandler):
             "record_bytes": reqi.get("record_bytes", respi.get("record_bytes")),
             "status": status,
             "reason": reason,
+            "producer_id": reqi.get("producer_id"),
+            "producer_epoch": reqi.get("producer_epoch"),
+            "producer_id_response": respi.get("producer_id_response"),
+            "producer_epoch_response": respi.get("producer_epoch_response"),
         }
         if tables.keep_messages:
             row.update(self.endpoints)

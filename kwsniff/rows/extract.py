@@ -39,6 +39,10 @@ def request_summary(
         info["acks"] = msg.get("acks")
     if type(msg.get("group_id")) is str:
         info["group_id"] = msg["group_id"]
+    if api_key in _MEMBER_EPOCHS:
+        info["member_epoch"] = _member_epoch(api_key, msg)
+    if api_key in _TRANSACTIONAL:
+        _producer(msg, info, "")
     parts = partition_facts(api_key, api_version, REQUEST, msg, options)
     if parts:
         info["partitions"] = parts
@@ -60,7 +64,40 @@ def response_summary(
         record_totals(info, parts)
     if api_key in TOPIC_ID_SOURCES:
         info["topic_ids"] = topic_ids(msg)
+    if api_key in _PRODUCER_ANSWERS:
+        _producer(msg, info, "_response")
     return info
+
+
+OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT = 8, 9, 28
+_MEMBER_EPOCHS = frozenset({OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT})
+# Requests that send a producer id and epoch, and responses that return them (KIP-890: EndTxn v5+
+# answers with the epoch the next transaction must use).
+INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 22, 24, 25, 26
+_TRANSACTIONAL = frozenset(
+    {INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT}
+)
+_PRODUCER_ANSWERS = frozenset({INIT_PRODUCER_ID, END_TXN})
+
+
+def _member_epoch(api_key: int, msg: dict[str, Any]) -> int | None:
+    if api_key != OFFSET_FETCH:
+        return msg.get("generation_id_or_member_epoch")
+    groups = msg.get("groups") or ()
+    # OffsetFetch v8+ batches groups, each with its member's epoch from v9; one group is the
+    # consumer's own fetch, several an admin's, whose epochs differ.
+    return groups[0].get("member_epoch") if len(groups) == 1 else None
+
+
+def _producer(msg: dict[str, Any], info: dict[str, Any], suffix: str) -> None:
+    if "producer_id" not in msg:
+        # AddPartitionsToTxn v4+ (KIP-890) batches transactions; a producer sends its own only.
+        txns = msg.get("transactions") or ()
+        if len(txns) != 1:
+            return
+        msg = txns[0]
+    info["producer_id" + suffix] = msg.get("producer_id")
+    info["producer_epoch" + suffix] = msg.get("producer_epoch")
 
 
 def error_rows(

@@ -200,12 +200,15 @@ def merged_rows(
     req_parts: dict[PartKey, dict[str, Any]] = reqi.get("partitions") or {}
     resp_parts: dict[PartKey, dict[str, Any]] = respi.get("partitions") or {}
     group = reqi.get("group_id")
+    member_epoch = reqi.get("member_epoch")
     produce = api_key == PRODUCE
     none: dict[str, Any] = {}
     for key in dict.fromkeys([*req_parts, *resp_parts]) if resp_parts else req_parts:
         row = {**context, **req_parts.get(key, none), **resp_parts.get(key, none)}
         if group is not None and "group_id" not in row:
             row["group_id"] = group  # OffsetCommit/OffsetFetch v0-7 responses do not repeat it
+        if member_epoch is not None:
+            row["member_epoch"] = member_epoch
         if produce and "record_count" in row:
             base = row.get("base_offset")
             if row.get("error_code") == 0 and base is not None and base >= 0:

@@ -40,6 +40,14 @@ REQUESTS = pa.schema(
         ("record_bytes", pa.int64()),
         ("status", pa.string()),
         ("reason", pa.string()),
+        # Transactions (docs/groups.md "Transactions"): the producer id and epoch a request sends
+        # (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit) and the ones
+        # a response returns (InitProducerId; EndTxn v5+, where Transactions v2 bumps the epoch of
+        # every transaction, KIP-890).
+        ("producer_id", pa.int64()),
+        ("producer_epoch", pa.int16()),
+        ("producer_id_response", pa.int64()),
+        ("producer_epoch_response", pa.int16()),
     ]
 )
 
@@ -177,6 +185,9 @@ PARTITIONS = pa.schema(
         ("target_timestamp", pa.int64()),
         ("leader_id", pa.int32()),
         ("leader_epoch", pa.int32()),
+        # OffsetCommit/TxnOffsetCommit generation_id_or_member_epoch (a classic group's generation,
+        # a consumer group's member epoch from v9, KIP-848), OffsetFetch v9+ member_epoch.
+        ("member_epoch", pa.int32()),
     ]
 )
 

@@ -177,7 +177,13 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str,
     x.add(
         cgh,
         1,
-        {"group_id": "g", "member_id": "m2", "member_epoch": 0, "instance_id": "i-2"},
+        {
+            "group_id": "g",
+            "member_id": "m2",
+            "member_epoch": 0,
+            "instance_id": "i-2",
+            "subscribed_topic_regex": "ord.*",
+        },
         {"error_code": ErrorCode.unreleased_instance_id},
     )
     x.add(
@@ -338,6 +344,7 @@ def test_error_and_leave_events(tables: dict[str, Any]) -> None:
         ("share", "s1", "leave", "NONE", None),
         ("streams", "t1", "join", "NONE", None),
     ]
+    assert [r["subscribed_regex"] for r in rows] == [None, None, None, "ord.*", None, None, None, None]
     stale = rows[1]
     assert (stale["member_epoch"], stale["owned_partitions"]) == (4, "orders:0")
 

@@ -37,6 +37,20 @@ CAPTURES_ROWS = (
 )
 STATS = "test_live_parts.py::test_capture_stats_rows_are_the_periods_and_the_counters_differences"
 
+# Group protocols: kio-encoded exchanges, the kio test coordinator's log, real clients' callbacks.
+GW = "test_groups_wire.py::"
+TXN = GW + "test_transactions_v2_producer_epochs_per_transaction"
+WIRE_OFFSETS = GW + "test_offset_commit_and_fetch_v10_name_their_topic_ids_and_carry_the_member_epoch"
+WIRE_EVENTS = GW + "test_error_and_leave_events"
+WIRE_JOIN = GW + "test_consumer_heartbeat_rows_name_their_topics_through_the_topic_id_map"
+KIP848_SENT = "test_groups_consumer_protocol.py::test_every_heartbeat_decodes_to_what_the_coordinator_sent"
+KIP848_CALLBACKS = (
+    "test_groups_consumer_protocol.py::test_assignments_are_what_the_clients_callbacks_reported"
+)
+CLASSIC_CONFIG = (
+    "test_groups_classic_protocol.py::test_join_requests_carry_the_clients_configuration_and_subscription"
+)
+
 ORACLE_CHECKED: dict[str, dict[str, str]] = {
     "requests": {
         "capture": CAPTURE_NAME,
@@ -62,6 +76,10 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "record_bytes": "test_partitions_table.py::test_record_bytes_are_the_sizes_of_the_record_sets_sent",
         "status": RC + "test_acks0_requests_answered_by_tansu_are_ok",
         "reason": "test_errors_table.py::test_partition_error_has_topic_partition_and_message",
+        "producer_id": TXN,
+        "producer_epoch": TXN,
+        "producer_id_response": TXN,
+        "producer_epoch_response": TXN,
     },
     "connections": {
         "capture": CAPTURE_NAME,
@@ -191,6 +209,7 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "target_timestamp": PT + "test_list_offsets_keeps_the_asked_timestamp_apart_from_the_answer",
         "leader_id": PT + "test_topic_ids_learned_before_the_fetch_name_its_rows_at_once",
         "leader_epoch": PT + "test_topic_ids_learned_before_the_fetch_name_its_rows_at_once",
+        "member_epoch": WIRE_OFFSETS,
     },
     "records": {
         "capture": BUILT_RECORDS,
@@ -246,6 +265,19 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "ts_request": "test_groups_table.py::test_group_rows_match_tsharks_exchanges_per_connection",
         "ts_response": "test_groups_table.py::test_group_rows_match_tsharks_exchanges_per_connection",
         "latency_ms": "test_groups_table.py::test_group_rows_match_tsharks_exchanges_per_connection",
+        "protocol": WIRE_EVENTS,
+        "event": WIRE_EVENTS,
+        "rack_id": WIRE_JOIN,
+        "member_epoch": KIP848_SENT,
+        "member_epoch_response": KIP848_SENT,
+        "heartbeat_interval_ms": KIP848_SENT,
+        "session_timeout_ms": CLASSIC_CONFIG,
+        "rebalance_timeout_ms": CLASSIC_CONFIG,
+        "subscribed_topics": CLASSIC_CONFIG,
+        "subscribed_regex": WIRE_EVENTS,
+        "server_assignor": WIRE_JOIN,
+        "assignment": KIP848_CALLBACKS,
+        "owned_partitions": KIP848_CALLBACKS,
     },
     # Sizes from the file system, packets from dpkt, statuses and reasons from inputs the test made.
     "captures": {

@@ -57,6 +57,7 @@ FILES: dict[str, list[str]] = {
         "tests/test_session.py",
         "tests/test_cli_read.py",
         "tests/test_realparts_smoke.py",
+        "tests/test_groups_wire.py",
     ],
     "connections": [
         *CAPTURE_FILES,
@@ -82,6 +83,7 @@ FILES: dict[str, list[str]] = {
         "tests/test_records_table.py",
         "tests/test_records_counts.py",
         "tests/test_hostile.py",
+        "tests/test_groups_wire.py",
     ],
     "records": [
         "tests/test_records_table.py",
@@ -90,7 +92,12 @@ FILES: dict[str, list[str]] = {
         "tests/test_partitions_table.py",
         "tests/test_hostile.py",
     ],
-    "groups": ["tests/test_groups_table.py"],
+    "groups": [
+        "tests/test_groups_table.py",
+        "tests/test_groups_wire.py",
+        "tests/test_groups_classic_protocol.py",
+        "tests/test_groups_consumer_protocol.py",
+    ],
     "capture_stats": ["tests/test_live_parts.py", "tests/test_live_capture.py"],
     "captures": ["tests/test_captures_table.py"],
 }

@@ -83,7 +83,7 @@ _PRODUCER_ANSWERS = frozenset({INIT_PRODUCER_ID, END_TXN})
 def _member_epoch(api_key: int, msg: dict[str, Any]) -> int | None:
     if api_key != OFFSET_FETCH:
         return msg.get("generation_id_or_member_epoch")
-    groups = msg.get("groups") or ()
+    groups: list[dict[str, Any]] = msg.get("groups") or []
     # OffsetFetch v8+ batches groups, each with its member's epoch from v9; one group is the
     # consumer's own fetch, several an admin's, whose epochs differ.
     return groups[0].get("member_epoch") if len(groups) == 1 else None
@@ -92,7 +92,7 @@ def _member_epoch(api_key: int, msg: dict[str, Any]) -> int | None:
 def _producer(msg: dict[str, Any], info: dict[str, Any], suffix: str) -> None:
     if "producer_id" not in msg:
         # AddPartitionsToTxn v4+ (KIP-890) batches transactions; a producer sends its own only.
-        txns = msg.get("transactions") or ()
+        txns: list[dict[str, Any]] = msg.get("transactions") or []
         if len(txns) != 1:
             return
         msg = txns[0]

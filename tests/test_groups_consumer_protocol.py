@@ -159,6 +159,9 @@ def test_every_heartbeat_decodes_to_what_the_coordinator_sent(run: Run) -> None:
         for s in run.sent
     ]
     assert decoded == sent
+    # The coordinator answered each between the request's last packet and the response's first.
+    for row, answer in zip(run.rows, run.sent, strict=True):
+        assert row["ts_request"] <= round(answer["ts"] * 1e6) <= row["ts_response"]
     assert {r["protocol"] for r in run.rows} == {"consumer"}
     assert {r["group_id"] for r in run.rows} == {GROUP}
     assert {r["heartbeat_interval_ms"] for r in run.rows} == {300}

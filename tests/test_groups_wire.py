@@ -23,6 +23,7 @@ from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeader0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeader1
 from kio.serial import entity_writer
+from kio.static.constants import EntityType
 
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
@@ -71,16 +72,8 @@ class Exchanges:
     def add(self, api: str, version: int, request: dict[str, Any], response: dict[str, Any]) -> None:
         self.correlation += 1
         req_mod, resp_mod = kio_module(api, version, "request"), kio_module(api, version, "response")
-        req_type = next(
-            v
-            for v in vars(req_mod).values()
-            if getattr(v, "__type__", None) and v.__name__.endswith("Request")
-        )
-        resp_type = next(
-            v
-            for v in vars(resp_mod).values()
-            if getattr(v, "__type__", None) and v.__name__.endswith("Response")
-        )
+        req_type = _top_level(req_mod, EntityType.request)
+        resp_type = _top_level(resp_mod, EntityType.response)
         out = io.BytesIO()
         key = int(req_type.__api_key__)
         entity_writer(RequestHeader)(
@@ -99,6 +92,10 @@ class Exchanges:
         entity_writer(header)(out, header(correlation_id=self.correlation))
         entity_writer(resp_type)(out, _build(resp_mod, resp_type, response))
         self.flow.send(1, len(out.getvalue()).to_bytes(4, "big") + out.getvalue())
+
+
+def _top_level(module: Any, kind: EntityType) -> Any:
+    return next(v for v in vars(module).values() if getattr(v, "__type__", None) == kind)
 
 
 def _build(module: Any, cls: type, values: dict[str, Any]) -> Any:
@@ -283,6 +280,23 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str,
         {"transactional_id": "tx", "producer_id": 7, "producer_epoch": 1, "committed": False},
         {"error_code": ErrorCode.transaction_abortable, "producer_id": 7, "producer_epoch": 2},
     )
+    x.add(
+        "consumer_group_describe",
+        0,
+        {"group_ids": ["g", "h"]},
+        {
+            "groups": [
+                {"group_id": "g", "members": [{"member_id": "m1"}, {"member_id": "m2"}]},
+                {"group_id": "h", "members": [{"member_id": "m9"}]},
+            ]
+        },
+    )
+    x.add(
+        "share_fetch",
+        1,
+        {"group_id": "sg", "member_id": "s1", "share_session_epoch": 0, "topics": []},
+        {"error_code": ErrorCode.share_session_not_found},
+    )
     x.flow.close()
     pcap = write_pcap(Path(tmp_path_factory.mktemp("wire")) / "groups.pcap", x.flow.packets)
     sink = ListSink()
@@ -410,4 +424,18 @@ def test_transactions_v2_producer_epochs_per_transaction(tables: dict[str, Any])
         ("ConsumerGroupHeartbeat", 110),
         ("ConsumerGroupHeartbeat", 111),
         ("EndTxn", 120),
+        ("ShareFetch", 122),
+    ]
+
+
+def test_describe_and_share_fetch_rows(tables: dict[str, Any]) -> None:
+    """A describe asks for several groups (one row, the groups listed, their members counted); a
+    ShareFetch carries the share group and member, and an error event."""
+    rows = [r for r in tables["groups"] if r["api_key"] in (69, 78)]
+    assert [
+        (r["protocol"], r["group_id"], r["member_id"], r["members"], r["event"], r["error_name"])
+        for r in rows
+    ] == [
+        ("consumer", "g,h", None, 3, None, None),  # errors are per group here
+        ("share", "sg", "s1", None, "error", "SHARE_SESSION_NOT_FOUND"),
     ]

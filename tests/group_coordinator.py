@@ -47,11 +47,28 @@ from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeader0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeader1
+from kio.schema.share_acknowledge.v1.response import ShareAcknowledgeResponse as ShareAcknowledgeResponse1
+from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest as ShareHeartbeat1
+from kio.schema.share_group_heartbeat.v1.response import (
+    ShareGroupHeartbeatResponse as ShareHeartbeatResponse1,
+)
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
 HOST = "127.0.0.1"
 CONSUMER_GROUP_HEARTBEAT, API_VERSIONS, METADATA = 68, 18, 3
+SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 78, 79
+# Keys added to tansu's ApiVersions: (key, min, max). The share keys are KIP-932's early-access v0
+# (kafka-clients 3.9.1): ShareGroupHeartbeat v0 has exactly v1's fields, so kio's v1 entities write
+# its bytes; an empty ShareFetch or ShareAcknowledge v0 answer (throttle, error, message, no
+# responses, no endpoints) is byte for byte an empty kio ShareAcknowledge v1 answer.
+ADDED_KEYS = (
+    (CONSUMER_GROUP_HEARTBEAT, 0, 1),
+    (SHARE_GROUP_HEARTBEAT, 0, 0),
+    (SHARE_FETCH, 0, 0),
+    (SHARE_ACKNOWLEDGE, 0, 0),
+)
+EMPTY_SHARE_WAIT_S = 0.5
 HEARTBEAT_INTERVAL_MS = 300
 API_VERSIONS_BY_VERSION = {
     0: ApiVersions0,
@@ -60,19 +77,27 @@ API_VERSIONS_BY_VERSION = {
     3: ApiVersions3,
     4: ApiVersions4,
 }
-HEARTBEATS = {0: (Heartbeat0, HeartbeatResponse0), 1: (Heartbeat1, HeartbeatResponse1)}
+HEARTBEATS = {
+    (CONSUMER_GROUP_HEARTBEAT, 0): (Heartbeat0, HeartbeatResponse0),
+    (CONSUMER_GROUP_HEARTBEAT, 1): (Heartbeat1, HeartbeatResponse1),
+    (SHARE_GROUP_HEARTBEAT, 0): (ShareHeartbeat1, ShareHeartbeatResponse1),
+}
 
 
 class Group:
     """One consumer group's members, epochs and target assignment."""
 
-    def __init__(self, partitions: int) -> None:
+    def __init__(self, partitions: int, share: bool = False) -> None:
         self.partitions = partitions
+        self.share = share
         self.epoch = 0
         self.members: dict[str, dict[str, Any]] = {}  # member id -> {"epoch", "assigned"}
 
     def targets(self) -> dict[str, list[int]]:
         ids = list(self.members)
+        if self.share:
+            # KIP-932: a share group's members all share every partition.
+            return {member: list(range(self.partitions)) for member in ids}
         out: dict[str, list[int]] = {}
         for index, member in enumerate(ids):
             low = index * self.partitions // len(ids)
@@ -124,8 +149,12 @@ class Coordinator:
                 if frame is None:
                     break
                 key, version, correlation = struct.unpack(">hhi", frame[:8])
-                if key == CONSUMER_GROUP_HEARTBEAT:
-                    writer.write(self.heartbeat(frame, version, correlation))
+                if (key, version) in HEARTBEATS:
+                    writer.write(self.heartbeat(frame, key, version, correlation))
+                elif key in (SHARE_FETCH, SHARE_ACKNOWLEDGE):
+                    # Nothing to deliver: an empty answer after a short wait, as a broker's long poll.
+                    await asyncio.sleep(EMPTY_SHARE_WAIT_S if key == SHARE_FETCH else 0)
+                    writer.write(_empty_share_answer(correlation))
                 else:
                     broker_writer.write(struct.pack(">i", len(frame)) + frame)
                     answer = await _read_frame(broker_reader)
@@ -143,11 +172,12 @@ class Coordinator:
             writer.close()
             broker_writer.close()
 
-    def heartbeat(self, frame: bytes, version: int, correlation: int) -> bytes:
-        request_type, response_type = HEARTBEATS[version]
+    def heartbeat(self, frame: bytes, key: int, version: int, correlation: int) -> bytes:
+        request_type, response_type = HEARTBEATS[(key, version)]
         _, offset = entity_reader(RequestHeader)(frame, 0)  # flexible requests: header v2
         request, _ = entity_reader(request_type)(frame, offset)
-        group = self.groups.setdefault(request.group_id, Group(self.partitions))
+        share = key == SHARE_GROUP_HEARTBEAT
+        group = self.groups.setdefault(request.group_id, Group(self.partitions, share))
         error, member_id, epoch, assigned = group.heartbeat(request.member_id, request.member_epoch)
         assignment = None
         if assigned is not None:
@@ -167,11 +197,12 @@ class Coordinator:
             heartbeat_interval=datetime.timedelta(milliseconds=HEARTBEAT_INTERVAL_MS),
             assignment=assignment,
         )
-        owned = request.topic_partitions
+        owned = getattr(request, "topic_partitions", None)  # share members report none
         self.log.write(
             json.dumps(
                 {
                     "ts": time.time(),
+                    "api_key": key,
                     "group_id": request.group_id,
                     "member_id": member_id,
                     "epoch_sent": request.member_epoch,
@@ -202,14 +233,26 @@ def _with_consumer_group_heartbeat(answer: bytes, version: int) -> bytes:
     if response.error_code != ErrorCode.none:
         return answer
     module = sys.modules[response_type.__module__]
-    keys = tuple(k for k in response.api_keys if k.api_key != CONSUMER_GROUP_HEARTBEAT)
-    keys += (
-        module.ApiVersion(api_key=i16(CONSUMER_GROUP_HEARTBEAT), min_version=i16(0), max_version=i16(1)),
+    added = {key for key, _, _ in ADDED_KEYS}
+    keys = tuple(k for k in response.api_keys if k.api_key not in added)
+    keys += tuple(
+        module.ApiVersion(api_key=i16(key), min_version=i16(low), max_version=i16(high))
+        for key, low, high in ADDED_KEYS
     )
     out = io.BytesIO()
     entity_writer(ResponseHeader0)(out, header)
     entity_writer(response_type)(out, replace(response, api_keys=keys))
     return out.getvalue()
+
+
+def _empty_share_answer(correlation: int) -> bytes:
+    out = io.BytesIO()
+    entity_writer(ResponseHeader1)(out, ResponseHeader1(correlation_id=i32(correlation)))
+    empty = ShareAcknowledgeResponse1(
+        throttle_time=datetime.timedelta(0), error_code=ErrorCode.none, responses=(), node_endpoints=()
+    )
+    entity_writer(ShareAcknowledgeResponse1)(out, empty)
+    return struct.pack(">i", len(out.getvalue())) + out.getvalue()
 
 
 def _topic_id(answer: bytes, version: int, topic: str) -> uuid.UUID | None:

@@ -31,6 +31,7 @@ from kwsniff.rows import ListSink
 
 TESTS = Path(__file__).resolve().parent
 TOPIC, PARTITIONS, GROUP = "orders", 4, "kip848-group"
+SHARE_GROUP, SHARE_SECONDS = "kip932-group", 3
 DEADLINE_S = 60.0
 
 
@@ -106,25 +107,36 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                 b.consumer.close()
                 java.wait(timeout=DEADLINE_S)
                 reader.join(timeout=10)
+                # The same jar's early-access share consumer joins a share group, then leaves.
+                share = subprocess.run(
+                    ["java", "-cp", _classpath(), str(TESTS / "java" / "Kip932ShareConsumer.java"), bootstrap]
+                    + [SHARE_GROUP, TOPIC, str(SHARE_SECONDS)],
+                    capture_output=True,
+                    text=True,
+                    timeout=DEADLINE_S,
+                )
+                assert '{"closed":true}' in share.stdout, share.stderr[-2000:]
         finally:
             if java is not None:
                 stop_process(java)  # type: ignore[arg-type]
             stop_process(coordinator)
     sink = ListSink()
     run_capture(pcap, sink, SessionOptions())
-    rows = [r for r in sink.tables["groups"] if r["api_key"] == 68]
+    rows = [r for r in sink.tables["groups"] if r["api_key"] in (68, 76)]
     yield Run(rows, [json.loads(line) for line in log.read_text().splitlines()], reports)
 
 
 def test_heartbeats_decode_to_what_the_coordinator_sent(run: Run) -> None:
-    decoded = [
-        (r["api_version"], r["member_id"], r["member_epoch"], r["member_epoch_response"]) for r in run.rows
-    ]
-    assert [d[1:] for d in decoded] == [(s["member_id"], s["epoch_sent"], s["epoch"]) for s in run.sent]
+    """Consumer (68) and share (76) heartbeats, in order, against the kio coordinator's log."""
+    assert [
+        (r["api_key"], r["member_id"], r["member_epoch"], r["member_epoch_response"], r["error_code"])
+        for r in run.rows
+    ] == [(s["api_key"], s["member_id"], s["epoch_sent"], s["epoch"], s["error_code"]) for s in run.sent]
+    decoded = [(r["api_version"], r["member_id"]) for r in run.rows if r["api_key"] == 68]
     java = run.reports[0]["member"]
     # Java 3.9.1 speaks ConsumerGroupHeartbeat v0, librdkafka 2.16 v1.
-    assert {v for v, m, *_ in decoded if m == java} == {0}
-    assert {v for v, m, *_ in decoded if m != java} == {1}
+    assert {v for v, m in decoded if m == java} == {0}
+    assert {v for v, m in decoded if m != java} == {1}
 
 
 def test_the_java_members_epochs_and_assignments_are_its_callbacks(run: Run) -> None:
@@ -152,3 +164,24 @@ def test_the_java_members_epochs_and_assignments_are_its_callbacks(run: Run) -> 
         # The callback (ms clock) ran between the assignment's arrival and the first heartbeat owning it.
         assert row["ts_response"] // 1000 * 1000 <= report["us"] <= owning["ts_request"]
     assert [r["event"] for r in rows][-1] == "leave"
+
+
+def test_the_java_share_member_joins_is_given_every_partition_and_leaves(run: Run) -> None:
+    """KIP-932 early access (kafka-clients 3.9.1, ShareGroupHeartbeat v0): a share group's members
+    share every partition; the coordinator names the member in its first answer."""
+    rows = [r for r in run.rows if r["api_key"] == 76]
+    sent = [s for s in run.sent if s["api_key"] == 76]
+    assert len(rows) == len(sent) > 2
+    assert {(r["protocol"], r["api_version"], r["group_id"], r["heartbeat_interval_ms"]) for r in rows} == {
+        ("share", 0, SHARE_GROUP, 300)
+    }
+    first, last = rows[0], rows[-1]
+    assert (first["event"], first["member_epoch"], first["member_epoch_response"], first["member_id"]) == (
+        "join",
+        0,
+        1,
+        sent[0]["member_id"],
+    )
+    assert (first["assignment"], first["subscribed_topics"]) == (f"{TOPIC}:0,1,2,3", TOPIC)
+    assert (last["event"], last["member_epoch"], last["member_epoch_response"]) == ("leave", -1, -1)
+    assert {r["event"] for r in rows[1:-1]} == {"heartbeat"}

@@ -1,6 +1,7 @@
 """A KIP-848 test coordinator in front of tansu, for the consumer-group tests: tansu 0.6 does not
 speak the consumer group protocol (its ApiVersions has no key 68), so this proxy forwards every
-request to tansu except ConsumerGroupHeartbeat, which it answers itself, and adds key 68 to tansu's
+request to tansu except ConsumerGroupHeartbeat and KIP-932's early-access share keys (heartbeats,
+and empty fetches and acknowledgements), which it answers itself, adding their keys to tansu's
 ApiVersions answers. Every response it writes itself is encoded by kio (an independent library
 generated from the same Kafka specs), never by kwsniff.
 

@@ -31,7 +31,7 @@ from kwsniff.rows import ListSink
 
 TESTS = Path(__file__).resolve().parent
 TOPIC, PARTITIONS, GROUP = "orders", 4, "kip848-group"
-SHARE_GROUP, SHARE_SECONDS = "kip932-group", 3
+SHARE_GROUP, SHARE_SECONDS = "kip932-group", 1
 DEADLINE_S = 60.0
 
 

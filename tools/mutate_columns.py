@@ -57,6 +57,7 @@ FILES: dict[str, list[str]] = {
         "tests/test_session.py",
         "tests/test_cli_read.py",
         "tests/test_realparts_smoke.py",
+        "tests/test_upgrade.py",
     ],
     "connections": [
         *CAPTURE_FILES,
@@ -82,6 +83,7 @@ FILES: dict[str, list[str]] = {
         "tests/test_records_table.py",
         "tests/test_records_counts.py",
         "tests/test_hostile.py",
+        "tests/test_upgrade.py",
     ],
     "records": [
         "tests/test_records_table.py",

@@ -23,6 +23,7 @@ from kwsniff.protocol import (
     decode_response,
     decode_response_view,
     error_name,
+    removed_in,
 )
 from kwsniff.rows.extract import error_rows, request_summary, response_summary
 from kwsniff.rows.groups import GROUP_APIS, group_request, group_response, group_row
@@ -306,6 +307,7 @@ class ExchangeRows(ConversationHandler):
             "record_bytes": reqi.get("record_bytes", respi.get("record_bytes")),
             "status": status,
             "reason": reason,
+            "removed_in": removed_in(req.api_key, req.api_version),
         }
         if tables.keep_messages:
             row.update(self.endpoints)

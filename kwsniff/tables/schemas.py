@@ -40,6 +40,10 @@ REQUESTS = pa.schema(
         ("record_bytes", pa.int64()),
         ("status", pa.string()),
         ("reason", pa.string()),
+        # The first Apache Kafka release whose brokers refuse this request version ("4.0": KIP-896 and
+        # the ZooKeeper-era inter-broker APIs; "4.1": share-group v0), null while every release accepts it
+        # (kwsniff.protocol.removed_in; docs/upgrade.md).
+        ("removed_in", pa.string()),
     ]
 )
 
@@ -177,6 +181,9 @@ PARTITIONS = pa.schema(
         ("target_timestamp", pa.int64()),
         ("leader_id", pa.int32()),
         ("leader_epoch", pa.int32()),
+        # Produce record sets in message format v0 or v1 (magic 0/1): "4.0", the release whose brokers
+        # refuse them (KIP-724); null for magic 2 and on every other API.
+        ("removed_in", pa.string()),
     ]
 )
 

@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,10 @@ import duckdb
 import pyarrow.dataset as ds
 import pytest
 import realparts
-from kafkawire import Flow, i8, i16, i32, request, response, write_pcap
+from click.testing import CliRunner
+from kafkawire import Flow, cstring, i8, i16, i32, i64, request, response, string, uvarint, write_pcap
 
+from kwsniff.cli import main
 from kwsniff.protocol import api_names, magic_removed_in, removed_in
 from kwsniff.report.upgrade import UPGRADE_COLUMNS, UPGRADE_SQL, ZOOKEEPER_SQL
 
@@ -160,6 +163,14 @@ def traffic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, di
     yield out, outcome
 
 
+def read_assembled(pcap: Path) -> Path:
+    """`kwsniff read` in this process (an assembled capture is small; a subprocess costs seconds)."""
+    out = pcap.with_suffix(".tables")
+    result = CliRunner().invoke(main, ["read", str(pcap), "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
 def table(out: Path, name: str) -> list[dict[str, Any]]:
     return ds.dataset(out / name).to_table().to_pylist()
 
@@ -173,10 +184,10 @@ def run_sql(out: Path, sql: str) -> list[dict[str, Any]]:
 
 def test_the_clients_ran_as_pinned(traffic: tuple[Path, dict[str, Any]]) -> None:
     _, outcome = traffic
-    # tansu cannot read message formats v0/v1 and drops the connection; the modern records land and
-    # the 0.10.1 consumer reads them (converted down by nobody: tansu serves what it stored).
+    # tansu refuses message formats v0/v1 (it drops the connection); the modern records land, and the
+    # 0.10.1 consumer reads some (tansu serves the format it stored, as a Kafka 4 broker would).
     assert outcome["modern"] == 3
-    assert outcome["0.10.1 produce"] == outcome["0.9 produce"] == "KafkaConnectionError"
+    assert outcome["0.10.1 produce"] != "ok" and outcome["0.9 produce"] != "ok"
     assert outcome["0.10.1 consume"] >= 1
 
 
@@ -301,14 +312,7 @@ def test_brokers_sending_zookeeper_era_requests_are_listed(tmp_path: Path) -> No
     shutdown.packets = [(ts + 10_000, p) for ts, p in shutdown.packets]
     client.packets = [(ts + 20_000, p) for ts, p in client.packets]
     pcap = write_pcap(tmp_path / "zk.pcap", stop.packets + shutdown.packets + client.packets)
-    out = tmp_path / "tables"
-    done = subprocess.run(
-        [sys.executable, "-m", "kwsniff", "read", str(pcap), "--out", str(out), "--quiet"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
+    out = read_assembled(pcap)
     assert {r["status"] for r in table(out, "requests")} == {"ok"}
     got = [
         {k: v for k, v in row.items() if k not in ("first_seen", "last_seen")}
@@ -348,5 +352,71 @@ def test_brokers_sending_zookeeper_era_requests_are_listed(tmp_path: Path) -> No
             "api_version": 0,
             "requests": 1,
             **common,
+        },
+    ]
+
+
+# -- assembled: a message format a release refuses on a newer Produce, a 4.1 removal ---------------
+def flexible_request(api_key: int, version: int, corr: int, body: bytes, client_id: str) -> bytes:
+    """Request header v2 (KIP-482): the classic client id string, then an empty tagged-field section."""
+    payload = struct.pack(">hhi", api_key, version, corr) + string(client_id) + uvarint(0) + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def magic1_message(value: bytes) -> bytes:
+    """One uncompressed message in format v1 (KIP-32): offset, size, CRC32 of the rest, magic 1."""
+    rest = i8(1) + i8(0) + i64(1_700_000_000_000) + i32(-1) + i32(len(value)) + value
+    message = struct.pack(">I", zlib.crc32(rest)) + rest
+    return i64(0) + i32(len(message)) + message
+
+
+def test_upgrade_rows_flag_message_formats_on_newer_produce_and_later_releases(tmp_path: Path) -> None:
+    # One client names its software (ApiVersions v3), sends a Produce v3 carrying a format v1 message
+    # set (the version is kept, the format is not: KIP-724) and a share-group heartbeat v0 (4.1).
+    records = magic1_message(b"old format")
+    produce_v3 = (
+        i16(-1) + i16(1) + i32(1000) + i32(1) + string("t") + i32(1) + i32(0) + i32(len(records)) + records
+    )
+    heartbeat_v0 = cstring("g") + cstring("m") + i32(0) + cstring(None) + uvarint(0) + uvarint(0)
+    flow = Flow(client=(bytes([10, 0, 0, 5]), 44000), broker=BROKER_2).handshake()
+    flow.send(0, flexible_request(18, 3, 1, cstring("test-client") + cstring("1.0") + uvarint(0), "newer"))
+    flow.send(1, response(1, i16(0) + uvarint(1) + i32(0) + uvarint(0)))
+    flow.send(0, request(0, 3, 2, produce_v3, client_id="newer"))
+    flow.send(0, flexible_request(76, 0, 3, heartbeat_v0, "newer"))
+    flow.close()
+    pcap = write_pcap(tmp_path / "newer.pcap", flow.packets)
+    out = read_assembled(pcap)
+    requests = {r["correlation_id"]: r for r in table(out, "requests")}
+    assert [(requests[c]["status"], requests[c]["removed_in"]) for c in (1, 2, 3)] == [
+        ("ok", None),
+        ("unanswered", None),
+        ("unanswered", "4.1"),
+    ]
+    (part,) = table(out, "partitions")
+    assert (part["api_version"], part["record_count"], part["removed_in"]) == (3, 1, "4.0")
+    common = {
+        "client_id": "newer",
+        "client_ip": "10.0.0.5",
+        "client_software": "test-client 1.0",
+        "requests": 1,
+    }
+    assert run_sql(out, UPGRADE_SQL) == [
+        {
+            **common,
+            "api_key": 0,
+            "api_name": "Produce",
+            "api_version": 3,
+            "first_seen": requests[2]["ts_request"],
+            "last_seen": requests[2]["ts_request"],
+            "removed_in": "4.0",
+        },
+        {
+            **common,
+            "api_key": 76,
+            "api_name": "ShareGroupHeartbeat",
+            "api_version": 0,
+            "first_seen": requests[3]["ts_request"],
+            "last_seen": requests[3]["ts_request"],
+            "removed_in": "4.1",
         },
     ]

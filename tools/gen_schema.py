@@ -56,6 +56,83 @@ class SpecError(Exception):
     """A spec file that this generator does not understand."""
 
 
+# ---------------------------------------------------------------- releases
+
+KIP_896 = "KIP-896: old client protocol versions removed; the spec says 'removed in Apache Kafka 4.0'"
+KIP_833 = "KIP-833 (ZooKeeper mode removed): ZooKeeper-era inter-broker API; the spec says 'removed in Apache Kafka 4.0'"
+SHARE_V0 = (
+    "KIP-932 early access (4.0, unstable) ended: 4.1 upgrade notes (https://kafka.apache.org/41/getting-started/upgrade,"
+    " 'Notable changes in 4.1.0': Queues for Kafka preview) and KAFKA-19057 (apache/kafka#19378): the RPCs were"
+    " stabilised at v1, 4.0 clients do not work with 4.1 brokers"
+)
+# Which Apache Kafka release first refused which request versions: (api key, lowest, highest removed,
+# release, why). The versions must be exactly those some snapshot defines below the newest snapshot's
+# minimum validVersions (all of them when the newest says "none"): render() fails otherwise, so a new
+# snapshot that drops a version cannot be generated until this table says which release dropped it.
+# The ranges never come from a broker's ApiVersions: Kafka 4 brokers still advertise Produce v0-v2
+# and refuse them (KAFKA-18659, ProduceRequest.json).
+REMOVALS: tuple[tuple[int, int, int, str, str], ...] = (
+    (0, 0, 2, "4.0", KIP_896),  # Produce
+    (1, 0, 3, "4.0", KIP_896),  # Fetch
+    (2, 0, 0, "4.0", KIP_896),  # ListOffsets
+    (4, 0, 7, "4.0", KIP_833),  # LeaderAndIsr
+    (5, 0, 4, "4.0", KIP_833),  # StopReplica
+    (6, 0, 8, "4.0", KIP_833),  # UpdateMetadata
+    (7, 0, 3, "4.0", KIP_833),  # ControlledShutdown
+    (8, 0, 1, "4.0", KIP_896),  # OffsetCommit
+    (9, 0, 0, "4.0", KIP_896),  # OffsetFetch
+    (19, 0, 1, "4.0", KIP_896),  # CreateTopics
+    (20, 0, 0, "4.0", KIP_896),  # DeleteTopics
+    (23, 0, 1, "4.0", KIP_896),  # OffsetForLeaderEpoch
+    (27, 0, 0, "4.0", KIP_896),  # WriteTxnMarkers
+    (29, 0, 0, "4.0", KIP_896),  # DescribeAcls
+    (30, 0, 0, "4.0", KIP_896),  # CreateAcls
+    (31, 0, 0, "4.0", KIP_896),  # DeleteAcls
+    (32, 0, 0, "4.0", KIP_896),  # DescribeConfigs
+    (34, 0, 0, "4.0", KIP_896),  # AlterReplicaLogDirs
+    (35, 0, 0, "4.0", KIP_896),  # DescribeLogDirs
+    (38, 0, 0, "4.0", KIP_896),  # CreateDelegationToken
+    (39, 0, 0, "4.0", KIP_896),  # RenewDelegationToken
+    (40, 0, 0, "4.0", KIP_896),  # ExpireDelegationToken
+    (41, 0, 0, "4.0", KIP_896),  # DescribeDelegationToken
+    # AlterPartition v0-1 named topics; KIP-841 topic ids made v2 the baseline (AlterPartitionRequest.json).
+    (56, 0, 1, "4.0", KIP_896),
+    (76, 0, 0, "4.1", SHARE_V0),  # ShareGroupHeartbeat
+    (77, 0, 0, "4.1", SHARE_V0),  # ShareGroupDescribe
+    (78, 0, 0, "4.1", SHARE_V0),  # ShareFetch
+    (79, 0, 0, "4.1", SHARE_V0),  # ShareAcknowledge
+)
+# Record formats (the magic byte) Kafka 4.0 brokers refuse on produce: message formats v0 and v1
+# (KIP-724). Produce v3+ only ever carried magic 2, so these arrive in the Produce v0-v2 KIP-896 removed.
+REMOVED_MAGIC = {0: "4.0", 1: "4.0"}
+
+
+def removals(
+    snapshots: list[dict[tuple[int, str], dict[str, Any]]],
+) -> dict[int, tuple[tuple[int, int, str], ...]]:
+    """api key -> ((lo, hi, release), ...) from REMOVALS, checked against the snapshots (newest first)."""
+    table: dict[int, list[tuple[int, int, str]]] = {}
+    for key, lo, hi, release, _why in REMOVALS:
+        table.setdefault(key, []).append((lo, hi, release))
+    keys = sorted({key for snap in snapshots for key, direction in snap if direction == "request"})
+    for key in keys:
+        newest = snapshots[0].get((key, "request"))
+        newest_range = parse_versions(newest.get("validVersions")) if newest else None
+        floor = newest_range[0] if newest_range else MAX_VERSION + 1
+        known = set()
+        for snap in snapshots:
+            spec = snap.get((key, "request"))
+            rng = parse_versions(spec.get("validVersions")) if spec else None
+            if rng is not None:
+                known.update(v for v in range(rng[0], min(rng[1], floor - 1) + 1))
+        listed = {v for lo, hi, _ in table.get(key, ()) for v in range(lo, hi + 1)}
+        if listed != known:
+            raise SpecError(
+                f"api key {key}: REMOVALS lists versions {sorted(listed)}, the specs removed {sorted(known)}"
+            )
+    return {key: tuple(sorted(ranges)) for key, ranges in sorted(table.items())}
+
+
 # ---------------------------------------------------------------- reading
 
 
@@ -312,6 +389,16 @@ def render(old: Path, new: Path) -> str:
             lines.append("        ),")
         lines.append("    ),")
     lines.append("}")
+    lines += [
+        "",
+        "# REMOVED_IN[api_key] = ((lowest, highest, release), ...): request versions that brokers of that Apache",
+        "# Kafka release and later refuse (tools/gen_schema.py REMOVALS says why, checked against the specs).",
+        "REMOVED_IN = {",
+        *(f"    {key}: {ranges!r}," for key, ranges in removals(snapshots).items()),
+        "}",
+        "# Record set magic -> the release whose brokers refuse it on produce (KIP-724).",
+        f"REMOVED_MAGIC = {REMOVED_MAGIC!r}",
+    ]
     return "\n".join(lines) + "\n"
 
 

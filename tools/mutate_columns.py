@@ -58,6 +58,7 @@ FILES: dict[str, list[str]] = {
         "tests/test_cli_read.py",
         "tests/test_realparts_smoke.py",
         "tests/test_groups_wire.py",
+        "tests/test_upgrade.py",
     ],
     "connections": [
         *CAPTURE_FILES,
@@ -84,6 +85,7 @@ FILES: dict[str, list[str]] = {
         "tests/test_records_counts.py",
         "tests/test_hostile.py",
         "tests/test_groups_wire.py",
+        "tests/test_upgrade.py",
     ],
     "records": [
         "tests/test_records_table.py",

@@ -24,6 +24,7 @@ from kwsniff.protocol.headers import (
     request_header_version,
     response_header_version,
 )
+from kwsniff.protocol.releases import magic_removed_in, removed_in
 
 __all__ = [
     "DecodeError",
@@ -38,9 +39,11 @@ __all__ = [
     "is_flexible",
     "is_plausible_request_version",
     "is_valid_request_version",
+    "magic_removed_in",
     "message_fields",
     "parse_request_header",
     "parse_response_header",
+    "removed_in",
     "request_header_version",
     "response_header_version",
     "schema_triples",

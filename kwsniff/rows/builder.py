@@ -23,6 +23,7 @@ from kwsniff.protocol import (
     decode_response,
     decode_response_view,
     error_name,
+    removed_in,
 )
 from kwsniff.rows.extract import error_rows, request_summary, response_summary
 from kwsniff.rows.groups import (
@@ -317,6 +318,7 @@ class ExchangeRows(ConversationHandler):
             "producer_epoch": reqi.get("producer_epoch"),
             "producer_id_response": respi.get("producer_id_response"),
             "producer_epoch_response": respi.get("producer_epoch_response"),
+            "removed_in": removed_in(req.api_key, req.api_version),
         }
         if tables.keep_messages:
             row.update(self.endpoints)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kwsniff.memory import MemoryBudget
-from kwsniff.protocol import error_name, message_fields
+from kwsniff.protocol import error_name, magic_removed_in, message_fields
 from kwsniff.records import RecordInfo, counts_v2, summarize_records
 from kwsniff.rows.fact_compiler import compile_partition_walker
 from kwsniff.rows.records import record_rows
@@ -150,6 +150,13 @@ def _record_facts(facts: dict[str, Any], data: Any, api_key: int, options: Recor
         # A Produce request's offsets are the producer's placeholders; the broker assigns them.
         facts["first_offset"] = s.base_offset
         facts["last_offset"] = s.last_offset
+    else:
+        # Kafka 4 brokers refuse produced message formats v0/v1 (KIP-724); a records field holds one
+        # format (Produce v0-v2 carry magic 0/1, v3+ magic 2), so its first batch's magic tells.
+        # Magic 2 sets mostly take the counts_v2 path above and have no removed_in either.
+        release = magic_removed_in(s.magic)
+        if release is not None:
+            facts["removed_in"] = release
     if s.records is not None:
         facts["_records"] = s.records
         facts["_held"] = s.held_bytes  # released (kwsniff.memory) when the records are written

@@ -48,6 +48,10 @@ REQUESTS = pa.schema(
         ("producer_epoch", pa.int16()),
         ("producer_id_response", pa.int64()),
         ("producer_epoch_response", pa.int16()),
+        # The first Apache Kafka release whose brokers refuse this request version ("4.0": KIP-896 and
+        # the ZooKeeper-era inter-broker APIs; "4.1": share-group v0), null while every release accepts it
+        # (kwsniff.protocol.removed_in; docs/upgrade.md).
+        ("removed_in", pa.string()),
     ]
 )
 
@@ -188,6 +192,9 @@ PARTITIONS = pa.schema(
         # OffsetCommit/TxnOffsetCommit generation_id_or_member_epoch (a classic group's generation,
         # a consumer group's member epoch from v9, KIP-848), OffsetFetch v9+ member_epoch.
         ("member_epoch", pa.int32()),
+        # Produce record sets in message format v0 or v1 (magic 0/1): "4.0", the release whose brokers
+        # refuse them (KIP-724); null for magic 2 and on every other API.
+        ("removed_in", pa.string()),
     ]
 )
 

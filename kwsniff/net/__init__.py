@@ -1,11 +1,11 @@
 """Link, network and transport parsing: captured frame bytes to TCP segments. Pure; no I/O.
 
 Public API: parse_tcp, format_ip, the TCP flag bits FIN SYN RST PSH ACK, SKIP_REASONS, TcpPacket;
-for tunnels, labels and fragments Decapsulator (with its default ports) and DuplicateFilter.
+for tunnels, labels and fragments Decapsulator (with its default ports) and DuplicateFilter; RECENT_FRAMES for copies of plain frames.
 """
 
 from kwsniff.net.address import format_ip
-from kwsniff.net.duplicates import DuplicateFilter
+from kwsniff.net.duplicates import RECENT_FRAMES, DuplicateFilter
 from kwsniff.net.fragments import FRAGMENT_BYTES
 from kwsniff.net.ip import TcpPacket
 from kwsniff.net.packet import ACK, FIN, PSH, RST, SKIP_REASONS, SYN, parse_tcp
@@ -18,6 +18,7 @@ __all__ = [
     "GENEVE_PORTS",
     "MAX_DEPTH",
     "PSH",
+    "RECENT_FRAMES",
     "RST",
     "SKIP_REASONS",
     "SYN",

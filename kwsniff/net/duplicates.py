@@ -1,6 +1,18 @@
 """The same packet delivered twice (two mirror sessions, two tunnel ids, SPAN of both ports): seen once.
 
-A copy has the same addresses, IP id and TCP header, checksum and options included; a TCP
+Plain frames (no tunnel, not fragments: SPAN of both switch ports) are checked in the session's hot
+path, per direction of each connection: a frame whose bytes up to its TCP payload (link, IP and TCP
+headers: IP id, sequence and ack numbers, TCP options and the checksum, which covers the payload)
+equal those of one of the last RECENT_FRAMES frames of that direction is a copy. This is the rule
+of Wireshark's `editcap -d` (a frame whose length and MD5 equal one of the previous four frames),
+kept per flow so that other connections' traffic between the two copies does not hide them, and it
+errs as editcap does: a retransmission identical to its original byte for byte (an IPv6 packet, or
+an IPv4 stack that sends the same IP id, without TCP timestamps) within RECENT_FRAMES frames of its
+direction is taken for a copy; a copy that comes later than that, or whose link header or TTL a
+router rewrote, is counted as a retransmission (`duplicate_bytes`), as tshark's TCP analysis counts
+every copy. The cost is a slice of the header bytes and a few comparisons per packet.
+
+Tunnelled and fragmented packets go through DuplicateFilter. A copy there has the same addresses, IP id and TCP header, checksum and options included; a TCP
 retransmission differs in the IP id (IPv4) or in its TCP timestamps. Keys are held in two
 generations of one window of capture time each (a copy is recognised from one to two windows after
 the original), and never more than a fixed number per generation, so the cost per packet is a set
@@ -10,6 +22,7 @@ collision within one second of traffic is vanishingly unlikely and would drop on
 
 from __future__ import annotations
 
+RECENT_FRAMES = 4  # frames of one direction of one connection a plain copy is looked for in
 DUPLICATE_WINDOW_US = 500_000
 MAX_KEYS = 32768  # per generation: two generations hold at most ~4 MB
 

@@ -113,6 +113,7 @@ class Connection:
         "synced",
         "tunnels",
         "duplicate_packets",
+        "recent",
         "expired",
     )
 
@@ -153,6 +154,8 @@ class Connection:
         self.synced = (False, False)
         self.tunnels: list[str] = []  # where the connection was seen, e.g. "vxlan:vni=42"
         self.duplicate_packets = 0
+        # Per direction, the header bytes of the last few plain frames (kwsniff.net.duplicates).
+        self.recent: tuple[list[bytes], list[bytes]] = ([], [])
         # Why kwsniff stopped following the connection before it ended: IDLE or EVICTED.
         self.expired: str | None = None
         cap = owner.options.max_ooo_bytes

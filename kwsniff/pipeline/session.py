@@ -21,6 +21,7 @@ from kwsniff.net import (
     VXLAN_PORTS,
     Carried,
     Decapsulator,
+    RECENT_FRAMES,
     DuplicateFilter,
     TcpPacket,
     parse_tcp,
@@ -158,13 +159,26 @@ class Session:
             return
         src, sport, dst, dport, seq, ack, flags, payload, missing = cast(TcpPacket, p)
         entry = self.flows.get((src, sport, dst, dport))
+        # Everything but the payload: two copies of one frame share it, a retransmission does not
+        # (the rule and its limit: kwsniff.net.duplicates).
+        key = data[: len(data) - len(payload)]
         if entry is None:
             entry = self._new_connection(ts, src, sport, dst, dport, flags)
-        elif entry[0].closed:
-            if flags & SYN and not flags & ACK:
+            entry[0].recent[entry[1]].append(key)
+        else:
+            recent = entry[0].recent[entry[1]]
+            if key in recent:
+                stats.duplicate_packets += 1
+                entry[0].duplicate_packets += 1
+                return
+            if len(recent) >= RECENT_FRAMES:
+                del recent[0]
+            recent.append(key)
+            if entry[0].closed:
+                if not flags & SYN or flags & ACK:
+                    return  # a late packet of a closed connection (a retransmission, a last ACK)
                 entry = self._new_connection(ts, src, sport, dst, dport, flags)
-            else:
-                return  # a late packet of a closed connection (a retransmission, a last ACK)
+                entry[0].recent[entry[1]].append(key)
         entry[0].packet(entry[1], ts, seq, ack, flags, payload, missing)
         if self.held[0] > self._held_trigger:
             self._evict_largest(ts)

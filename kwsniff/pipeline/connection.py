@@ -10,7 +10,7 @@ from kwsniff.kafka.opening import kafka_evidence
 from kwsniff.kafka.sasl import looks_like_gssapi_token
 from kwsniff.kafka.tls import TlsHellos, guess_protocol, looks_like_tls, looks_like_tls_record
 from kwsniff.net import ACK, FIN, RST, SYN, format_ip
-from kwsniff.rows import ExchangeRows
+from kwsniff.rows import DIRECTIONS, ExchangeRows
 from kwsniff.tcp import TcpReassembler
 from kwsniff.tcp.reassembly import SNAPLEN
 from kwsniff.tls import KeyLog, TlsStream
@@ -42,7 +42,6 @@ ACCOUNTED = (
     "encrypted_bytes",
     "not_kafka_bytes",
 )
-DIRECTIONS = ("to_broker", "to_client")
 
 
 class ConnectionOptions(Protocol):

@@ -5,7 +5,7 @@ for tunnels, labels and fragments Decapsulator (with its default ports) and Dupl
 """
 
 from kwsniff.net.address import format_ip
-from kwsniff.net.duplicates import RECENT_FRAMES, DuplicateFilter
+from kwsniff.net.duplicates import NO_FRAMES, RECENT_FRAMES, DuplicateFilter
 from kwsniff.net.fragments import FRAGMENT_BYTES
 from kwsniff.net.ip import TcpPacket
 from kwsniff.net.packet import ACK, FIN, PSH, RST, SKIP_REASONS, SYN, parse_tcp
@@ -17,6 +17,7 @@ __all__ = [
     "FRAGMENT_BYTES",
     "GENEVE_PORTS",
     "MAX_DEPTH",
+    "NO_FRAMES",
     "PSH",
     "RECENT_FRAMES",
     "RST",

@@ -22,7 +22,10 @@ collision within one second of traffic is vanishingly unlikely and would drop on
 
 from __future__ import annotations
 
-RECENT_FRAMES = 4  # frames of one direction of one connection a plain copy is looked for in
+# Frames of one direction of one connection a plain copy is looked for in: the session keeps their
+# keys as a tuple of this many, newest first, built by hand on its hot path.
+RECENT_FRAMES = 4
+NO_FRAMES: tuple[bytes, ...] = (b"",) * RECENT_FRAMES  # a key is never empty
 DUPLICATE_WINDOW_US = 500_000
 MAX_KEYS = 32768  # per generation: two generations hold at most ~4 MB
 

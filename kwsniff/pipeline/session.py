@@ -17,7 +17,6 @@ from kwsniff.net import (
     FRAGMENT_BYTES,
     GENEVE_PORTS,
     MAX_DEPTH,
-    RECENT_FRAMES,
     SYN,
     VXLAN_PORTS,
     Carried,
@@ -159,26 +158,25 @@ class Session:
             return
         src, sport, dst, dport, seq, ack, flags, payload, missing = cast(TcpPacket, p)
         entry = self.flows.get((src, sport, dst, dport))
-        # Everything but the payload: two copies of one frame share it, a retransmission does not
-        # (the rule and its limit: kwsniff.net.duplicates).
-        key = data[: len(data) - len(payload)]
+        # Everything before the payload: two copies of one frame share it, a retransmission does
+        # not (the rule and its limit: kwsniff.net.duplicates). A 4-tuple per direction, newest first.
+        key = data[: -len(payload)] if payload else data
         if entry is None:
             entry = self._new_connection(ts, src, sport, dst, dport, flags)
-            entry[0].recent[entry[1]].append(key)
+            entry[0].recent[entry[1]] = (key, b"", b"", b"")
         else:
-            recent = entry[0].recent[entry[1]]
-            if key in recent:
+            conn = entry[0]
+            window = conn.recent[entry[1]]
+            if key in window:
                 stats.duplicate_packets += 1
-                entry[0].duplicate_packets += 1
+                conn.duplicate_packets += 1
                 return
-            if len(recent) >= RECENT_FRAMES:
-                del recent[0]
-            recent.append(key)
-            if entry[0].closed:
+            conn.recent[entry[1]] = (key, window[0], window[1], window[2])
+            if conn.closed:
                 if not flags & SYN or flags & ACK:
                     return  # a late packet of a closed connection (a retransmission, a last ACK)
                 entry = self._new_connection(ts, src, sport, dst, dport, flags)
-                entry[0].recent[entry[1]].append(key)
+                entry[0].recent[entry[1]] = (key, b"", b"", b"")
         entry[0].packet(entry[1], ts, seq, ack, flags, payload, missing)
         if self.held[0] > self._held_trigger:
             self._evict_largest(ts)

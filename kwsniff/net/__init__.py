@@ -5,7 +5,7 @@ for tunnels, labels and fragments Decapsulator (with its default ports) and Dupl
 """
 
 from kwsniff.net.address import format_ip
-from kwsniff.net.duplicates import NO_FRAMES, RECENT_FRAMES, DuplicateFilter
+from kwsniff.net.duplicates import COPY_WITHIN_US, NO_FRAMES, RECENT_FRAMES, DuplicateFilter
 from kwsniff.net.fragments import FRAGMENT_BYTES
 from kwsniff.net.ip import TcpPacket
 from kwsniff.net.packet import ACK, FIN, PSH, RST, SKIP_REASONS, SYN, parse_tcp
@@ -13,6 +13,7 @@ from kwsniff.net.tunnel import GENEVE_PORTS, MAX_DEPTH, TUNNEL_KINDS, VXLAN_PORT
 
 __all__ = [
     "ACK",
+    "COPY_WITHIN_US",
     "FIN",
     "FRAGMENT_BYTES",
     "GENEVE_PORTS",

@@ -14,6 +14,7 @@ from kwsniff.defaults import DEFAULT_BROKER_PORT, MAX_DECOMPRESSED, MAX_FRAME_SI
 from kwsniff.memory import CONNECTION_COST, DEFAULT_MEMORY_LIMIT, FLOWS, REASSEMBLY, MemoryBudget
 from kwsniff.net import (
     ACK,
+    COPY_WITHIN_US,
     FRAGMENT_BYTES,
     GENEVE_PORTS,
     MAX_DEPTH,
@@ -167,7 +168,7 @@ class Session:
         else:
             conn = entry[0]
             window = conn.recent[entry[1]]
-            if key in window:
+            if key in window and ts - conn.ts_last < COPY_WITHIN_US:
                 stats.duplicate_packets += 1
                 conn.duplicate_packets += 1
                 return

@@ -80,14 +80,20 @@ def produce_v3_request(acks: int) -> bytes:
 
 
 def tcp(
-    src: tuple[bytes, int], dst: tuple[bytes, int], seq: int, ack: int, flags: int, payload: bytes = b""
+    src: tuple[bytes, int],
+    dst: tuple[bytes, int],
+    seq: int,
+    ack: int,
+    flags: int,
+    payload: bytes = b"",
+    ident: int = 0,
 ) -> bytes:
-    """An IPv4/TCP packet (raw IPv4 link type), checksums left zero."""
+    """An IPv4/TCP packet (raw IPv4 link type) with IP id ``ident``, checksums left zero."""
     tcp_hdr = struct.pack(
         ">HHIIBBHHH", src[1], dst[1], seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 5 << 4, flags, 65535, 0, 0
     )
     total = 20 + len(tcp_hdr) + len(payload)
-    ip_hdr = struct.pack(">BBHHHBBH4s4s", 0x45, 0, total, 0, 0x4000, 64, 6, 0, src[0], dst[0])
+    ip_hdr = struct.pack(">BBHHHBBH4s4s", 0x45, 0, total, ident & 0xFFFF, 0x4000, 64, 6, 0, src[0], dst[0])
     return ip_hdr + tcp_hdr + payload
 
 
@@ -109,11 +115,15 @@ class Flow:
     def _ends(self, d: int) -> tuple[tuple[bytes, int], tuple[bytes, int]]:
         return (self.client, self.broker) if d == 0 else (self.broker, self.client)
 
-    def emit(self, d: int, flags: int, payload: bytes = b"", dt: int = 100, seq: int | None = None) -> None:
+    def emit(
+        self, d: int, flags: int, payload: bytes = b"", dt: int = 100, seq: int | None = None, ident: int = 0
+    ) -> None:
+        """One packet; ``ident`` its IP id (a retransmission needs another than its original's, as
+        real stacks give it, or it is taken for a mirror's copy: kwsniff.net.duplicates)."""
         src, dst = self._ends(d)
         s = self.seq[d] if seq is None else seq
         self.ts += dt
-        self.packets.append((self.ts, tcp(src, dst, s, self.seq[1 - d], flags, payload)))
+        self.packets.append((self.ts, tcp(src, dst, s, self.seq[1 - d], flags, payload, ident)))
         if seq is None:
             self.seq[d] = (self.seq[d] + len(payload) + (1 if flags & (SYN | FIN) else 0)) & 0xFFFFFFFF
 

@@ -188,7 +188,7 @@ def test_retransmitted_request_is_decoded_once() -> None:
     frame = request(18, 0, 1)
     start = f.seq[0]
     f.send(0, frame)
-    f.emit(0, ACK | PSH, frame, seq=start)  # retransmission
+    f.emit(0, ACK | PSH, frame, seq=start, ident=1)  # retransmission (a new IP id: not a copy)
     f.send(1, response(1, API_VERSIONS_V0_RESPONSE))
     f.close()
     sink, _ = run(f.packets)

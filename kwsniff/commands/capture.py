@@ -17,17 +17,15 @@ from kwsniff.commands import messages
 from kwsniff.commands.options import (
     BYTE_SIZE,
     PORT,
+    Decoding,
     broker_ports,
+    decoding_options,
     idle_timeout_option,
-    keylog_option,
-    memory_limit_option,
-    tunnel_options,
-    with_keylog,
+    session_options,
 )
 from kwsniff.defaults import DEFAULT_BROKER_PORT
 from kwsniff.memory import QUEUE, MemoryBudget
 from kwsniff.pipeline.run import capture_result
-from kwsniff.pipeline.session import SessionOptions
 from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.view.screen import log_line, render
 from kwsniff.view.stats import LiveStats
@@ -88,7 +86,7 @@ def default_filter(ports: frozenset[int], tunnels: dict | None = None) -> str:
     "carriers (the tunnel UDP ports, GRE, IP in IP, IP fragments, MPLS), so no other traffic is seen; "
     "give e.g. 'tcp' to let kwsniff detect Kafka on other ports too].",
 )
-@keylog_option
+@decoding_options
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), help="Stop after this many seconds.")
 @click.option("--count", type=click.IntRange(min=1), help="Stop after this many packets.")
 @click.option(
@@ -108,19 +106,17 @@ def default_filter(ports: frozenset[int], tunnels: dict | None = None) -> str:
 @click.option("--metrics-port", type=PORT, help="Serve Prometheus metrics on this port.")
 @click.option("--metrics-addr", default="127.0.0.1", show_default=True, help="Address of the metrics server.")
 @idle_timeout_option("Close connections silent this long (seconds; 0: never), so their rows are written.")
-@memory_limit_option
 @click.option(
     "--max-frame-size", type=BYTE_SIZE, default=100 * 1024 * 1024, show_default="100MiB", hidden=True
 )
 @click.option("--quiet", "-q", is_flag=True, help="Print only errors: no start line, live view or summary.")
-@tunnel_options
 def capture(
     iface: str,
     out: Path,
     overwrite: bool,
     append: bool,
     broker_port: tuple[int, ...],
-    keylog: tuple[Path, ...],
+    decoding: Decoding,
     bpf: str | None,
     duration: float | None,
     count: int | None,
@@ -131,10 +127,8 @@ def capture(
     metrics_port: int | None,
     metrics_addr: str,
     idle_timeout: float,
-    memory_limit: int,
     max_frame_size: int,
     quiet: bool,
-    tunnels: dict,
 ) -> None:
     """Capture Kafka traffic on IFACE into Parquet tables under --out, until Ctrl-C (or --duration/--count)."""
     # pyarrow and prometheus_client only when a capture starts: `kwsniff --help` stays light.
@@ -143,7 +137,7 @@ def capture(
     from kwsniff.view.metrics import Metrics
 
     ports = broker_ports(broker_port)
-    bpf = bpf if bpf is not None else default_filter(ports, tunnels)
+    bpf = bpf if bpf is not None else default_filter(ports, decoding.tunnels)
     # `captures` describes input files; a live capture's periods are in `capture_stats`.
     tables = (*(t for t in DEFAULT_TABLES if t != "captures"), "capture_stats")
     if overwrite and append:
@@ -178,20 +172,16 @@ def capture(
             sys.exit(1)
     # Unique even for two captures started in the same second: `<iface>-<UTC time>-<random>`.
     name = stream_name(iface)
-    budget = MemoryBudget(memory_limit)
+    budget = MemoryBudget(decoding.memory_limit)
     live = LiveCapture(handle, count or 0, queue_bytes=budget.cap(QUEUE))
     stats = LiveStats(collect_pending=metrics is not None)
     # Clients append a connection's secrets as it opens: the key log is followed as it grows.
-    options = with_keylog(
-        SessionOptions(
-            broker_ports=ports,
-            max_frame_size=max_frame_size,
-            memory_limit=memory_limit,
-            idle_timeout_us=int(idle_timeout * 1_000_000),
-            **tunnels,
-        ),
-        keylog,
-        follow=True,
+    options = session_options(
+        decoding,
+        follow_keylog=True,
+        broker_ports=ports,
+        max_frame_size=max_frame_size,
+        idle_timeout_us=int(idle_timeout * 1_000_000),
     )
     try:
         decoder = LiveDecoder(

@@ -223,3 +223,32 @@ def tunnel_options(command: Callable[..., Any]) -> Callable[..., Any]:
         show_default="32MiB",
         help="Most bytes of IP fragments held for reassembly; the oldest datagrams are evicted and counted.",
     )(run)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decoding:
+    """What the options every decoding command takes asked for: --keylog, the tunnel options
+    (--vxlan-port, --geneve-port, --tunnel-port, --fragment-memory) and --memory-limit."""
+
+    keylog: tuple[Path, ...]
+    tunnels: dict[str, Any]  # the SessionOptions keywords the tunnel options set
+    memory_limit: int
+
+
+def decoding_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--keylog, the tunnel options and --memory-limit, handed to the command as one ``decoding``
+    argument (a Decoding), which :func:`session_options` turns into the session's options."""
+
+    @functools.wraps(command)
+    def run(*args: Any, keylog: tuple[Path, ...], tunnels: dict, memory_limit: int, **kwargs: Any) -> Any:
+        return command(*args, decoding=Decoding(keylog, tunnels, memory_limit), **kwargs)
+
+    return keylog_option(tunnel_options(memory_limit_option(run)))
+
+
+def session_options(decoding: Decoding, *, follow_keylog: bool = False, **fields: Any) -> SessionOptions:
+    """The SessionOptions of ``decoding`` and the command's own ``fields``, with the secrets of the
+    --keylog files (followed as they grow for live capture; a file that cannot be read is one line
+    and exit status 1)."""
+    options = SessionOptions(**decoding.tunnels, memory_limit=decoding.memory_limit, **fields)
+    return with_keylog(options, decoding.keylog, follow_keylog)

@@ -17,16 +17,15 @@ from kwsniff.commands import messages
 from kwsniff.commands.exits import EXIT_STRICT
 from kwsniff.commands.options import (
     BYTE_SIZE,
+    Decoding,
     broker_port_option,
     broker_ports,
+    decoding_options,
     idle_timeout_option,
-    keylog_option,
-    memory_limit_option,
-    tunnel_options,
-    with_keylog,
+    session_options,
 )
 from kwsniff.defaults import MAX_DECOMPRESSED, MAX_FRAME_SIZE
-from kwsniff.memory import DEFAULT_MEMORY_LIMIT, ROWS, MemoryBudget
+from kwsniff.memory import ROWS, MemoryBudget
 from kwsniff.pipeline.run import (
     CaptureResult,
     ReadGate,
@@ -43,30 +42,6 @@ from kwsniff.view.summary import print_summary, strict_reasons
 
 if TYPE_CHECKING:
     from kwsniff.sinks import Output
-
-
-def _options(
-    broker_port: tuple[int, ...],
-    auto_detect: bool,
-    max_frame_size: int,
-    records: bool = False,
-    record_payloads: bool = False,
-    max_decompressed: int = MAX_DECOMPRESSED,
-    tunnels: dict | None = None,
-    memory_limit: int = DEFAULT_MEMORY_LIMIT,
-    idle_timeout: float = 900.0,
-) -> SessionOptions:
-    return SessionOptions(
-        **(tunnels or {}),
-        memory_limit=memory_limit,
-        idle_timeout_us=int(idle_timeout * 1_000_000),
-        broker_ports=broker_ports(broker_port),
-        auto_detect=auto_detect,
-        max_frame_size=max_frame_size,
-        records=records or record_payloads,
-        record_payloads=record_payloads,
-        max_decompressed=max_decompressed,
-    )
 
 
 @click.command()
@@ -91,7 +66,7 @@ def _options(
     help="Add to the dataset already in --out (an input read before replaces its own files).",
 )
 @broker_port_option
-@keylog_option
+@decoding_options
 @click.option(
     "--no-auto-detect",
     "auto_detect",
@@ -124,7 +99,6 @@ def _options(
     help="Most bytes one compressed batch may expand to (bytes, or e.g. 64MiB); a batch past it is "
     "counted as capped.",
 )
-@memory_limit_option
 @idle_timeout_option(
     "Close connections without a packet for this many seconds of capture time (0: never), so a "
     "capture of many connections keeps bounded memory."
@@ -142,43 +116,38 @@ def _options(
     "is refused.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
-@tunnel_options
 def read(
     captures: tuple[Path, ...],
     out: Path,
     overwrite: bool,
     append: bool,
     broker_port: tuple[int, ...],
-    keylog: tuple[Path, ...],
+    decoding: Decoding,
     auto_detect: bool,
     max_frame_size: int,
     records: bool,
     record_payloads: bool,
     max_decompressed: int,
-    memory_limit: int,
     idle_timeout: float,
     strict: bool,
     continuous: bool,
     quiet: bool,
-    tunnels: dict,
 ) -> None:
     """Decode CAPTURES (pcap, pcapng, optionally gzipped; `-` for standard input) into Parquet tables
     under --out."""
     # pyarrow (with numpy) only when a run starts: `kwsniff --help` stays light.
     from kwsniff.sinks import ExistingOutput, Output, OutputError
 
-    options = _options(
-        broker_port,
-        auto_detect,
-        max_frame_size,
-        records,
-        record_payloads,
-        max_decompressed,
-        tunnels,
-        memory_limit,
-        idle_timeout,
+    options = session_options(
+        decoding,
+        idle_timeout_us=int(idle_timeout * 1_000_000),
+        broker_ports=broker_ports(broker_port),
+        auto_detect=auto_detect,
+        max_frame_size=max_frame_size,
+        records=records or record_payloads,
+        record_payloads=record_payloads,
+        max_decompressed=max_decompressed,
     )
-    options = with_keylog(options, keylog)
     tables = (*DEFAULT_TABLES, "records") if options.records else DEFAULT_TABLES
     if overwrite and append:
         raise click.UsageError("--overwrite and --append exclude each other")
@@ -216,7 +185,7 @@ def read(
         messages.error(str(exc))
         sys.exit(1)
     signals = StopSignals()
-    row_buffer_bytes = MemoryBudget(memory_limit).cap(ROWS)
+    row_buffer_bytes = MemoryBudget(decoding.memory_limit).cap(ROWS)
     try:
         with signals:
             if continuous:

@@ -13,15 +13,13 @@ from kwsniff.capture import CaptureError
 from kwsniff.commands import messages
 from kwsniff.commands.options import (
     API,
+    Decoding,
     broker_port_option,
     broker_ports,
-    keylog_option,
-    memory_limit_option,
-    tunnel_options,
-    with_keylog,
+    decoding_options,
+    session_options,
 )
 from kwsniff.pipeline.run import run_capture
-from kwsniff.pipeline.session import SessionOptions
 from kwsniff.view.render import ExchangeFilter, json_line, tree_text
 
 
@@ -74,9 +72,7 @@ def _silence_stdout() -> None:
     "unanswered or undecodable (acks=0 Produce requests without a response are not errors).",
 )
 @broker_port_option
-@keylog_option
-@tunnel_options
-@memory_limit_option
+@decoding_options
 def show(
     capture: Path,
     as_json: bool,
@@ -85,9 +81,7 @@ def show(
     conn_id: int | None,
     errors_only: bool,
     broker_port: tuple[int, ...],
-    keylog: tuple[Path, ...],
-    tunnels: dict,
-    memory_limit: int,
+    decoding: Decoding,
 ) -> None:
     """Print every request and response of CAPTURE with every decoded field."""
     match = ExchangeFilter(
@@ -97,9 +91,7 @@ def show(
         errors_only=errors_only,
     )
     sink = PrintingSink(sys.stdout, match, as_json)
-    options = with_keylog(
-        SessionOptions(broker_ports=broker_ports(broker_port), memory_limit=memory_limit, **tunnels), keylog
-    )
+    options = session_options(decoding, broker_ports=broker_ports(broker_port))
     try:
         result = run_capture(capture, sink, options, keep_messages=True)
         sys.stdout.flush()

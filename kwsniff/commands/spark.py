@@ -13,15 +13,13 @@ from kwsniff.commands.exits import EXIT_STRICT
 from kwsniff.commands.extras import NeedsExtra
 from kwsniff.commands.options import (
     ByteSize,
+    Decoding,
     FlowBuckets,
     broker_port_option,
     broker_ports,
-    keylog_option,
-    memory_limit_option,
-    tunnel_options,
-    with_keylog,
+    decoding_options,
+    session_options,
 )
-from kwsniff.pipeline.session import SessionOptions
 from kwsniff.tables import DEFAULT_TABLES
 
 
@@ -69,10 +67,15 @@ from kwsniff.tables import DEFAULT_TABLES
     help="A Spark setting, as spark-submit's --conf (repeatable), e.g. "
     "spark.kubernetes.container.image=IMAGE.",
 )
+@click.option(
+    "--continuous",
+    is_flag=True,
+    help="Each directory is one series of consecutive pieces of one capture (a rotated file set; a "
+    "directory given, or the directory holding the files given), decoded in one task as `kwsniff read "
+    "--continuous` decodes them; a series whose pieces overlap fails, its captures row says why.",
+)
 @broker_port_option
-@keylog_option
-@tunnel_options
-@memory_limit_option
+@decoding_options
 def spark(
     inputs: tuple[str, ...],
     out: Path,
@@ -85,19 +88,22 @@ def spark(
     quiet: bool,
     ship_env: bool,
     confs: tuple[str, ...],
+    continuous: bool,
     broker_port: tuple[int, ...],
-    keylog: tuple[Path, ...],
-    tunnels: dict,
-    memory_limit: int,
+    decoding: Decoding,
 ) -> None:
     """Decode INPUTS (files, directories, globs) on Spark into OUT/<table>/date=YYYY-MM-DD/."""
     from kwsniff.spark import executors
-    from kwsniff.spark.inputs import InputError, expand_inputs
+    from kwsniff.spark.inputs import InputError, expand_inputs, expand_series
     from kwsniff.spark.pipeline import decode, spark_session, write
 
     conf = spark_conf(confs)
+    if continuous and flow_buckets not in (None, 1):
+        raise click.UsageError("--continuous decodes each series in one task: no --flow-buckets")
     try:
-        paths = expand_inputs(inputs)
+        series = expand_series(inputs) if continuous else None
+        # With --continuous, one input per series (its first piece names it).
+        paths = [pieces[0] for pieces in series] if series is not None else expand_inputs(inputs)
     except InputError as exc:
         messages.error(str(exc))
         sys.exit(1)
@@ -119,12 +125,7 @@ def spark(
     tables = (*DEFAULT_TABLES, "records") if records else DEFAULT_TABLES
     # The key log travels to the executors inside the options (pickled with each task), and the
     # budget is per task: each executor core decodes one task at a time.
-    options = with_keylog(
-        SessionOptions(
-            broker_ports=broker_ports(broker_port), records=records, memory_limit=memory_limit, **tunnels
-        ),
-        keylog,
-    )
+    options = session_options(decoding, broker_ports=broker_ports(broker_port), records=records)
     started = time.perf_counter()
     session = spark_session(
         master, progress=not quiet and sys.stderr.isatty(), conf=conf, archive=archive, quiet=quiet
@@ -134,7 +135,13 @@ def spark(
         problem = executors.probe(session)
         if problem is None:
             decoded = decode(
-                session, paths, buckets=flow_buckets, options=options, tables=tables, range_bytes=range_size
+                session,
+                paths,
+                buckets=flow_buckets,
+                options=options,
+                tables=tables,
+                range_bytes=range_size,
+                series=series,
             )
             failed = decoded.failed()
             if len(failed) < len(paths):  # nothing decoded: nothing written, as `kwsniff read`

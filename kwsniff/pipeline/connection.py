@@ -9,8 +9,8 @@ from kwsniff.kafka import Conversation, plausible_request
 from kwsniff.kafka.opening import kafka_evidence
 from kwsniff.kafka.sasl import looks_like_gssapi_token
 from kwsniff.kafka.tls import TlsHellos, guess_protocol, looks_like_tls, looks_like_tls_record
-from kwsniff.net import ACK, FIN, RST, SYN, format_ip
-from kwsniff.rows import ExchangeRows
+from kwsniff.net import ACK, FIN, NO_FRAMES, RST, SYN, format_ip
+from kwsniff.rows import DIRECTIONS, ExchangeRows
 from kwsniff.tcp import TcpReassembler
 from kwsniff.tcp.reassembly import SNAPLEN
 from kwsniff.tls import KeyLog, TlsStream
@@ -42,7 +42,6 @@ ACCOUNTED = (
     "encrypted_bytes",
     "not_kafka_bytes",
 )
-DIRECTIONS = ("to_broker", "to_client")
 
 
 class ConnectionOptions(Protocol):
@@ -113,6 +112,7 @@ class Connection:
         "synced",
         "tunnels",
         "duplicate_packets",
+        "recent",
         "expired",
     )
 
@@ -153,6 +153,8 @@ class Connection:
         self.synced = (False, False)
         self.tunnels: list[str] = []  # where the connection was seen, e.g. "vxlan:vni=42"
         self.duplicate_packets = 0
+        # Per direction, the header bytes of the last few plain frames (kwsniff.net.duplicates).
+        self.recent: list[tuple[bytes, ...]] = [NO_FRAMES, NO_FRAMES]
         # Why kwsniff stopped following the connection before it ended: IDLE or EVICTED.
         self.expired: str | None = None
         cap = owner.options.max_ooo_bytes

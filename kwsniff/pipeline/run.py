@@ -6,6 +6,7 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from kwsniff.pipeline.session import Session, SessionOptions, SessionStats
 from kwsniff.rows import RowSink
 
 PROGRESS_EVERY = 8192  # packets between progress-bar updates
+Opener = Callable[..., CaptureReader]  # a path (or URI) to an open capture reader
 
 
 class InputStopped(Exception):
@@ -107,60 +109,83 @@ def run_capture(
         )
 
 
-def first_timestamp(path: str | Path) -> int | None:
+def first_timestamp(path: str | Path, opener: Opener = open_capture) -> int | None:
     """The first packet's time in a capture file (None for a capture without packets)."""
-    with open_capture(path) as reader:
+    with opener(path) as reader:
         for ts, _, _ in reader.packets():
             return ts
     return None
 
 
+class Series:
+    """Consecutive pieces of one capture (a rotated file set) as one stream of packets: in the order
+    of their first timestamps, each piece opened with ``opener`` (a local file by default; `kwsniff
+    spark` passes its opener of paths and URIs). :meth:`packets` raises CaptureError for a piece that
+    is not a capture, or that begins before the piece before it ended (pieces of different captures,
+    or one given twice); what was read is in ``pieces``, ``size``, ``truncated`` and ``warnings``."""
+
+    def __init__(self, paths: Sequence[str | Path], opener: Opener = open_capture) -> None:
+        firsts = [(first_timestamp(p, opener), i) for i, p in enumerate(paths)]
+        self.order = [paths[i] for ts, i in sorted(firsts, key=lambda f: (f[0] is None, f[0] or 0, f[1]))]
+        self.opener = opener
+        self.on_secrets: Callable[[bytes], None] | None = None  # TLS keys met in a piece's pcapng blocks
+        self.pieces: list[tuple[str, int, int]] = []  # (piece, first ts, last ts), in time order
+        self.size = 0
+        self.truncated = False
+        self.warnings: list[str] = []
+
+    def packets(self) -> Iterator[tuple[int, int, bytes]]:
+        pieces = self.pieces
+        for path in self.order:
+            first = last = -1
+            with self.opener(path) as reader:
+                if self.on_secrets is not None:
+                    reader.on_secrets = self.on_secrets
+                for ts, linktype, data in reader.packets():
+                    if first < 0:
+                        first = ts
+                        if pieces and ts < pieces[-1][2]:
+                            raise CaptureError(
+                                f"{path}: begins {(pieces[-1][2] - ts) / 1e6:.6f} s before the end of "
+                                f"{pieces[-1][0]}: not consecutive pieces of one capture"
+                            )
+                    last = ts
+                    yield ts, linktype, data
+                self.size += reader.size or 0
+                self.truncated = self.truncated or reader.truncated
+                self.warnings += [f"{reader.name}: {w}" for w in reader.warnings]
+            if first >= 0:
+                pieces.append((str(path), first, last))
+
+
 def run_series(
     paths: list[Path], sink: RowSink, options: SessionOptions, *, name: str | None = None
 ) -> CaptureResult:
-    """Decode consecutive pieces of one capture (a rotated file set) as one capture: in the order
-    of their first timestamps, one Session throughout, so TCP state, pairing and learned brokers
-    carry across the boundaries. Raises CaptureError for a piece that is not a capture, or that
-    begins before the piece before it ended (pieces of different captures, or one given twice)."""
+    """Decode consecutive pieces of one capture (a rotated file set) as one capture (:class:`Series`):
+    one Session throughout, so TCP state, pairing and learned brokers carry across the boundaries.
+    Raises CaptureError for a piece that is not a capture or that overlaps the one before."""
+    started_us = time.time_ns() // 1000
     started = time.perf_counter()
-    firsts = [(first_timestamp(p), i) for i, p in enumerate(paths)]
-    order = [paths[i] for ts, i in sorted(firsts, key=lambda f: (f[0] is None, f[0] or 0, f[1]))]
-    name = name or order[0].name
+    series = Series(paths)
+    name = name or Path(series.order[0]).name
     session = Session(name, sink, options)
-    pieces: list[tuple[str, int, int]] = []
-    warnings: list[str] = []
-    truncated = False
-    size = 0
-    for path in order:
-        first = last = -1
-        with open_capture(path) as reader:
-            for ts, linktype, data in reader.packets():
-                if first < 0:
-                    first = ts
-                    if pieces and ts < pieces[-1][2]:
-                        raise CaptureError(
-                            f"{path}: begins {(pieces[-1][2] - ts) / 1e6:.6f} s before the end of "
-                            f"{pieces[-1][0]}: not consecutive pieces of one capture"
-                        )
-                last = ts
-                session.packet(ts, linktype, data)
-            size += reader.size or 0
-            truncated = truncated or reader.truncated
-            warnings += [f"{path.name}: {w}" for w in reader.warnings]
-        if first >= 0:
-            pieces.append((str(path), first, last))
+    series.on_secrets = session.add_secrets
+    feed = session.packet
+    for ts, linktype, data in series.packets():
+        feed(ts, linktype, data)
     stats = session.finish()
     result = capture_result(
         session,
         stats,
         name=name,
-        path=str(order[0]),
-        file_bytes=size,
+        path=str(series.order[0]),
+        file_bytes=series.size,
         seconds=time.perf_counter() - started,
-        truncated=truncated,
-        warnings=warnings,
+        truncated=series.truncated,
+        warnings=series.warnings,
+        started_us=started_us,
     )
-    result.pieces = pieces
+    result.pieces = series.pieces
     return result
 
 
@@ -300,6 +325,7 @@ __all__ = [
     "result_row",
     "run_capture",
     "run_series",
+    "Series",
     "InputStopped",
     "ReadGate",
 ]

@@ -14,6 +14,7 @@ from kwsniff.defaults import DEFAULT_BROKER_PORT, MAX_DECOMPRESSED, MAX_FRAME_SI
 from kwsniff.memory import CONNECTION_COST, DEFAULT_MEMORY_LIMIT, FLOWS, REASSEMBLY, MemoryBudget
 from kwsniff.net import (
     ACK,
+    COPY_WITHIN_US,
     FRAGMENT_BYTES,
     GENEVE_PORTS,
     MAX_DEPTH,
@@ -158,13 +159,25 @@ class Session:
             return
         src, sport, dst, dport, seq, ack, flags, payload, missing = cast(TcpPacket, p)
         entry = self.flows.get((src, sport, dst, dport))
+        # Everything before the payload: two copies of one frame share it, a retransmission does
+        # not (the rule and its limit: kwsniff.net.duplicates). A 4-tuple per direction, newest first.
+        key = data[: -len(payload)] if payload else data
         if entry is None:
             entry = self._new_connection(ts, src, sport, dst, dport, flags)
-        elif entry[0].closed:
-            if flags & SYN and not flags & ACK:
+            entry[0].recent[entry[1]] = (key, b"", b"", b"")
+        else:
+            conn = entry[0]
+            window = conn.recent[entry[1]]
+            if key in window and ts - conn.ts_last < COPY_WITHIN_US:
+                stats.duplicate_packets += 1
+                conn.duplicate_packets += 1
+                return
+            conn.recent[entry[1]] = (key, window[0], window[1], window[2])
+            if conn.closed:
+                if not flags & SYN or flags & ACK:
+                    return  # a late packet of a closed connection (a retransmission, a last ACK)
                 entry = self._new_connection(ts, src, sport, dst, dport, flags)
-            else:
-                return  # a late packet of a closed connection (a retransmission, a last ACK)
+                entry[0].recent[entry[1]] = (key, b"", b"", b"")
         entry[0].packet(entry[1], ts, seq, ack, flags, payload, missing)
         if self.held[0] > self._held_trigger:
             self._evict_largest(ts)

@@ -1,6 +1,14 @@
 """Rows of the kwsniff tables from decoded exchanges (plain Python values; Arrow lives in tables)."""
 
-from kwsniff.rows.builder import ExchangeRows, ListSink, RowSink, TableBuilder
+from kwsniff.rows.builder import DIRECTION_BYTES, DIRECTIONS, ExchangeRows, ListSink, RowSink, TableBuilder
 from kwsniff.rows.partitions import RecordOptions
 
-__all__ = ["ExchangeRows", "ListSink", "RecordOptions", "RowSink", "TableBuilder"]
+__all__ = [
+    "DIRECTIONS",
+    "DIRECTION_BYTES",
+    "ExchangeRows",
+    "ListSink",
+    "RecordOptions",
+    "RowSink",
+    "TableBuilder",
+]

@@ -41,6 +41,20 @@ API_VERSIONS = 18
 # decompressed past the cap, or were otherwise unreadable (nesting too deep, bad lengths...).
 _RECORD_DAMAGE = ("crc_errors", "capped_batches", "record_errors")
 # Connection counters summed over a capture for the end-of-run summary.
+# The `connections` table's per-direction byte counts, `{kind}_bytes_{direction}`: the accounting
+# invariant's terms (docs/accounting.md) and the TLS plaintext (the table's schema names them too).
+DIRECTIONS = ("to_broker", "to_client")
+DIRECTION_BYTE_KINDS = (
+    "stream",
+    "gap",
+    "skipped",
+    "sasl",
+    "tls_overhead",
+    "encrypted",
+    "not_kafka",
+    "decrypted",
+)
+DIRECTION_BYTES = tuple(f"{kind}_bytes_{d}" for d in DIRECTIONS for kind in DIRECTION_BYTE_KINDS)
 _TOTALLED = (
     "frames_to_broker",
     "frames_to_client",
@@ -57,21 +71,7 @@ _TOTALLED = (
     "resyncs",
     "orphan_responses",
     "sasl_tokens",
-    # The accounting invariant's terms (docs/accounting.md), per direction.
-    *(
-        f"{kind}_bytes_{d}"
-        for d in ("to_broker", "to_client")
-        for kind in (
-            "stream",
-            "gap",
-            "skipped",
-            "sasl",
-            "tls_overhead",
-            "encrypted",
-            "not_kafka",
-            "decrypted",
-        )
-    ),
+    *DIRECTION_BYTES,
 )
 
 

@@ -105,6 +105,25 @@ def expand_inputs(inputs: list[str] | tuple[str, ...]) -> list[str]:
     return list(dict.fromkeys(p if is_uri(p) else os.path.abspath(p) for p in found))
 
 
+def expand_series(inputs: list[str] | tuple[str, ...]) -> list[list[str]]:
+    """`kwsniff spark --continuous`: the inputs as series of consecutive pieces, each series decoded
+    as one capture. A directory given is one series (its capture files, recursively); any other
+    input's files (a file, a glob, a URI) are grouped by the directory holding them. Series in the
+    order their first input was given; a file named twice is in the first series that names it."""
+    series: dict[str, list[str]] = {}
+    taken: set[str] = set()
+    for raw in inputs:
+        item = raw.removeprefix("file://")
+        whole = not is_uri(raw) and os.path.isdir(item)
+        for path in expand_inputs([raw]):
+            if path in taken:
+                continue
+            taken.add(path)
+            key = os.path.abspath(item) if whole else shown(path).rsplit("/", 1)[0]
+            series.setdefault(key, []).append(path)
+    return list(series.values())
+
+
 def open_input(path: str) -> CaptureReader:
     """A reader of the capture at a local path or a URI; CaptureError (one line) if it is none."""
     if not is_uri(path):

@@ -21,12 +21,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
+from kwsniff.capture import CaptureError
 from kwsniff.capture.split import RangeScan, Unsplittable, byte_ranges, joined_ranges
 from kwsniff.defaults import MAX_RANGE_SIZE, MIN_RANGE_SIZE
+from kwsniff.pipeline.run import Series
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.spark.captures import capture_rows
 from kwsniff.spark.executors import PYTHON_CONF, checked, executor_python
-from kwsniff.spark.inputs import is_uri, shown
+from kwsniff.spark.inputs import is_uri, open_input, shown
 from kwsniff.spark.tasks import (
     CHUNK_SCHEMA,
     INDEX_SCHEMA,
@@ -77,6 +79,7 @@ class Task:
     buckets: int = 1
     offsets: list[bytes] | None = None  # int64 record offsets, one array per fine flow bucket
     date: str = ""
+    pieces: list[str] | None = None  # `--continuous`: the series' pieces in time order (path: the first)
 
 
 def spark_session(
@@ -168,9 +171,14 @@ def decode(
     options: SessionOptions | None = None,
     tables: tuple[str, ...] = DEFAULT_TABLES,
     range_bytes: int | None = None,
+    series: Sequence[Sequence[str]] | None = None,
 ) -> Decoded:
     """One DataFrame per table (its columns plus ``date``) for ``paths``, each decoded once, and the
     rows of each table (counted from the decoded chunks).
+
+    ``series`` (`--continuous`, instead of ``paths``): each a list of consecutive pieces of one
+    capture, decoded in one task as `kwsniff read --continuous` decodes them, as one capture named
+    after its first piece in time order, with one `captures` row.
 
     ``buckets`` flow buckets per capture, or None for ``auto_buckets``. A capture of more than one
     is first indexed in byte ranges of ``range_bytes`` (default: one per executor core, see
@@ -180,6 +188,8 @@ def decode(
     from pyspark.sql import functions as F
 
     opts = options or SessionOptions()
+    ordered = [_in_time_order(pieces) for pieces in series] if series is not None else None
+    paths = [pieces[0] for pieces in ordered] if ordered is not None else paths
     # As `kwsniff read`: inputs sharing a file name (a/cap.pcap, b/cap.pcap) are named by their path
     # in the `capture` column, so (capture, conn_id) stays a unique key.
     names = Counter(os.path.basename(shown(p)) for p in paths)
@@ -187,8 +197,13 @@ def decode(
     notes: list[tuple[str, str]] = []
     damage: dict[str, str] = {}
     cores = spark.sparkContext.defaultParallelism
+    if ordered is not None:  # a series is one task: its TCP state runs through its pieces
+        buckets = 1
     counts = [buckets] * len(paths) if buckets else auto_buckets([_size(p) for p in paths], cores)
     tasks = [Task(p, name) for (p, name), n in zip(named, counts, strict=True) if n == 1]
+    if ordered is not None:
+        for task, pieces in zip(tasks, ordered, strict=True):
+            task.pieces = pieces
     split = [(p, name, n) for (p, name), n in zip(named, counts, strict=True) if n > 1]
     started = time.perf_counter()
     if split:
@@ -206,6 +221,7 @@ def decode(
             task.name or None,
             task.offsets,
             task.date,
+            task.pieces,
         ):
             yield pa.RecordBatch.from_pylist(
                 [{"table": table, "capture": capture, "date": date, "rows": rows, "data": chunk}],
@@ -245,6 +261,15 @@ def decode(
         rows["captures"] = len(captures)
     split_into = {name or os.path.basename(shown(p)): n for p, name, n in split}
     return Decoded(frames, rows, captures, notes, index_seconds, split_into)
+
+
+def _in_time_order(pieces: Sequence[str]) -> list[str]:
+    """A series' pieces in the order of their first timestamps, which names the series after its
+    first piece; as given when a piece cannot be read (its task then fails, saying why)."""
+    try:
+        return [str(p) for p in Series(list(pieces), open_input).order]
+    except (CaptureError, OSError):
+        return list(pieces)
 
 
 def _captures_frame(spark: SparkSession, captures: list[dict[str, Any]]) -> DataFrame:

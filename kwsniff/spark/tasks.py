@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from kwsniff.capture.split import Frames, RangeScan, SplitCapture, Unsplittable
 from kwsniff.net import TcpPacket, parse_tcp
-from kwsniff.pipeline.run import failure_reason, file_size
+from kwsniff.pipeline.run import Series, failure_reason, file_size
 from kwsniff.pipeline.session import Session, SessionOptions
 from kwsniff.spark.inputs import is_uri, open_input, shown
 from kwsniff.tables.schemas import SCHEMAS
@@ -290,8 +290,14 @@ def decode_chunks(
     name: str | None = None,
     offsets: list[bytes] | None = None,
     date: str = "",
+    pieces: list[str] | None = None,
 ) -> Iterator[tuple[str, str, str, int, bytes]]:
     """(table, capture, date, rows, IPC chunk) of one task. ``buckets`` 1 decodes the whole capture.
+
+    With ``pieces`` (`--continuous`: consecutive pieces of one capture, ``path`` the first of them)
+    the pieces are read as one capture in the order of their first timestamps, as `kwsniff read
+    --continuous` reads them (kwsniff.pipeline.run.Series); a piece overlapping the one before fails
+    the whole series, with the reason read gives.
 
     With ``offsets`` (the task's record offsets found by ``index_range``, one array per flow bucket
     it was given, and the capture's ``date``) only those records are read; without, every record is
@@ -307,7 +313,10 @@ def decode_chunks(
     status["started"] = time.time_ns() // 1000
     started = time.perf_counter()
     try:
-        yield from _decode(path, bucket, buckets, options, tables, name, offsets, state, status)
+        if pieces is not None:
+            yield from _decode_series(pieces, options, tables, state, status)
+        else:
+            yield from _decode(path, bucket, buckets, options, tables, name, offsets, state, status)
     except Exception as exc:  # one capture's failure is a row of `captures`, never a dead job
         status["error"] = failure_reason(exc, shown(path))
         if status["bytes"] is None and not is_uri(path):
@@ -342,25 +351,61 @@ def _decode(
             next(iter(reader.packets()), None)
         # The ordinal of a packet (its index, or its file offset) numbers the connections it opens.
         source = _records_at(path, offsets) if offsets is not None else _numbered(reader.packets())
-        filtered = bucketed and offsets is None
-        date = state["date"]
-        for n, ts, linktype, data in source:
-            if not date:
-                date = state["date"] = capture_date(ts)
-            if filtered and flow_bucket(linktype, data, buckets) != bucket:
-                continue
-            if bucketed:
-                session.packet_index = n  # type: ignore[attr-defined]
-            session.packet(ts, linktype, data)
-            if sink.ready:
-                for table, rows, chunk in sink.take():
-                    yield table, name, date, rows, chunk
-        status["packets"] = session.finish().packets
+        if bucketed and offsets is None:
+            source = (p for p in source if flow_bucket(p[2], p[3], buckets) == bucket)
+        yield from _fed(session, sink, source, state, status)
         status["warnings"] = list(reader.warnings)
+    yield from _flushed(sink, tables, state["name"], state["date"])
+    if bucketed:
+        meta = {"conns": sorted(sink.conn_ids.values()), "topics": sink.topic_names}  # type: ignore[union-attr]
+        yield META_TABLE, name, state["date"], 0, json.dumps(meta).encode()
+
+
+def _decode_series(
+    pieces: list[str],
+    options: SessionOptions,
+    tables: tuple[str, ...],
+    state: dict[str, str],
+    status: dict[str, Any],
+) -> Iterator[tuple[str, str, str, int, bytes]]:
+    # A series that fails (a piece overlapping the one before) says the bytes of all its pieces.
+    status["bytes"] = sum(file_size(p) or 0 for p in pieces if not is_uri(p)) or None
+    sink = ChunkSink(tables)
+    series = Series(pieces, open_input)
+    session = Session(state["name"], sink, options)
+    series.on_secrets = session.add_secrets
+    yield from _fed(session, sink, _numbered(series.packets()), state, status)
+    status["bytes"], status["warnings"] = series.size, series.warnings
+    yield from _flushed(sink, tables, state["name"], state["date"])
+
+
+def _fed(
+    session: Session,
+    sink: ChunkSink,
+    source: Iterator[tuple[int, int, int, bytes]],
+    state: dict[str, str],
+    status: dict[str, Any],
+) -> Iterator[tuple[str, str, str, int, bytes]]:
+    """Feeds ``source`` (ordinal, ts, linktype, frame) to ``session``, yielding chunks as they fill;
+    the capture's date is its first packet's."""
+    name, date = state["name"], state["date"]
+    numbered = isinstance(session, BucketSession)
+    for n, ts, linktype, data in source:
+        if not date:
+            date = state["date"] = capture_date(ts)
+        if numbered:
+            session.packet_index = n  # type: ignore[attr-defined]
+        session.packet(ts, linktype, data)
+        if sink.ready:
+            for table, rows, chunk in sink.take():
+                yield table, name, date, rows, chunk
+    status["packets"] = session.finish().packets
+
+
+def _flushed(
+    sink: ChunkSink, tables: tuple[str, ...], name: str, date: str
+) -> Iterator[tuple[str, str, str, int, bytes]]:
     for table in tables:
         sink.flush(table)
     for table, rows, chunk in sink.take():
         yield table, name, date, rows, chunk
-    if bucketed:
-        meta = {"conns": sorted(sink.conn_ids.values()), "topics": sink.topic_names}  # type: ignore[union-attr]
-        yield META_TABLE, name, date, 0, json.dumps(meta).encode()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from kwsniff.rows import DIRECTION_BYTES
 from kwsniff.tables.names import TABLES
 
 TS = pa.timestamp("us", tz="UTC")
@@ -117,20 +118,7 @@ CONNECTIONS = pa.schema(
         # The accounting invariant, per direction (docs/accounting.md): stream_bytes = frame_bytes
         # + gap_bytes + skipped_bytes + sasl_bytes + tls_overhead_bytes + encrypted_bytes +
         # not_kafka_bytes. decrypted_bytes (TLS plaintext) is not a term: it became frames or skips.
-        *[
-            (f"{kind}_bytes_{d}", pa.int64())
-            for d in ("to_broker", "to_client")
-            for kind in (
-                "stream",
-                "gap",
-                "skipped",
-                "sasl",
-                "tls_overhead",
-                "encrypted",
-                "not_kafka",
-                "decrypted",
-            )
-        ],
+        *[(name, pa.int64()) for name in DIRECTION_BYTES],
     ]
 )
 

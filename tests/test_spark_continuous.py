@@ -1,0 +1,100 @@
+"""`kwsniff spark --continuous`: each directory is a series of consecutive pieces of one capture,
+decoded in one Spark task with TCP state, pairing and learned brokers carried across the pieces, so
+its tables are those `kwsniff read --continuous` writes for the same pieces, and those of the whole
+capture; a series whose pieces overlap fails, and its `captures` row says why, as read refuses."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from click.testing import CliRunner
+from scapy.layers.l2 import Ether  # noqa: F401 - registers Ethernet as linktype 1 for rdpcap
+from scapy.utils import PcapWriter, rdpcap
+
+from kwsniff.cli import main
+from kwsniff.pipeline.run import result_row, run_capture, run_series
+from kwsniff.pipeline.session import SessionOptions
+from kwsniff.rows import ListSink
+from kwsniff.spark.inputs import expand_series
+from kwsniff.spark.pipeline import decode
+from kwsniff.tables.schemas import SCHEMAS
+
+CAPTURES = Path(__file__).resolve().parent / "data" / "captures"
+TABLES = ("requests", "partitions", "errors", "groups", "connections")
+TIMING = ("started", "duration_ms", "date")  # of the run, not of the capture
+
+
+def cut(capture: Path, cuts: list[int], names: list[str]) -> list[Path]:
+    """The capture cut (by scapy) before the packets at ``cuts``, piece n written to ``names[n]``."""
+    packets = rdpcap(str(capture))
+    bounds = [0, *cuts, len(packets)]
+    for name, a, b in zip(names, bounds, bounds[1:], strict=False):
+        Path(name).parent.mkdir(parents=True, exist_ok=True)
+        with PcapWriter(name, linktype=1) as w:
+            for p in packets[a:b]:
+                w.write(p)
+    return [Path(n) for n in names]
+
+
+def rows(sink: ListSink, table: str) -> list[dict[str, Any]]:
+    """Rows as a Parquet dataset holds them (through the table's Arrow schema), in a fixed order."""
+    found = pa.Table.from_pylist(sink.tables[table], schema=SCHEMAS[table]).to_pylist()
+    return sorted(found, key=repr)
+
+
+def spark_rows(decoded: Any, table: str, capture: str) -> list[dict[str, Any]]:
+    found = decoded.frames[table].where(f"capture = '{capture}'").toArrow().drop_columns("date")
+    return sorted(found.to_pylist(), key=repr)
+
+
+def test_series_are_decoded_as_read_continuous_decodes_them(spark: Any, tmp_path: Path) -> None:
+    # Time order c, a, b: named so that the order of their names is not the order of their packets.
+    cut(CAPTURES / "kafka_python.pcap", [50, 110], [str(tmp_path / "one" / f"{n}.pcap") for n in "cab"])
+    cut(CAPTURES / "acks_modes.pcap", [200], [str(tmp_path / "two" / n) for n in ("d.pcap", "e.pcap")])
+    overlapping = cut(
+        CAPTURES / "kafka_python.pcap", [80], [str(tmp_path / "three" / n) for n in ("f.pcap", "g.pcap")]
+    )
+    # A piece given twice overlaps itself: f.pcap and h.pcap begin together, h after f (named so).
+    shutil.copy(overlapping[0], tmp_path / "three" / "h.pcap")
+    series = expand_series([str(tmp_path / "one"), str(tmp_path / "two" / "*.pcap"), str(tmp_path / "three")])
+    assert [[Path(p).name for p in s] for s in series] == [
+        ["a.pcap", "b.pcap", "c.pcap"],
+        ["d.pcap", "e.pcap"],
+        ["f.pcap", "g.pcap", "h.pcap"],
+    ]
+    decoded = decode(spark, [], options=SessionOptions(), series=series)
+    for pieces, whole in ((series[0], "kafka_python.pcap"), (series[1], "acks_modes.pcap")):
+        read = ListSink()
+        result = run_series([Path(p) for p in pieces], read, SessionOptions())
+        complete = ListSink()
+        run_capture(CAPTURES / whole, complete, SessionOptions(), name=result.name)
+        for table in TABLES:
+            assert spark_rows(decoded, table, result.name) == rows(read, table) == rows(complete, table), (
+                table
+            )
+        row = next(r for r in decoded.captures if r["capture"] == result.name)
+        expected = result_row(result)
+        assert {k: v for k, v in row.items() if k not in TIMING} == {
+            k: v for k, v in expected.items() if k not in TIMING
+        }
+    # Named after its first piece in time: c.pcap holds the first packets of the capture.
+    assert [r["capture"] for r in decoded.captures] == ["c.pcap", "d.pcap", "f.pcap"]
+    assert decoded.rows["requests"] == 46 + len(spark_rows(decoded, "requests", "d.pcap"))
+    failed = decoded.captures[2]
+    assert failed["status"] == "failed" and failed["packets"] is None
+    assert failed["reason"].startswith(f"{tmp_path / 'three' / 'h.pcap'}: begins ")
+    assert failed["reason"].endswith(
+        f"before the end of {tmp_path / 'three' / 'f.pcap'}: not consecutive pieces of one capture"
+    )
+    assert spark_rows(decoded, "requests", "f.pcap") == []
+
+
+def test_continuous_keeps_each_series_in_one_task(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["spark", "--continuous", "--flow-buckets", "2", str(tmp_path), "--out", str(tmp_path / "t")]
+    )
+    assert result.exit_code == 2
+    assert "--continuous decodes each series in one task" in result.output

@@ -3,7 +3,7 @@ else), then a Conversation, and the `connections` row. No I/O."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kwsniff.kafka import Conversation, plausible_request
 from kwsniff.kafka.opening import kafka_evidence
@@ -13,7 +13,9 @@ from kwsniff.net import ACK, FIN, RST, SYN, format_ip
 from kwsniff.rows import ExchangeRows
 from kwsniff.tcp import TcpReassembler
 from kwsniff.tcp.reassembly import SNAPLEN
-from kwsniff.tls import KeyLog, TlsStream
+
+if TYPE_CHECKING:
+    from kwsniff.tls import KeyLog, TlsStream
 
 C2B = 0  # client to broker
 B2C = 1  # broker to client
@@ -412,6 +414,8 @@ class Connection:
         # its secrets; its plaintext is judged like any stream's start.
         self.kafka = on_broker_port
         self.protocol_guess = "tls"
+        from kwsniff.tls import TlsStream  # and cryptography: only once a run meets TLS
+
         tls = self.tls = TlsHellos()
         stream = self.tls_stream = TlsStream(
             self.owner.keys,

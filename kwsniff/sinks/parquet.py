@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
@@ -40,6 +41,34 @@ BATCH_PAYLOAD_BYTES = 64 * 1024 * 1024
 ROW_BUFFER_BYTES = int(DEFAULT_MEMORY_LIMIT * SHARES[ROWS])
 MIN_BATCH_ROWS = 64  # fewer rows per row group would make files mostly footers
 TEMP_SUFFIX = ".tmp"
+
+
+class _RefusePandas:
+    """A meta path finder that makes `import pandas` fail; installed only for the probe below."""
+
+    @staticmethod
+    def find_spec(name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas":
+            raise ModuleNotFoundError("not imported by kwsniff's table writer", name=name)
+
+
+def arrow_without_pandas() -> None:
+    """Answer pyarrow's "is pandas installed?" with no, in this process, unless pandas is imported.
+
+    pyarrow asks once per process, in the first `pa.array` call (every `RecordBatch.from_pylist`
+    makes some), so that it can recognise pandas objects; to find out it imports pandas: 0.3-0.5 s,
+    a third of reading a 300 MB capture, for rows that hold only plain Python values. A refused
+    import is remembered as "no pandas" for that recognition only: `Table.to_pandas` and
+    `Table.from_pandas` import pandas again when called. Called by the commands that never hand
+    pandas objects to Arrow (`read`, `capture`), not by the Spark pipeline, whose workers do.
+    Pandas ≥ 2.2.2 is pyarrow's own check for the shim (pyarrow/pandas-shim.pxi)."""
+    if "pandas" in sys.modules:
+        return
+    sys.meta_path.insert(0, _RefusePandas)  # type: ignore[arg-type]
+    try:
+        pa.array((), pa.int8())
+    finally:
+        sys.meta_path.remove(_RefusePandas)  # type: ignore[arg-type]
 
 
 def safe_file_stem(name: str) -> str:

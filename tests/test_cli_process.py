@@ -29,8 +29,31 @@ def _imported(args: list[str]) -> tuple[subprocess.CompletedProcess[str], set[st
 def test_help_imports_neither_numpy_nor_pandas_nor_pyarrow() -> None:
     done, imported = _imported(["--help"])
     assert done.returncode == 0 and "Commands:" in done.stdout, done.stderr[-2000:]
-    assert "kwsniff.cli" in imported and "kwsniff.commands.read" in imported
+    assert "kwsniff.cli" in imported
     assert sorted(name for name in imported if name.split(".")[0] in HEAVY) == []
+    # The sub-commands (and the decoder under them) load only when one runs.
+    assert (
+        sorted(name for name in imported if name.startswith(("kwsniff.commands", "kwsniff.pipeline"))) == []
+    )
+    assert [line.split()[0] for line in done.stdout.split("Commands:")[1].splitlines() if line] == [
+        "capture",
+        "read",
+        "report",
+        "show",
+        "spark",
+    ]
+
+
+def test_help_lists_each_command_with_the_start_of_its_own_help() -> None:
+    import click
+
+    from kwsniff.cli import COMMANDS, main
+
+    context = click.Context(main)
+    for name, (_, line) in COMMANDS.items():
+        command = main.get_command(context, name)
+        assert command is not None and command.help is not None
+        assert " ".join(command.help.split()).startswith(line.removesuffix("...")), name
 
 
 def test_every_sub_command_help_stays_light() -> None:

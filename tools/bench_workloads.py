@@ -16,8 +16,8 @@ send 1 KB records in batches of at most 16 KB, so a capture of a given size hold
 requests and Fetch responses, each spanning a dozen packets.
 
 bench-partitions (loopback MTU; issue 19's second shape): as bench-aiokafka, but 5 × 64 partitions
-and 4 KB values sent in short bursts, so the tailing group's Fetch v11 requests each name some 160
-partitions and most of a capture's packets are Fetch exchanges with few records.
+and 4 KB values sent in short bursts, tailed with fetches of at most 32 KB per partition, so the
+group's many Fetch v11 requests each name some 160 partitions, most of them empty.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ SMALL_BATCH_BYTES = 16384
 PARTITIONS_PER_TOPIC = 64
 PARTITIONS_VALUE = 4000
 PARTITIONS_CHUNK = 40
+PARTITIONS_FETCH_BYTES = 32 * 1024
 
 
 def _values(seed: int, size: int, count: int = 64) -> list[bytes]:
@@ -228,7 +229,9 @@ async def _aio_produce(bootstrap: str, codec: str, n: int, size: int, chunk: int
     return sum(1 for d in done if not isinstance(d, BaseException))
 
 
-async def _aio_tail(bootstrap: str, member: int, stop: asyncio.Event, counts: list[int]) -> None:
+async def _aio_tail(
+    bootstrap: str, member: int, stop: asyncio.Event, counts: list[int], fetch_bytes: int | None
+) -> None:
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(
@@ -238,6 +241,12 @@ async def _aio_tail(bootstrap: str, member: int, stop: asyncio.Event, counts: li
         client_id=f"bench-aiokafka-consumer-{member}",
         auto_offset_reset="earliest",
         fetch_max_wait_ms=100,
+        # Bounded fetches (bench-partitions): many more Fetch round trips, each naming every partition.
+        **(
+            {"max_partition_fetch_bytes": fetch_bytes, "fetch_max_bytes": fetch_bytes * 8}
+            if fetch_bytes
+            else {}
+        ),
         heartbeat_interval_ms=1000,
         session_timeout_ms=10_000,
     )
@@ -250,11 +259,13 @@ async def _aio_tail(bootstrap: str, member: int, stop: asyncio.Event, counts: li
         await consumer.stop()
 
 
-async def _aiokafka(bootstrap: str, megabytes: int, size: int, chunk: int) -> dict[str, Any]:
+async def _aiokafka(
+    bootstrap: str, megabytes: int, size: int, chunk: int, fetch_bytes: int | None = None
+) -> dict[str, Any]:
     per_codec = max(1, megabytes * 1_000_000 // 2 // len(CODECS) // size)
     stop = asyncio.Event()
     counts = [0, 0]
-    tails = [asyncio.create_task(_aio_tail(bootstrap, m, stop, counts)) for m in (0, 1)]
+    tails = [asyncio.create_task(_aio_tail(bootstrap, m, stop, counts, fetch_bytes)) for m in (0, 1)]
     await asyncio.sleep(8)  # both members joined: the producers' records are tailed, not backlog
     produced = await asyncio.gather(*(_aio_produce(bootstrap, c, per_codec, size, chunk) for c in CODECS))
     deadline = time.monotonic() + 600
@@ -273,4 +284,6 @@ def aiokafka_tailing(bootstrap: str, megabytes: int) -> dict[str, Any]:
 def many_partitions(bootstrap: str, megabytes: int) -> dict[str, Any]:
     """bench-partitions: more partitions per Fetch, fewer records per partition fetched."""
     realparts.create_topics(bootstrap, {f"aio-{c}": PARTITIONS_PER_TOPIC for c in CODECS})
-    return asyncio.run(_aiokafka(bootstrap, megabytes, PARTITIONS_VALUE, PARTITIONS_CHUNK))
+    return asyncio.run(
+        _aiokafka(bootstrap, megabytes, PARTITIONS_VALUE, PARTITIONS_CHUNK, PARTITIONS_FETCH_BYTES)
+    )

@@ -150,7 +150,9 @@ class ParquetSink:
         rows = self.rows[table]
         if rows:
             schema = SCHEMAS[table]
-            columns = [pa.array(values, f.type) for values, f in zip(zip(*rows), schema, strict=True)]
+            columns = [
+                pa.array(values, f.type) for values, f in zip(zip(*rows, strict=True), schema, strict=True)
+            ]
             self._writer(table).write_batch(pa.RecordBatch.from_arrays(columns, schema=schema))
             self.counts[table] += len(rows)
             rows.clear()

@@ -7,8 +7,8 @@ For each capture, --runs rounds of, one right after the other,
   python -m kwsniff read CAPTURE --out TMPDIR --broker-port P      (all tables written)
   tshark -r CAPTURE -d tcp.port==P,kafka -T fields -e kafka.api_key -e kafka.correlation_id > /dev/null
 so both see the same machine load; wall time median and best over the rounds, the ratio tshark ÷
-kwsniff of the medians (above 1: kwsniff faster), and each child's peak RSS (wait4(), so one run never
-hides another). kwsniff is the one on this checkout (its parent directory first on PYTHONPATH), its
+kwsniff of the medians (above 1: kwsniff faster), each child's CPU time and peak RSS (VmHWM from
+/proc while it runs, so one run never hides another). kwsniff is the one on this checkout (its parent directory first on PYTHONPATH), its
 bytecode compiled first as `pip install` does. A benchmark, not a test: it prints numbers and ratios
 and never fails on a timing.
 """
@@ -41,24 +41,50 @@ SYN_SCAN_PACKETS = 2000
 CHILD_TIMEOUT_S = 600.0
 
 
+HWM_POLL_S = 0.01
+
+
 @dataclass
 class Measurement:
     seconds: float
     peak_mb: float
+    cpu_seconds: float = 0.0
+
+
+def _watch_hwm(pid: int, done: threading.Event, peak_kb: list[int]) -> None:
+    """VmHWM (the kernel's high-water mark of the process's RSS) from /proc/PID/status, read every
+    HWM_POLL_S until the child exits: the last read is its peak but for the final few ms."""
+    path = f"/proc/{pid}/status"
+    while not done.is_set():
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        peak_kb[0] = max(peak_kb[0], int(line.split()[1]))
+                        break
+        except (OSError, ValueError):
+            return
+        done.wait(HWM_POLL_S)
 
 
 def run_measured(command: list[str], timeout_s: float = CHILD_TIMEOUT_S) -> Measurement:
-    """Run one child to completion, output discarded; wall time and its own peak RSS
-    (wait4 reports that child's ru_maxrss, KiB on Linux). A timer kills it after timeout_s."""
+    """Run one child to completion, output discarded; wall time, CPU time (user + system) and its
+    own peak RSS: VmHWM sampled while it runs, or wait4's ru_maxrss for that child (KiB on Linux),
+    whichever is larger. A timer kills it after timeout_s."""
     with open(os.devnull, "wb") as sink, tempfile.TemporaryFile() as errors:
         started = time.perf_counter()
         proc = subprocess.Popen(command, stdout=sink, stderr=errors)
         killer = threading.Timer(timeout_s, proc.kill)
         killer.start()
+        done, peak_kb = threading.Event(), [0]
+        watcher = threading.Thread(target=_watch_hwm, args=(proc.pid, done, peak_kb), daemon=True)
+        watcher.start()
         try:
             _, status, usage = os.wait4(proc.pid, 0)
         finally:
             killer.cancel()
+            done.set()
+            watcher.join()
         seconds = time.perf_counter() - started
         proc.returncode = os.waitstatus_to_exitcode(status)
         if seconds >= timeout_s:
@@ -67,7 +93,11 @@ def run_measured(command: list[str], timeout_s: float = CHILD_TIMEOUT_S) -> Meas
             errors.seek(0)
             message = errors.read().decode(errors="replace")[-2000:]
             raise SystemExit(f"failed ({proc.returncode}): {' '.join(command)}\n{message}")
-    return Measurement(seconds=seconds, peak_mb=usage.ru_maxrss / 1024)
+    return Measurement(
+        seconds=seconds,
+        peak_mb=max(peak_kb[0], usage.ru_maxrss) / 1024,
+        cpu_seconds=usage.ru_utime + usage.ru_stime,
+    )
 
 
 def best_of(runs: int, command: list[str], timeout_s: float = CHILD_TIMEOUT_S) -> Measurement:
@@ -122,6 +152,7 @@ def packet_count(path: Path) -> int:
 def bench_capture(path: Path, runs: int, timeout_s: float = CHILD_TIMEOUT_S) -> dict[str, float | int | str]:
     port = broker_port(path)
     kw_times, ts_times, kw_peak, ts_peak = [], [], 0.0, 0.0
+    kw_cpu, ts_cpu = [], []
     ts_command = ["tshark", "-r", str(path), "-d", f"tcp.port=={port},kafka", "-T", "fields",
                   "-e", "kafka.api_key", "-e", "kafka.correlation_id"]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="kwsniff-bench-") as tmp:
@@ -133,6 +164,8 @@ def bench_capture(path: Path, runs: int, timeout_s: float = CHILD_TIMEOUT_S) -> 
             ts = run_measured(ts_command, timeout_s)
             kw_times.append(kw.seconds)
             ts_times.append(ts.seconds)
+            kw_cpu.append(kw.cpu_seconds)
+            ts_cpu.append(ts.cpu_seconds)
             kw_peak, ts_peak = max(kw_peak, kw.peak_mb), max(ts_peak, ts.peak_mb)
     size_mb = path.stat().st_size / 1e6
     packets = packet_count(path)
@@ -152,6 +185,9 @@ def bench_capture(path: Path, runs: int, timeout_s: float = CHILD_TIMEOUT_S) -> 
         "ratio": ts_median / kw_median,
         "ratio_best": min(ts_times) / min(kw_times),
         "memory_ratio": kw_peak / ts_peak,
+        "kw_cpu_s": statistics.median(kw_cpu),
+        "ts_cpu_s": statistics.median(ts_cpu),
+        "cpu_ratio": statistics.median(ts_cpu) / statistics.median(kw_cpu),
     }
 
 
@@ -159,9 +195,13 @@ def print_table(rows: list[dict[str, float | int | str]], runs: int) -> None:
     head = (
         f"{'capture':<16} {'MB':>6} {'packets':>8} | {'kwsniff s':>9} {'best':>5} {'MB/s':>6} {'peak MB':>7}"
         f" | {'tshark s':>8} {'best':>5} {'peak MB':>7} | {'tshark/kwsniff':>14} {'best':>5}"
-        f" | {'memory':>6}"
+        f" | {'memory':>6} | {'kw CPU s':>8} {'ts CPU s':>8} {'ratio':>5}"
     )
-    print(f"median and best of {runs} rounds (kwsniff then tshark each round); peak = max RSS of the child")
+    load = os.getloadavg()
+    print(
+        f"median and best of {runs} rounds (kwsniff then tshark each round); peak = the child's VmHWM;"
+        f" load average now {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -169,10 +209,11 @@ def print_table(rows: list[dict[str, float | int | str]], runs: int) -> None:
             f"{r['capture']:<16} {r['size_mb']:>6.1f} {r['packets']:>8,} | {r['kw_s']:>9.2f}"
             f" {r['kw_best_s']:>5.2f} {r['kw_mb_s']:>6.1f} {r['kw_peak_mb']:>7.1f} | {r['ts_s']:>8.2f}"
             f" {r['ts_best_s']:>5.2f} {r['ts_peak_mb']:>7.1f} | {r['ratio']:>14.2f} {r['ratio_best']:>5.2f}"
-            f" | {r['memory_ratio']:>6.2f}"
+            f" | {r['memory_ratio']:>6.2f} | {r['kw_cpu_s']:>8.2f} {r['ts_cpu_s']:>8.2f} {r['cpu_ratio']:>5.2f}"
         )
     print(
-        "tshark/kwsniff: ratio of the medians (best: of the best times); memory: kwsniff peak ÷ tshark peak"
+        "tshark/kwsniff: ratio of the medians (best: of the best times); memory: kwsniff peak ÷ tshark peak;"
+        " CPU: median user + system seconds of each child and their ratio (moves less with the load)"
     )
 
 

@@ -7,7 +7,11 @@ large.pcap (~300 MB): big uncompressed Produce requests and Fetch responses on l
 so the cost is in bytes. tailing.pcap (~340 MB, ~234k packets): librdkafka and kafka-python
 producers and tailing consumers in a private namespace with MTU 1500 and no offloads, so the cost is
 per packet. aiokafka.pcap (~325 MB, ~9.5k packets, ~43k partition rows): five aiokafka producers,
-one per codec, and a two-member group tailing 120 partitions, so the cost is per partition. Needs
+one per codec, and a two-member group tailing 120 partitions, so the cost is per partition.
+smallbatch.pcap (~350 MB, ~250k packets): as tailing.pcap with 1 KB records in batches of at most
+16 KB. partitions.pcap (~210 MB, ~8.5k packets, ~92k partition rows): aiokafka again, 320
+partitions tailed with fetches of at most 32 KB per partition, so every Fetch names ~160 partitions.
+Each takes one to three minutes to make (most of it tshark checking the largest frame). Needs
 root, tcpdump, tshark, iproute2 and ethtool (see tools/make_capture.py, tools/bench_workloads.py).
 """
 
@@ -27,6 +31,10 @@ BENCH_CAPTURES = {
     # The two shapes of issue 11, each ~320 MB: many small packets, and many partitions per Fetch.
     "tailing.pcap": ("bench-tailing", 320),
     "aiokafka.pcap": ("bench-aiokafka", 520),
+    # The two shapes of issue 19: small batches at MTU 1500 (librdkafka + kafka-python), and aiokafka
+    # Fetch v11 requests naming ~160 partitions each, most of them empty.
+    "smallbatch.pcap": ("bench-smallbatch", 320),
+    "partitions.pcap": ("bench-partitions", 300),
 }
 
 

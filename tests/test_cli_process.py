@@ -29,8 +29,31 @@ def _imported(args: list[str]) -> tuple[subprocess.CompletedProcess[str], set[st
 def test_help_imports_neither_numpy_nor_pandas_nor_pyarrow() -> None:
     done, imported = _imported(["--help"])
     assert done.returncode == 0 and "Commands:" in done.stdout, done.stderr[-2000:]
-    assert "kwsniff.cli" in imported and "kwsniff.commands.read" in imported
+    assert "kwsniff.cli" in imported
     assert sorted(name for name in imported if name.split(".")[0] in HEAVY) == []
+    # The sub-commands (and the decoder under them) load only when one runs.
+    assert (
+        sorted(name for name in imported if name.startswith(("kwsniff.commands", "kwsniff.pipeline"))) == []
+    )
+    assert [line.split()[0] for line in done.stdout.split("Commands:")[1].splitlines() if line] == [
+        "capture",
+        "read",
+        "report",
+        "show",
+        "spark",
+    ]
+
+
+def test_help_lists_each_command_with_the_start_of_its_own_help() -> None:
+    import click
+
+    from kwsniff.cli import COMMANDS, main
+
+    context = click.Context(main)
+    for name, (_, line) in COMMANDS.items():
+        command = main.get_command(context, name)
+        assert command is not None and command.help is not None
+        assert " ".join(command.help.split()).startswith(line.removesuffix("...")), name
 
 
 def test_every_sub_command_help_stays_light() -> None:
@@ -91,3 +114,69 @@ def test_capture_help_says_its_default_filter_passes_only_broker_ports_and_tunne
         "ports, GRE, IP in IP, IP fragments, MPLS), so no other traffic is seen;" in text
     )
     assert "Other ports are detected" not in text
+
+
+# Prints, when the process ends, which of these packages it loaded (sys.modules: an attempt refused
+# by kwsniff's import guards is not a load) and whether the meta path is as kwsniff found it.
+_WATCH = (
+    "import atexit, sys; n = len(sys.meta_path); atexit.register(lambda: print('LOADED', "
+    "sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'pandas', 'crc32c', 'cryptography'}), "
+    "len(sys.meta_path) == n, file=sys.stderr))"
+)
+
+
+def _read_in_process(prelude: str, args: list[str]) -> tuple[list[str], bool]:
+    code = f"{prelude}; {_WATCH}; sys.argv = ['kwsniff', 'read', *{args!r}]; from kwsniff.entry import run; run()"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = next(x for x in done.stderr.splitlines() if x.startswith("LOADED "))
+    loaded, hooks_restored = line[len("LOADED ") :].rsplit(" ", 1)
+    return eval(loaded), hooks_restored == "True"  # a list literal printed above
+
+
+def _table_bytes(out: Path) -> dict[str, bytes]:
+    # `captures` holds the run's own timings; every other table is a pure function of the input.
+    return {
+        str(p.relative_to(out)): p.read_bytes()
+        for p in sorted(out.glob("*/*.parquet"))
+        if p.parent.name != "captures"
+    }
+
+
+def test_read_loads_neither_numpy_nor_pandas_and_writes_the_same_bytes(tmp_path: Path) -> None:
+    """`kwsniff read` in its own process writes Parquet with pyarrow imported without numpy (and so
+    never imports pandas); the files are the very bytes pyarrow writes with numpy and pandas loaded."""
+    captures = [str(p) for p in sorted((ROOT / "tests" / "data" / "captures").glob("*.pcap"))]
+    alone, with_numpy = tmp_path / "alone", tmp_path / "with-numpy"
+    loaded, restored = _read_in_process("pass", [*captures, "--out", str(alone), "-q"])
+    assert loaded == ["crc32c"] and restored
+    loaded, restored = _read_in_process("import numpy, pandas", [*captures, "--out", str(with_numpy), "-q"])
+    assert loaded == ["crc32c", "numpy", "pandas"] and restored
+    written = _table_bytes(alone)
+    assert len(written) == 5 * len(captures)  # requests, connections, errors, partitions, groups
+    assert written == _table_bytes(with_numpy)
+
+
+def test_read_of_one_packet_loads_no_record_or_tls_library(tmp_path: Path) -> None:
+    """crc32c (whose import scans every installed distribution) and cryptography load only when a
+    run meets a record batch or a TLS connection."""
+    one = tmp_path / "one.pcap"
+    data = (ROOT / "tests" / "data" / "captures" / "kafka_python.pcap").read_bytes()
+    one.write_bytes(data[: 24 + 16 + int.from_bytes(data[32:36], "little")])  # header, first packet
+    loaded, restored = _read_in_process("pass", [str(one), "--out", str(tmp_path / "t"), "-q"])
+    assert loaded == [] and restored
+    assert ds.dataset(tmp_path / "t" / "connections").count_rows() == 1
+
+
+def test_arrow_without_pandas_leaves_pandas_conversions_working() -> None:
+    """With numpy loaded, pyarrow's first conversion would import pandas; arrow_without_pandas answers
+    "no pandas" for that question only: to_pandas and from_pandas still work afterwards."""
+    code = (
+        "import sys, numpy, pyarrow as pa; from kwsniff.sinks import arrow_without_pandas; "
+        "arrow_without_pandas(); pa.array([1, None], pa.int64()); print('pandas' in sys.modules); "
+        "t = pa.table({'a': [1, 2]}); df = t.to_pandas(); print(list(df['a']), "
+        "pa.Table.from_pandas(df).column('a').to_pylist())"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["False", "[1, 2] [1, 2]"]

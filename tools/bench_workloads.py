@@ -10,6 +10,14 @@ topic, for the Spark flow-bucket split (bench/bench_spark.py): many comparable c
 bench-aiokafka (loopback MTU): five aiokafka producers, one per codec (none, gzip, snappy, lz4,
 zstd), each to its own 24-partition topic, while a two-member aiokafka consumer group tails all
 120 partitions. Every Fetch names some 60 partitions, most of them empty: the cost is per partition.
+
+bench-smallbatch (MTU 1500 namespace; issue 19's first shape): as bench-tailing, but both producers
+send 1 KB records in batches of at most 16 KB, so a capture of a given size holds many more Produce
+requests and Fetch responses, each spanning a dozen packets.
+
+bench-partitions (loopback MTU; issue 19's second shape): as bench-aiokafka, but 5 × 64 partitions
+and 4 KB values sent in short bursts, tailed with fetches of at most 32 KB per partition, so the
+group's many Fetch v11 requests each name some 160 partitions, most of them empty.
 """
 
 from __future__ import annotations
@@ -30,6 +38,12 @@ AIOKAFKA_PAUSE_S = 0.03
 TAILING_VALUE = 4000
 TAILING_PARTITIONS = 8
 MANY_PAIRS = 8
+SMALL_VALUE = 1000
+SMALL_BATCH_BYTES = 16384
+PARTITIONS_PER_TOPIC = 64
+PARTITIONS_VALUE = 4000
+PARTITIONS_CHUNK = 40
+PARTITIONS_FETCH_BYTES = 32 * 1024
 
 
 def _values(seed: int, size: int, count: int = 64) -> list[bytes]:
@@ -43,11 +57,18 @@ def _values(seed: int, size: int, count: int = 64) -> list[bytes]:
 
 
 def _produce_kafka_python(
-    bootstrap: str, topic: str, n: int, size: int, client_id: str = "bench-kafka-python-producer"
+    bootstrap: str,
+    topic: str,
+    n: int,
+    size: int,
+    client_id: str = "bench-kafka-python-producer",
+    batch_size: int = 16384,
 ) -> int:
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, acks=1, linger_ms=5)
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, client_id=client_id, acks=1, linger_ms=5, batch_size=batch_size
+    )
     values = _values(2, size)
     futures = [producer.send(topic, key=f"k{i}".encode(), value=values[i % len(values)]) for i in range(n)]
     producer.flush(timeout=600)
@@ -56,9 +77,12 @@ def _produce_kafka_python(
     return delivered
 
 
-def tailing(bootstrap: str, megabytes: int) -> dict[str, Any]:
-    """Producers and tailing consumers at once; each record crosses the wire twice."""
-    per_producer = max(1, megabytes * 1_000_000 // 4 // TAILING_VALUE)
+def tailing(
+    bootstrap: str, megabytes: int, value: int = TAILING_VALUE, batch_bytes: int = 1_000_000
+) -> dict[str, Any]:
+    """Producers and tailing consumers at once; each record crosses the wire twice. ``batch_bytes``
+    bounds the librdkafka producer's batches (kafka-python's are 16 KB, its default)."""
+    per_producer = max(1, megabytes * 1_000_000 // 4 // value)
     realparts.create_topics(bootstrap, {"rd-orders": TAILING_PARTITIONS, "kp-orders": TAILING_PARTITIONS})
     result: dict[str, Any] = {}
 
@@ -89,9 +113,10 @@ def tailing(bootstrap: str, megabytes: int) -> dict[str, Any]:
                 bootstrap,
                 "rd-orders",
                 per_producer,
-                TAILING_VALUE,
+                value,
                 flush_each=False,
                 linger_ms=5,
+                batch_bytes=batch_bytes,
                 client_id="bench-librdkafka-producer",
                 timeout_s=900,
             ),
@@ -100,12 +125,17 @@ def tailing(bootstrap: str, megabytes: int) -> dict[str, Any]:
     threads.append(
         started(
             "produced_kafka_python",
-            lambda: _produce_kafka_python(bootstrap, "kp-orders", per_producer, TAILING_VALUE),
+            lambda: _produce_kafka_python(bootstrap, "kp-orders", per_producer, value),
         )
     )
     for thread in threads:
         thread.join(timeout=1000)
     return result
+
+
+def small_batches(bootstrap: str, megabytes: int) -> dict[str, Any]:
+    """bench-smallbatch: the tailing workload with 1 KB records in batches of at most 16 KB."""
+    return tailing(bootstrap, megabytes, value=SMALL_VALUE, batch_bytes=SMALL_BATCH_BYTES)
 
 
 # -- bench-many ------------------------------------------------------------------------------------
@@ -172,7 +202,7 @@ def many(bootstrap: str, megabytes: int) -> dict[str, Any]:
 # -- bench-aiokafka --------------------------------------------------------------------------------
 
 
-async def _aio_produce(bootstrap: str, codec: str, n: int) -> int:
+async def _aio_produce(bootstrap: str, codec: str, n: int, size: int, chunk: int) -> int:
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(
@@ -184,13 +214,13 @@ async def _aio_produce(bootstrap: str, codec: str, n: int) -> int:
         acks=1,
     )
     await producer.start()
-    values = _values(CODECS.index(codec), AIOKAFKA_VALUE)
+    values = _values(CODECS.index(codec), size)
     pending = []
     try:
         for i in range(n):
             value = values[i % len(values)]
             pending.append(await producer.send(f"aio-{codec}", value=value, key=f"k{i}".encode()))
-            if i % AIOKAFKA_CHUNK == AIOKAFKA_CHUNK - 1:
+            if i % chunk == chunk - 1:
                 # Paced like a service producing steadily, so the group tails many small fetches.
                 await asyncio.sleep(AIOKAFKA_PAUSE_S)
         done = await asyncio.gather(*pending, return_exceptions=True)
@@ -199,7 +229,9 @@ async def _aio_produce(bootstrap: str, codec: str, n: int) -> int:
     return sum(1 for d in done if not isinstance(d, BaseException))
 
 
-async def _aio_tail(bootstrap: str, member: int, stop: asyncio.Event, counts: list[int]) -> None:
+async def _aio_tail(
+    bootstrap: str, member: int, stop: asyncio.Event, counts: list[int], fetch_bytes: int | None
+) -> None:
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(
@@ -209,6 +241,12 @@ async def _aio_tail(bootstrap: str, member: int, stop: asyncio.Event, counts: li
         client_id=f"bench-aiokafka-consumer-{member}",
         auto_offset_reset="earliest",
         fetch_max_wait_ms=100,
+        # Bounded fetches (bench-partitions): many more Fetch round trips, each naming every partition.
+        **(
+            {"max_partition_fetch_bytes": fetch_bytes, "fetch_max_bytes": fetch_bytes * 8}
+            if fetch_bytes
+            else {}
+        ),
         heartbeat_interval_ms=1000,
         session_timeout_ms=10_000,
     )
@@ -221,13 +259,15 @@ async def _aio_tail(bootstrap: str, member: int, stop: asyncio.Event, counts: li
         await consumer.stop()
 
 
-async def _aiokafka(bootstrap: str, megabytes: int) -> dict[str, Any]:
-    per_codec = max(1, megabytes * 1_000_000 // 2 // len(CODECS) // AIOKAFKA_VALUE)
+async def _aiokafka(
+    bootstrap: str, megabytes: int, size: int, chunk: int, fetch_bytes: int | None = None
+) -> dict[str, Any]:
+    per_codec = max(1, megabytes * 1_000_000 // 2 // len(CODECS) // size)
     stop = asyncio.Event()
     counts = [0, 0]
-    tails = [asyncio.create_task(_aio_tail(bootstrap, m, stop, counts)) for m in (0, 1)]
+    tails = [asyncio.create_task(_aio_tail(bootstrap, m, stop, counts, fetch_bytes)) for m in (0, 1)]
     await asyncio.sleep(8)  # both members joined: the producers' records are tailed, not backlog
-    produced = await asyncio.gather(*(_aio_produce(bootstrap, c, per_codec) for c in CODECS))
+    produced = await asyncio.gather(*(_aio_produce(bootstrap, c, per_codec, size, chunk) for c in CODECS))
     deadline = time.monotonic() + 600
     while sum(counts) < sum(produced) and time.monotonic() < deadline:
         await asyncio.sleep(0.5)
@@ -238,4 +278,12 @@ async def _aiokafka(bootstrap: str, megabytes: int) -> dict[str, Any]:
 
 def aiokafka_tailing(bootstrap: str, megabytes: int) -> dict[str, Any]:
     realparts.create_topics(bootstrap, {f"aio-{c}": AIOKAFKA_PARTITIONS for c in CODECS})
-    return asyncio.run(_aiokafka(bootstrap, megabytes))
+    return asyncio.run(_aiokafka(bootstrap, megabytes, AIOKAFKA_VALUE, AIOKAFKA_CHUNK))
+
+
+def many_partitions(bootstrap: str, megabytes: int) -> dict[str, Any]:
+    """bench-partitions: more partitions per Fetch, fewer records per partition fetched."""
+    realparts.create_topics(bootstrap, {f"aio-{c}": PARTITIONS_PER_TOPIC for c in CODECS})
+    return asyncio.run(
+        _aiokafka(bootstrap, megabytes, PARTITIONS_VALUE, PARTITIONS_CHUNK, PARTITIONS_FETCH_BYTES)
+    )

@@ -28,7 +28,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_workloads  # noqa: E402
 
-WORKLOADS = ("quickstart", "bench-large", "bench-mtu1500", "bench-tailing", "bench-aiokafka", "bench-many")
+WORKLOADS = (
+    "quickstart",
+    "bench-large",
+    "bench-mtu1500",
+    "bench-tailing",
+    "bench-aiokafka",
+    "bench-many",
+    "bench-smallbatch",
+    "bench-partitions",
+)
 DEFAULT_MB = {
     "quickstart": 0,
     "bench-large": 300,
@@ -36,9 +45,11 @@ DEFAULT_MB = {
     "bench-tailing": 320,
     "bench-aiokafka": 320,
     "bench-many": 2600,
+    "bench-smallbatch": 320,
+    "bench-partitions": 300,
 }
 # Workloads run inside a private namespace whose loopback has MTU 1500 (packets of network size).
-MTU_WORKLOADS = ("bench-mtu1500", "bench-tailing", "bench-many")
+MTU_WORKLOADS = ("bench-mtu1500", "bench-tailing", "bench-many", "bench-smallbatch")
 BENCH_VALUE_SIZE = 100_000
 # A Produce request carries about one batch per partition; 1 MB batches keep frames large.
 BENCH_BATCH_BYTES = 1_000_000
@@ -124,6 +135,10 @@ def run_workload(name: str, bootstrap: str, megabytes: int) -> dict[str, object]
         return bench_workloads.many(bootstrap, megabytes)
     if name == "bench-aiokafka":
         return bench_workloads.aiokafka_tailing(bootstrap, megabytes)
+    if name == "bench-smallbatch":
+        return bench_workloads.small_batches(bootstrap, megabytes)
+    if name == "bench-partitions":
+        return bench_workloads.many_partitions(bootstrap, megabytes)
     return bench(bootstrap, megabytes)
 
 

@@ -133,8 +133,10 @@ def capture(
     """Capture Kafka traffic on IFACE into Parquet tables under --out, until Ctrl-C (or --duration/--count)."""
     # pyarrow and prometheus_client only when a capture starts: `kwsniff --help` stays light.
     from kwsniff.pipeline.run_live import LiveDecoder, LiveOptions
-    from kwsniff.sinks import ExistingOutput, Output, OutputError, stream_name
+    from kwsniff.sinks import ExistingOutput, Output, OutputError, arrow_without_pandas, stream_name
     from kwsniff.view.metrics import Metrics
+
+    arrow_without_pandas()
 
     ports = broker_ports(broker_port)
     bpf = bpf if bpf is not None else default_filter(ports, decoding.tunnels)

@@ -136,7 +136,9 @@ def read(
     """Decode CAPTURES (pcap, pcapng, optionally gzipped; `-` for standard input) into Parquet tables
     under --out."""
     # pyarrow (with numpy) only when a run starts: `kwsniff --help` stays light.
-    from kwsniff.sinks import ExistingOutput, Output, OutputError
+    from kwsniff.sinks import ExistingOutput, Output, OutputError, arrow_without_pandas
+
+    arrow_without_pandas()
 
     options = session_options(
         decoding,

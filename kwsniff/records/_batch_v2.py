@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import struct
 
-from crc32c import crc32c
-
 from kwsniff.memory import RECORD_COST
+from kwsniff.records import _crc
 from kwsniff.records._codecs import decompress
 from kwsniff.records._model import RecordInfo, codec_name
 from kwsniff.records._reading import Reading
@@ -53,7 +52,7 @@ def read_batch_v2(view: memoryview, pos: int, reading: Reading) -> None:
     end = pos + 12 + batch_length
     summary = reading.summary
     summary.batch_count += 1
-    if reading.check_crc and crc32c(view[pos + _CRC_START : end]) != crc:
+    if reading.check_crc and _crc.crc32c(view[pos + _CRC_START : end]) != crc:
         summary.crc_errors += 1
     codec = attributes & _CODEC_MASK
     compression = codec_name(codec)

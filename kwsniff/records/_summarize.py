@@ -6,10 +6,10 @@ import struct
 import zlib
 
 import cramjam
-from crc32c import crc32c
 
 from kwsniff.defaults import MAX_DECOMPRESSED, TS_MAX_US
 from kwsniff.memory import MemoryBudget
+from kwsniff.records import _crc
 from kwsniff.records._batch_v2 import BATCH_HEADER, BATCH_HEADER_SIZE, read_batch_v2
 from kwsniff.records._message_set import MIN_MESSAGE_SIZE, read_message
 from kwsniff.records._model import RecordInfo, RecordSetSummary
@@ -57,7 +57,7 @@ def counts_v2(data: bytes | memoryview) -> BatchCounts | None:
             return None
         end = pos + _LOG_OVERHEAD + length
         batches += 1
-        if crc32c(data[pos + _CRC_START : end]) != crc:
+        if _crc.crc32c(data[pos + _CRC_START : end]) != crc:
             crc_errors += 1
         codecs |= 1 << (attributes & 0x07)
         count += records

@@ -8,13 +8,14 @@ from kwsniff.sinks.dataset import (
     output_name,
     stream_name,
 )
-from kwsniff.sinks.parquet import ParquetSink
+from kwsniff.sinks.parquet import ParquetSink, arrow_without_pandas
 
 __all__ = [
     "ExistingOutput",
     "Output",
     "OutputError",
     "ParquetSink",
+    "arrow_without_pandas",
     "capture_keys",
     "output_name",
     "stream_name",

@@ -351,9 +351,9 @@ def _decode(
             next(iter(reader.packets()), None)
         # The ordinal of a packet (its index, or its file offset) numbers the connections it opens.
         source = _records_at(path, offsets) if offsets is not None else _numbered(reader.packets())
-        if bucketed and offsets is None:
-            source = (p for p in source if flow_bucket(p[2], p[3], buckets) == bucket)
-        yield from _fed(session, sink, source, state, status)
+        # Reading every record, a bucket task keeps its own (the date is still the capture's first).
+        only = bucket if bucketed and offsets is None else -1
+        yield from _fed(session, sink, source, state, status, only, buckets)
         status["warnings"] = list(reader.warnings)
     yield from _flushed(sink, tables, state["name"], state["date"])
     if bucketed:
@@ -385,14 +385,19 @@ def _fed(
     source: Iterator[tuple[int, int, int, bytes]],
     state: dict[str, str],
     status: dict[str, Any],
+    only: int = -1,
+    buckets: int = 1,
 ) -> Iterator[tuple[str, str, str, int, bytes]]:
-    """Feeds ``source`` (ordinal, ts, linktype, frame) to ``session``, yielding chunks as they fill;
-    the capture's date is its first packet's."""
+    """Feeds ``source`` (ordinal, ts, linktype, frame) to ``session``, yielding chunks as they fill,
+    only the packets of flow bucket ``only`` of ``buckets`` when it is not -1; the capture's date is
+    its first packet's."""
     name, date = state["name"], state["date"]
     numbered = isinstance(session, BucketSession)
     for n, ts, linktype, data in source:
         if not date:
             date = state["date"] = capture_date(ts)
+        if only >= 0 and flow_bucket(linktype, data, buckets) != only:
+            continue
         if numbered:
             session.packet_index = n  # type: ignore[attr-defined]
         session.packet(ts, linktype, data)

@@ -27,7 +27,8 @@ from kwsniff.pipeline.keylogs import KeyLogFollower, load_keylog
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
-from kwsniff.tls import KeyLog, TlsStream
+from kwsniff.tls import KeyLog, TlsStream, schedule
+from kwsniff.tls import stream as stream_module
 
 CLIENT_LINES = [b"hello from the client\n", b"after K\n"]
 SERVER_LINES = [b"hello from the server\n", b"after the key updates\n"]
@@ -480,3 +481,55 @@ def test_live_capture_decrypts_connections_whose_keys_are_appended_later(
     (conn,) = [c for c in conns if c["broker_port"] == port]
     assert conn["tls_state"] == "decrypted"
     assert conn["decrypted_bytes_to_broker"] == conn["decrypted_bytes_to_client"] == len(PAYLOAD)
+
+
+def test_keys_that_arrive_after_the_server_hello_decrypt_the_records_held_for_them(
+    certificate: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A live key log that gains the connection's secrets between the ServerHello and the server's
+    first protected record: that record waits, is replayed once the keys come, and the client side,
+    with nothing waiting, is left as it was."""
+    keylog = tmp_path / "keys.log"
+    pcap, port = echo_over_tls(tmp_path, certificate, PAYLOAD, keylog)
+    keys = KeyLog()
+    lookups = []
+
+    def refresh() -> None:
+        lookups.append(len(keys))
+        if len(lookups) == 2:  # the first miss is the ServerHello's; the keys come on the second
+            keys.add_text(keylog.read_bytes())
+
+    keys.refresh = refresh
+    plain, stream = decrypt_with_kwsniff(pcap, keys, port)
+    assert lookups == [0, 0]
+    assert plain == [PAYLOAD, PAYLOAD]
+    assert stream.state == "decrypted"
+    assert [d.decrypted for d in stream.dirs] == [len(PAYLOAD), len(PAYLOAD)]
+    assert [d.undecryptable for d in stream.dirs] == [0, 0]
+
+
+class DecryptOnly:
+    """An AEAD as cryptography before 47 has it: decrypt, and no decrypt_into."""
+
+    def __init__(self, aead: object) -> None:
+        self.decrypt = aead.decrypt  # type: ignore[attr-defined]
+
+
+def test_without_decrypt_into_records_decrypt_the_same_by_copying(
+    certificate: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keylog = tmp_path / "keys.log"
+    pcap, port = echo_over_tls(tmp_path, certificate, PAYLOAD, keylog, piece=1000)
+    monkeypatch.setattr(stream_module, "decrypt_into", lambda aead: schedule.decrypt_into(DecryptOnly(aead)))
+    plain, stream = decrypt_with_kwsniff(pcap, load_keylog([keylog]), port)
+    assert plain == [PAYLOAD, PAYLOAD]
+    assert stream.state == "decrypted"
+    assert stream.dirs[0].records >= len(PAYLOAD) // 1000  # a record per write, and the handshake's
+    protection = stream.dirs[0].protection
+    assert protection is not None and protection.decrypt_into.__name__ == "copying"
+    sealed = protection.aead.encrypt(bytes(12), b"twelve bytes", b"aad")  # type: ignore[attr-defined]
+    out = bytearray(14)
+    protection.decrypt_into(bytes(12), memoryview(sealed), memoryview(b"aad"), memoryview(out)[1:13])
+    assert out == b"\0twelve bytes\0"
+    with pytest.raises(ValueError):
+        protection.decrypt_into(bytes(12), memoryview(sealed), memoryview(b"aad"), memoryview(out))

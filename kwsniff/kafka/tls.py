@@ -62,18 +62,16 @@ def guess_protocol(client: bytes, server: bytes) -> str:
 class TlsHellos:
     """Reads the ClientHello (direction 0) and ServerHello (direction 1) out of the first records."""
 
-    __slots__ = ("_buf", "_done", "sni", "version", "client_versions")
+    __slots__ = ("_buf", "_done", "pending", "sni", "version", "client_versions")
 
     def __init__(self) -> None:
         self._buf = (bytearray(), bytearray())
         self._done = [False, False]
+        # A hello not read yet: an attribute, not a property, as it is asked for every segment.
+        self.pending = True
         self.sni: str | None = None
         self.version: str | None = None  # negotiated, from the ServerHello
         self.client_versions: list[str] = []  # offered, from the ClientHello
-
-    @property
-    def pending(self) -> bool:
-        return not (self._done[0] and self._done[1])
 
     def feed(self, direction: int, chunk: memoryview | bytes) -> None:
         if self._done[direction]:
@@ -93,6 +91,7 @@ class TlsHellos:
 
     def _finish(self, direction: int) -> None:
         self._done[direction] = True
+        self.pending = not (self._done[0] and self._done[1])
         self._buf[direction].clear()
 
     def _client_hello(self, body: bytes) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
@@ -77,6 +79,24 @@ def tls13_keys(suite: Suite, secret: bytes) -> tuple[object, bytes]:
 def tls13_next_secret(suite: Suite, secret: bytes) -> bytes:
     """The traffic secret after a KeyUpdate (RFC 8446 section 7.2)."""
     return hkdf_expand_label(secret, "traffic upd", b"", suite.hash_len, suite.hash_name)
+
+
+DecryptInto = Callable[[bytes, memoryview, memoryview, memoryview], None]
+
+
+def decrypt_into(aead: Any) -> DecryptInto:
+    """``aead.decrypt_into(nonce, data, associated_data, out)``: the plaintext written into ``out``
+    (exactly its length) with no bytes object made. cryptography has it from version 47 on; before,
+    this decrypts and copies."""
+    method = getattr(aead, "decrypt_into", None)
+    if method is not None:
+        return method  # type: ignore[no-any-return]
+    decrypt = aead.decrypt
+
+    def copying(nonce: bytes, data: memoryview, associated_data: memoryview, out: memoryview) -> None:
+        out[:] = decrypt(nonce, data, associated_data)  # ValueError when the lengths differ
+
+    return copying
 
 
 def tls12_prf(secret: bytes, label: bytes, seed: bytes, length: int, hash_name: str) -> bytes:

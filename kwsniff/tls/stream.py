@@ -19,6 +19,7 @@ from kwsniff.tls.keylog import KeyLog
 from kwsniff.tls.schedule import (
     SUITES,
     Suite,
+    decrypt_into,
     tls12_keys,
     tls13_keys,
     tls13_next_secret,
@@ -71,10 +72,11 @@ GapHandler = Callable[[int, int], None]
 class _Protection:
     """One direction's current record protection: AEAD, IV and sequence number."""
 
-    __slots__ = ("aead", "iv", "iv_int", "seq", "secret")
+    __slots__ = ("aead", "decrypt_into", "iv", "iv_int", "seq", "secret")
 
     def __init__(self, aead: object, iv: bytes, secret: bytes = b"") -> None:
         self.aead = aead
+        self.decrypt_into = decrypt_into(aead)
         self.iv = iv
         self.iv_int = int.from_bytes(iv, "big")
         self.seq = 0
@@ -184,8 +186,8 @@ class TlsStream:
     # -- input ---------------------------------------------------------------------------------------
     def feed(self, d: int, ts: int, chunk: memoryview | bytes) -> None:
         side = self.dirs[d]
-        side.buf += chunk
         buf = side.buf
+        buf += chunk
         n = len(buf)
         if n < 5 or n < 5 + ((buf[3] << 8) | buf[4]) and not side.resync:
             return  # the rest of a record that began in an earlier segment (most segments of a big one)
@@ -196,7 +198,12 @@ class TlsStream:
             view.release()
         if pos:
             del buf[:pos]
-        self._flush(ts)
+        # Only this direction's records were read (keys that arrive late flush their own replay).
+        out = self._out[d]
+        if out:
+            data = out[0] if len(out) == 1 else b"".join(out)
+            out.clear()
+            self.on_plain(d, ts, data)
 
     def _flush(self, ts: int) -> None:
         for d, out in enumerate(self._out):
@@ -207,7 +214,6 @@ class TlsStream:
 
     def _records(self, d: int, ts: int, side: _Direction, buf: bytearray, view: memoryview, n: int) -> int:
         pos = 0
-        fast = self._fast_state(side)
         while n - pos >= 5:
             if side.resync:
                 found = self._resync(d, ts, pos)
@@ -218,31 +224,20 @@ class TlsStream:
                     pos = keep
                     break
                 pos = found
-                fast = self._fast_state(side)
                 if side.resync:
                     break  # a candidate whose record is not complete yet
                 continue
             typ = buf[pos]
+            if typ == APPLICATION_DATA:
+                protection = side.protection
+                suite = self.suite
+                if protection is not None and not side.app_secret and suite is not None and suite.tls13:
+                    pos = self._application_run(d, side, protection, buf, view, pos, n)
+                    if n - pos < 5:
+                        break
+                    typ = buf[pos]
             length = (buf[pos + 3] << 8) | buf[pos + 4]
             end = pos + 5 + length
-            if fast is not None and typ == APPLICATION_DATA and end <= n and length <= MAX_RECORD:
-                # The common case, inline: a TLS 1.3 record under the traffic secret holding
-                # application data, with no padding.
-                decrypt, iv, protection, out = fast
-                seq = protection.seq
-                try:
-                    plain = decrypt((iv ^ seq).to_bytes(12, "big"), view[pos + 5 : end], view[pos : pos + 5])
-                except (InvalidTag, ValueError):
-                    plain = b""
-                if plain[-1:] == b"\x17":
-                    protection.seq = seq + 1
-                    side.records += 1
-                    side.decrypted += len(plain) - 1
-                    side.overhead += length + 6 - len(plain)
-                    if len(plain) > 1:
-                        out.append(memoryview(plain)[:-1])
-                    pos = end
-                    continue
             if not (
                 CHANGE_CIPHER_SPEC <= typ <= APPLICATION_DATA and buf[pos + 1] == 3 and length <= MAX_RECORD
             ):
@@ -253,21 +248,61 @@ class TlsStream:
                 continue
             if end > n:
                 break
-            # Everything else (and a fast-path record that failed or was not plain application
-            # data: it is decrypted again here, which is rare) takes the careful path.
+            # Everything else, and a record the run below stopped at (a failed tag, padding, or a
+            # handshake message such as KeyUpdate inside: decrypted again here, which is rare),
+            # takes the careful path.
             self._record(d, ts, typ, view[pos:end])
             pos = end
-            fast = self._fast_state(side)
         return pos
 
-    def _fast_state(self, side: _Direction) -> tuple[Callable, int, _Protection, list] | None:
-        """What the inline TLS 1.3 path needs, when this side is past its handshake."""
-        protection = side.protection
-        suite = self.suite
-        if protection is None or side.app_secret or suite is None or not suite.tls13:
-            return None
-        out = self._out[0 if side is self.dirs[0] else 1]
-        return protection.aead.decrypt, protection.iv_int, protection, out  # type: ignore[attr-defined]
+    def _application_run(
+        self,
+        d: int,
+        side: _Direction,
+        protection: _Protection,
+        buf: bytearray,
+        view: memoryview,
+        pos: int,
+        n: int,
+    ) -> int:
+        """The common case, inline: TLS 1.3 records under a traffic secret holding application data
+        without padding, from ``pos`` on, decrypted straight into one buffer back to back (each
+        record's inner content type is overwritten by the next one's plaintext). Returns where it
+        stopped: at a record that is incomplete or not that case, for the careful path."""
+        decrypt_into = protection.decrypt_into
+        iv = protection.iv_int
+        seq = first = protection.seq
+        start = pos
+        plain = bytearray(n - pos)  # at most the records' bytes; trimmed to the plaintext below
+        into = memoryview(plain)
+        o = 0
+        while n - pos >= 5 and buf[pos] == APPLICATION_DATA:
+            length = (buf[pos + 3] << 8) | buf[pos + 4]
+            end = pos + 5 + length
+            # 17: a 16-byte tag and at least the inner content type (RFC 8446 section 5.2).
+            if end > n or length > MAX_RECORD or length < 17:
+                break
+            size = length - 17  # the content, without the inner content type
+            nonce = (iv ^ seq).to_bytes(12, "big")
+            try:
+                decrypt_into(nonce, view[pos + 5 : end], view[pos : pos + 5], into[o : o + size + 1])
+            except (InvalidTag, ValueError):
+                break
+            if plain[o + size] != APPLICATION_DATA:
+                break  # padding, or a handshake message or an alert inside
+            o += size
+            seq += 1
+            pos = end
+        into.release()
+        if seq != first:
+            protection.seq = seq
+            side.records += seq - first
+            side.decrypted += o
+            side.overhead += pos - start - o  # per record: its header, tag and inner content type
+            if o:
+                del plain[o:]
+                self._out[d].append(memoryview(plain).toreadonly())
+        return pos
 
     def gap(self, d: int, ts: int, nbytes: int) -> None:
         """The capture lost ``nbytes`` of direction ``d``: the record they fell in is gone."""
@@ -511,7 +546,8 @@ class TlsStream:
                 if side.protection is None and side.next_protection is not None:
                     side.protection, side.next_protection = side.next_protection, None
                 self._record(d, ts, typ, rec)
-            self._flush(ts)
+            if pending:  # a side with nothing waiting has no time to flush at
+                self._flush(pending[-1][0])
 
     def _after_finished(self, d: int) -> None:
         """TLS 1.3: this side's records after its Finished use its traffic secret."""

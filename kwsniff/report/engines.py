@@ -112,20 +112,23 @@ class SparkEngine:
     name = "spark"
 
     def __init__(self, tables: Path, filters: Filters, spark: Any) -> None:
-        from pyspark.sql import functions as F
-
         self.spark = spark
         for table, columns in table_columns().items():
             paths = files(tables, table)
-            df = spark.read.option("mergeSchema", "true").parquet(*paths) if paths else spark.sql("SELECT 1 AS _none WHERE false")
-            present = set(df.columns)
-            df = df.select(
-                *(F.col(c) if c in present else F.lit(None).cast(_spark_type(t)).alias(c) for c, t in columns)
-            )
+            # The schema given, not inferred: no job to merge file schemas, and columns a file
+            # lacks read as nulls.
+            ddl = ", ".join(f"`{c}` {_spark_type(t)}" for c, t in columns)
+            if paths:
+                df = spark.read.schema(ddl).parquet(*paths)
+            else:
+                df = spark.createDataFrame([], ddl)
             df.createOrReplaceTempView(f"_{table}_all")
             spark.sql(
                 to_spark(f"SELECT * FROM _{table}_all{_time_filter(table, filters)}")
             ).createOrReplaceTempView(table)
+            # Every section reads the tables again: kept after the first read (spilled to disk
+            # when large).
+            spark.catalog.cacheTable(table)
         for name, sql in DERIVED.items():
             spark.sql(to_spark(sql)).createOrReplaceTempView(name)
 
@@ -133,8 +136,9 @@ class SparkEngine:
         return rows_of(self.spark.sql(to_spark(sql)).toArrow())
 
     def close(self) -> None:
-        pass
+        for table in table_columns():
+            self.spark.catalog.uncacheTable(table)
 
 
 def _spark_type(duck: str) -> str:
-    return {"VARCHAR": "string", "TIMESTAMPTZ": "timestamp", "BLOB": "binary"}.get(duck, duck.lower())
+    return {"VARCHAR": "string", "TIMESTAMPTZ": "timestamp", "BLOB": "binary", "DOUBLE": "double"}.get(duck, duck.lower())

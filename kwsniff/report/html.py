@@ -15,7 +15,7 @@ h1 { font-size: 1.4em; } h2 { font-size: 1.1em; margin-top: 1.8em; border-bottom
 table { border-collapse: collapse; font-size: 0.8em; } td, th { padding: 2px 8px; text-align: left; }
 th { background: #eceff1; } tr:nth-child(even) td { background: #fafafa; }
 img { max-width: 100%; display: block; margin: 0.8em 0; } .more, .none { color: #757575; }
-nav a { margin-right: 1em; }
+nav a { margin-right: 1em; } .wide { overflow-x: auto; }
 """
 
 
@@ -28,7 +28,7 @@ def _table(rows: list[dict[str, Any]], shown: int) -> str:
         "<tr>" + "".join(f"<td>{escape(cell(r[c]))}</td>" for c in columns) + "</tr>" for r in rows[:shown]
     )
     more = f'<p class="more">... {len(rows) - shown:,} more rows</p>' if len(rows) > shown else ""
-    return f"<table><tr>{head}</tr>{body}</table>{more}"
+    return f'<div class="wide"><table><tr>{head}</tr>{body}</table></div>{more}'
 
 
 def page(title: str, titles: dict[str, str], answers: dict[str, list[dict[str, Any]]], plots: dict[str, bytes], shown: int) -> str:

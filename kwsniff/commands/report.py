@@ -54,6 +54,13 @@ def _utc(value: dt.datetime | None) -> dt.datetime | None:
 @click.option("--group", help="Only rows of this group (sections with a group_id column).")
 @click.option("--since", type=click.DateTime(), help="Only traffic from this UTC time on (e.g. 2026-11-22T17:39:30).")
 @click.option("--until", type=click.DateTime(), help="Only traffic up to this UTC time.")
+@click.option(
+    "--session-timeout-ms",
+    type=click.IntRange(min=1),
+    default=45_000,
+    show_default=True,
+    help="Session timeout of groups whose JoinGroup is not in the tables (a group silent longer is stopped).",
+)
 @click.option("--html", "html_file", type=click.Path(path_type=Path), help="Also write a self-contained HTML page with plots.")
 @click.option("--plots", type=click.Path(path_type=Path), help="Also write the plots as PNG files into this directory.")
 def report(
@@ -68,6 +75,7 @@ def report(
     group: str | None,
     since: dt.datetime | None,
     until: dt.datetime | None,
+    session_timeout_ms: int,
     html_file: Path | None,
     plots: Path | None,
 ) -> None:
@@ -90,7 +98,7 @@ def report(
     from kwsniff.report.run import answer, open_engine
     from kwsniff.report.sections import SECTIONS
 
-    filters = Filters(_utc(since), _utc(until), topic, client, group)
+    filters = Filters(_utc(since), _utc(until), topic, client, group, session_timeout_ms)
     sections = [s for s in SECTIONS if not chosen or s.name in chosen]
     spark = None
     if master is not None:

@@ -29,6 +29,8 @@ class Filters:
     topic: str | None = None
     client: str | None = None
     group: str | None = None
+    # For groups whose JoinGroup is not in the capture (Kafka's consumer default, KIP-735).
+    session_timeout_ms: int = 45_000
 
 
 def _time_filter(table: str, f: Filters) -> str:

@@ -32,4 +32,10 @@ def answer(
     engine: DuckEngine | SparkEngine, filters: Filters, sections: Sequence[Section] = SECTIONS
 ) -> dict[str, list[Row]]:
     """{section name: its rows}, in the sections' order."""
-    return {s.name: keep(engine.run(s.sql), filters) for s in sections}
+    return {s.name: keep(engine.run(_bind(s.sql, filters)), filters) for s in sections}
+
+
+def _bind(sql: str, filters: Filters) -> str:
+    from kwsniff.report.sections_lag import SESSION_TIMEOUT
+
+    return sql.replace(SESSION_TIMEOUT, str(int(filters.session_timeout_ms)))

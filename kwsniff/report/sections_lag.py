@@ -65,9 +65,9 @@ GROUP BY 1, 2, 3, 4, 5
 ORDER BY capture, group_id, topic, partition, second
 """
 
-# Kafka's consumer default session.timeout.ms (45 s since Kafka 3.0, KIP-735), for groups whose
-# JoinGroup (which carries the member's own) is not in the capture.
-DEFAULT_SESSION_TIMEOUT_MS = 45_000
+# The session timeout of a group whose JoinGroup (which carries the member's own) is not in the
+# capture: `report --session-timeout-ms`, Kafka's consumer default (45 s since 3.0, KIP-735) unless given.
+SESSION_TIMEOUT = "__SESSION_TIMEOUT_MS__"
 
 STOPPED = f"""
 WITH dated AS ({_COMMITS_DATED}),
@@ -95,7 +95,7 @@ beats AS (
 commits_any AS (SELECT capture, group_id, MAX(ts) AS ts_commit FROM commits GROUP BY 1, 2),
 judged AS (
   SELECT l.*, f.ts_fetch, b.ts_heartbeat, c.ts_commit AS ts_group_commit,
-         COALESCE(b.session_timeout_ms, {DEFAULT_SESSION_TIMEOUT_MS}) AS session_timeout_ms,
+         COALESCE(b.session_timeout_ms, {SESSION_TIMEOUT}) AS session_timeout_ms,
          GREATEST(COALESCE(f.ts_fetch, l.ts), COALESCE(b.ts_heartbeat, l.ts), c.ts_commit) AS ts_active
   FROM latest l
   LEFT JOIN fetches f ON f.capture = l.capture AND f.group_id = l.group_id

@@ -93,9 +93,11 @@ def traffic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         try:
             for c in (active, stopped):
                 assert c.assigned.wait(30), "consumer never assigned"
-            producer = Producer({"bootstrap.servers": broker.bootstrap, "client.id": "lag-producer", "linger.ms": 0})
+            producer = Producer(
+                {"bootstrap.servers": broker.bootstrap, "client.id": "lag-producer", "linger.ms": 0}
+            )
             killed_at = None
-            for i in range(RECORDS):
+            for _ in range(RECORDS):
 
                 def acked(err: Any, msg: Any) -> None:
                     assert err is None
@@ -120,7 +122,9 @@ def traffic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     done = CliRunner().invoke(main, ["read", "-q", str(pcap), "--out", str(out)])
     assert done.exit_code == 0, done.output
     # The consumers' session.timeout.ms, for tables whose groups rows do not carry it.
-    report = CliRunner().invoke(main, ["report", str(out), "--format", "json", "--session-timeout-ms", "6000"])
+    report = CliRunner().invoke(
+        main, ["report", str(out), "--format", "json", "--session-timeout-ms", "6000"]
+    )
     assert report.exit_code == 0, report.output
     return {
         "out": out,
@@ -216,9 +220,19 @@ def test_the_html_report_shows_its_plots_in_chromium(traffic: dict) -> None:
     chromium = shutil.which("chromium")
     assert chromium, "chromium missing: tools/install-test-deps.sh installs it"
     subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,2400",
-         f"--screenshot={shot}", html.as_uri()],
-        capture_output=True, timeout=120, check=True,
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1280,2400",
+            f"--screenshot={shot}",
+            html.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
     )
     pixels = mpimg.imread(shot)[:, :, :3]
     # matplotlib's first two line colours (C0 blue #1f77b4, C1 orange #ff7f0e): the lag lines of

@@ -64,19 +64,30 @@ BUILT_GROUPS = [
     heartbeat("m1", 0.0, "join", member_epoch=0, member_epoch_response=1, subscribed_topics="orders"),
     heartbeat("m1", 1.0, "assignment", member_epoch=1, member_epoch_response=2, assignment="orders:0,1"),
     heartbeat("m1", 1.5, "heartbeat", member_epoch=2, member_epoch_response=2, owned_partitions="orders:0"),
-    heartbeat("m1", 2.25, "heartbeat", member_epoch=2, member_epoch_response=2, owned_partitions="orders:0,1"),
+    heartbeat(
+        "m1", 2.25, "heartbeat", member_epoch=2, member_epoch_response=2, owned_partitions="orders:0,1"
+    ),
     heartbeat("m2", 3.0, "assignment", member_epoch=0, member_epoch_response=3, assignment="orders:2"),
     *(
-        heartbeat("s-m", 10.0 + i, "assignment", protocol="share", group_id="s1", member_epoch_response=i + 1,
-                  assignment=f"orders:{i}")
+        heartbeat(
+            "s-m",
+            10.0 + i,
+            "assignment",
+            protocol="share",
+            group_id="s1",
+            member_epoch_response=i + 1,
+            assignment=f"orders:{i}",
+        )
         for i in range(5)
     ),
 ]
 
 
 def built_groups_table() -> pa.Table:
-    schema = pa.schema(list(SCHEMAS["groups"]) + [(c, ARROW[t]) for c, t in GROUPS_CONTRACT
-                                                  if c not in SCHEMAS["groups"].names])
+    schema = pa.schema(
+        list(SCHEMAS["groups"])
+        + [(c, ARROW[t]) for c, t in GROUPS_CONTRACT if c not in SCHEMAS["groups"].names]
+    )
     return pa.Table.from_pylist(BUILT_GROUPS, schema=schema)
 
 
@@ -110,7 +121,14 @@ def test_the_command_offers_every_section() -> None:
 def test_kip848_reconciliation_and_time_without_assignment(duck: dict) -> None:
     rows = [r for r in duck["reconciliation"] if r["group_id"] == "g848"]
     assert [
-        (r["member_id"], r["epoch"], r["assignment"], r["ts_owned"], r["reconciliation_ms"], r["unassigned_ms"])
+        (
+            r["member_id"],
+            r["epoch"],
+            r["assignment"],
+            r["ts_owned"],
+            r["reconciliation_ms"],
+            r["unassigned_ms"],
+        )
         for r in rows
     ] == [
         ("m1", 2, "orders:0,1", at(2.25), 1245.0, 1005.0),
@@ -159,7 +177,9 @@ def test_produce_latency_per_topic_is_the_nearest_rank_of_its_requests(out: Path
         (topic, len(g), nearest_rank(g.latency_ms, 0.5), nearest_rank(g.latency_ms, 0.99), g.latency_ms.max())
         for topic, g in sorted(prod.groupby("topic"))
     ]
-    got = [(r["topic"], r["requests"], r["p50_ms"], r["p99_ms"], r["max_ms"]) for r in duck["produce_latency"]]
+    got = [
+        (r["topic"], r["requests"], r["p50_ms"], r["p99_ms"], r["max_ms"]) for r in duck["produce_latency"]
+    ]
     assert got == expected
 
 
@@ -175,13 +195,26 @@ def test_json_is_one_object_of_sections_and_filters_keep_matching_rows(out: Path
     assert done.exit_code == 0, done.output
     report = json.loads(done.stdout)
     assert list(report) == list(SECTION_NAMES)
-    assert {"client_id", "client_ip", "role", "topic", "group_id", "records", "bytes"} <= set(report["inventory"][0])
+    assert {"client_id", "client_ip", "role", "topic", "group_id", "records", "bytes"} <= set(
+        report["inventory"][0]
+    )
     args = ["report", str(out), "--format", "json", "--section", "inventory", "--client", "qs-producer-none"]
     only = json.loads(CliRunner().invoke(main, args).stdout)
     assert [(r["client_id"], r["topic"], r["records"]) for r in only["inventory"]] == [
         ("qs-producer-none", "orders", 80)
     ]
-    args = ["report", str(out), "--format", "csv", "--section", "produce_latency", "--sort", "records", "--top", "1"]
+    args = [
+        "report",
+        str(out),
+        "--format",
+        "csv",
+        "--section",
+        "produce_latency",
+        "--sort",
+        "records",
+        "--top",
+        "1",
+    ]
     lines = CliRunner().invoke(main, args).stdout.splitlines()
     assert lines[0] == "section,topic,requests,records,p50_ms,p99_ms,max_ms"
     most = max(r["records"] for r in json.loads(done.stdout)["produce_latency"])

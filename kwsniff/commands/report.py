@@ -44,15 +44,33 @@ def _utc(value: dt.datetime | None) -> dt.datetime | None:
 
 @click.command()
 @click.argument("tables", type=click.Path(path_type=Path))
-@click.option("--master", help="Run on Spark at this master URL (e.g. local[*], spark://host:7077); default: DuckDB.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "csv"]), default="text", show_default=True)
-@click.option("--section", "chosen", multiple=True, type=click.Choice(SECTION_NAMES), help="Only this section (repeatable).")
-@click.option("--top", type=click.IntRange(min=1), help=f"Rows per section [default: {TEXT_ROWS} in text, all in json/csv].")
-@click.option("--sort", "sort_by", metavar="COLUMN", help="Sort each section having COLUMN by it, largest first.")
+@click.option(
+    "--master", help="Run on Spark at this master URL (e.g. local[*], spark://host:7077); default: DuckDB."
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json", "csv"]), default="text", show_default=True
+)
+@click.option(
+    "--section",
+    "chosen",
+    multiple=True,
+    type=click.Choice(SECTION_NAMES),
+    help="Only this section (repeatable).",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    help=f"Rows per section [default: {TEXT_ROWS} in text, all in json/csv].",
+)
+@click.option(
+    "--sort", "sort_by", metavar="COLUMN", help="Sort each section having COLUMN by it, largest first."
+)
 @click.option("--topic", help="Only rows of this topic (sections with a topic column).")
 @click.option("--client", help="Only rows of this client id (sections with a client_id column).")
 @click.option("--group", help="Only rows of this group (sections with a group_id column).")
-@click.option("--since", type=click.DateTime(), help="Only traffic from this UTC time on (e.g. 2026-11-22T17:39:30).")
+@click.option(
+    "--since", type=click.DateTime(), help="Only traffic from this UTC time on (e.g. 2026-11-22T17:39:30)."
+)
 @click.option("--until", type=click.DateTime(), help="Only traffic up to this UTC time.")
 @click.option(
     "--session-timeout-ms",
@@ -61,8 +79,15 @@ def _utc(value: dt.datetime | None) -> dt.datetime | None:
     show_default=True,
     help="Session timeout of groups whose JoinGroup is not in the tables (a group silent longer is stopped).",
 )
-@click.option("--html", "html_file", type=click.Path(path_type=Path), help="Also write a self-contained HTML page with plots.")
-@click.option("--plots", type=click.Path(path_type=Path), help="Also write the plots as PNG files into this directory.")
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(path_type=Path),
+    help="Also write a self-contained HTML page with plots.",
+)
+@click.option(
+    "--plots", type=click.Path(path_type=Path), help="Also write the plots as PNG files into this directory."
+)
 def report(
     tables: Path,
     master: str | None,
@@ -104,11 +129,15 @@ def report(
     if master is not None:
         from kwsniff.spark.pipeline import spark_session
 
-        spark = spark_session(master, "kwsniff-report", conf={"spark.sql.shuffle.partitions": "8"}, quiet=True)
+        spark = spark_session(
+            master, "kwsniff-report", conf={"spark.sql.shuffle.partitions": "8"}, quiet=True
+        )
         spark.sparkContext.setLogLevel("ERROR")
     try:
         engine = open_engine(tables, filters, spark)
-        answers = {n: output.sort_rows(rows, sort_by) for n, rows in answer(engine, filters, sections).items()}
+        answers = {
+            n: output.sort_rows(rows, sort_by) for n, rows in answer(engine, filters, sections).items()
+        }
         engine.close()
     finally:
         if spark is not None:
@@ -126,7 +155,9 @@ def report(
         _draw(answers, {s.name: s.title for s in sections}, top or 8, html_file, plots, str(tables))
 
 
-def _draw(answers: dict, titles: dict[str, str], top: int, html_file: Path | None, plots: Path | None, name: str) -> None:
+def _draw(
+    answers: dict, titles: dict[str, str], top: int, html_file: Path | None, plots: Path | None, name: str
+) -> None:
     from kwsniff.report.figures import FIGURES, draw
 
     drawn = draw(answers, min(top, 12))
@@ -138,5 +169,7 @@ def _draw(answers: dict, titles: dict[str, str], top: int, html_file: Path | Non
     if html_file is not None:
         from kwsniff.report.html import page
 
-        html_file.write_text(page(f"kwsniff report: {name}", titles, answers, drawn, HTML_ROWS), encoding="utf-8")
+        html_file.write_text(
+            page(f"kwsniff report: {name}", titles, answers, drawn, HTML_ROWS), encoding="utf-8"
+        )
         click.echo(f"html: {html_file}", err=True)

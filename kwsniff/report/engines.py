@@ -86,7 +86,9 @@ class DuckEngine:
             else:
                 source = "(SELECT 1 AS _none WHERE false)"
             # A table written before a column existed (or not written at all) reads as nulls there.
-            select = ", ".join(f'"{c}"' if c in present else f'CAST(NULL AS {t}) AS "{c}"' for c, t in columns)
+            select = ", ".join(
+                f'"{c}"' if c in present else f'CAST(NULL AS {t}) AS "{c}"' for c, t in columns
+            )
             self.con.execute(
                 f"CREATE VIEW {table} AS SELECT * FROM (SELECT {select} FROM {source}){_time_filter(table, filters)}"
             )
@@ -120,10 +122,7 @@ class SparkEngine:
             # The schema given, not inferred: no job to merge file schemas, and columns a file
             # lacks read as nulls.
             ddl = ", ".join(f"`{c}` {_spark_type(t)}" for c, t in columns)
-            if paths:
-                df = spark.read.schema(ddl).parquet(*paths)
-            else:
-                df = spark.createDataFrame([], ddl)
+            df = spark.read.schema(ddl).parquet(*paths) if paths else spark.createDataFrame([], ddl)
             df.createOrReplaceTempView(f"_{table}_all")
             spark.sql(
                 to_spark(f"SELECT * FROM _{table}_all{_time_filter(table, filters)}")
@@ -143,4 +142,6 @@ class SparkEngine:
 
 
 def _spark_type(duck: str) -> str:
-    return {"VARCHAR": "string", "TIMESTAMPTZ": "timestamp", "BLOB": "binary", "DOUBLE": "double"}.get(duck, duck.lower())
+    return {"VARCHAR": "string", "TIMESTAMPTZ": "timestamp", "BLOB": "binary", "DOUBLE": "double"}.get(
+        duck, duck.lower()
+    )

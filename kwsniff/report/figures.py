@@ -61,7 +61,14 @@ def _lines(title: str, ylabel: str, shown: list[Any], rest: list[Any], step: boo
     fig, ax = plt.subplots(figsize=(11, 4.5))
     style = {"drawstyle": "steps-post"} if step else {}
     for i, (xs, ys) in enumerate(rest):
-        ax.plot(xs, ys, color=OTHER_COLOUR, linewidth=0.8, label=f"other ({len(rest)})" if i == 0 else None, **style)
+        ax.plot(
+            xs,
+            ys,
+            color=OTHER_COLOUR,
+            linewidth=0.8,
+            label=f"other ({len(rest)})" if i == 0 else None,
+            **style,
+        )
     for label, xs, ys in shown:
         ax.plot(xs, ys, marker=".", linewidth=1.6, label=label, **style)
     ax.set_title(title)
@@ -125,7 +132,9 @@ def request_latency(answers: Answers, top: int) -> bytes | None:
     if not rows:
         return None
     values = {p: [max(r[f"{p}_ms"], 1e-3) for r in rows] for p in ("p50", "p99")}
-    labels = [f"{r['api_name']} v{r['api_version']} {r['client_id'] or '-'} ({r['requests']:,})" for r in rows]
+    labels = [
+        f"{r['api_name']} v{r['api_version']} {r['client_id'] or '-'} ({r['requests']:,})" for r in rows
+    ]
     return _bars(f"Request latency, long polls apart (top {top} by p99)", labels, values, "ms, log scale")
 
 

@@ -31,10 +31,16 @@ def _table(rows: list[dict[str, Any]], shown: int) -> str:
     return f'<div class="wide"><table><tr>{head}</tr>{body}</table></div>{more}'
 
 
-def page(title: str, titles: dict[str, str], answers: dict[str, list[dict[str, Any]]], plots: dict[str, bytes], shown: int) -> str:
+def page(
+    title: str,
+    titles: dict[str, str],
+    answers: dict[str, list[dict[str, Any]]],
+    plots: dict[str, bytes],
+    shown: int,
+) -> str:
     """The page: a link per section, then each section's plot (if any) and its first ``shown`` rows."""
     nav = " ".join(f'<a href="#{n}">{escape(n)}</a>' for n in answers)
-    parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{escape(title)}</title>"]
+    parts = [f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{escape(title)}</title>']
     parts.append(f"<style>{STYLE}</style></head><body><h1>{escape(title)}</h1><nav>{nav}</nav>")
     for name, rows in answers.items():
         parts.append(f'<h2 id="{name}">{escape(titles.get(name, name))} ({len(rows):,} rows)</h2>')

@@ -24,7 +24,9 @@ class Section:
 SECTIONS = [
     Section("inventory", "Clients: who produces, consumes or administers which topic", t.INVENTORY),
     Section("lag", "Lag per group, topic and partition over time (seconds and offsets)", lag.LAG),
-    Section("stopped", "Groups at the end of the capture: stopped or active, and how far behind", lag.STOPPED),
+    Section(
+        "stopped", "Groups at the end of the capture: stopped or active, and how far behind", lag.STOPPED
+    ),
     Section("member_lag", "Lag per member (its last Fetch)", lag.MEMBER_LAG),
     Section("rebalances", "Rebalances", g.REBALANCES),
     Section("rebalance_members", "Rebalances per member (classic)", g.REBALANCE_MEMBERS),

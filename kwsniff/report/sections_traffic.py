@@ -6,7 +6,9 @@ from kwsniff.report.sql import millis, pct, ranked
 
 # APIs by the role they show a client in (Metadata, FindCoordinator, ApiVersions... show none).
 PRODUCER_APIS = "0, 22, 24, 26, 28"  # Produce, InitProducerId, AddPartitionsToTxn, EndTxn, TxnOffsetCommit
-CONSUMER_APIS = "1, 2, 8, 9, 23, 78, 79"  # Fetch, ListOffsets, OffsetCommit/Fetch, OffsetForLeaderEpoch, Share*
+CONSUMER_APIS = (
+    "1, 2, 8, 9, 23, 78, 79"  # Fetch, ListOffsets, OffsetCommit/Fetch, OffsetForLeaderEpoch, Share*
+)
 # Topics, configs, ACLs, groups, partitions and transactions administered or described.
 ADMIN_APIS = "15, 16, 19, 20, 21, 29, 30, 31, 32, 33, 37, 42, 43, 44, 47, 48, 49, 50, 51, 60, 65, 66, 67, 69, 77, 89, 90, 91, 92"
 
@@ -65,9 +67,15 @@ ORDER BY api_name, api_version, client_id
 PRODUCE_LATENCY = f"""
 SELECT topic, COUNT(*) AS requests, SUM(record_count) AS records,
        {pct(0.5, "latency_ms")} AS p50_ms, {pct(0.99, "latency_ms")} AS p99_ms, MAX(latency_ms) AS max_ms
-FROM ({ranked('''SELECT p.topic, r.latency_ms, p.record_count FROM partitions p JOIN requests r
+FROM ({
+    ranked(
+        '''SELECT p.topic, r.latency_ms, p.record_count FROM partitions p JOIN requests r
   ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
-  WHERE p.api_key = 0''', "topic", "latency_ms")}) AS t
+  WHERE p.api_key = 0''',
+        "topic",
+        "latency_ms",
+    )
+}) AS t
 GROUP BY topic ORDER BY topic
 """
 

@@ -92,8 +92,11 @@ class DuckEngine:
             self.con.execute(
                 f"CREATE VIEW {table} AS SELECT * FROM (SELECT {select} FROM {source}){_time_filter(table, filters)}"
             )
+        # The shared views are joined by several sections: computed once (record_times, over the
+        # opt-in records table, stays a view: it is read only where a Produce is missing).
         for name, sql in DERIVED.items():
-            self.con.execute(f"CREATE VIEW {name} AS {sql}")
+            kind = "VIEW" if name == "record_times" else "TEMP TABLE"
+            self.con.execute(f"CREATE {kind} {name} AS {sql}")
 
     def run(self, sql: str) -> list[Row]:
         return rows_of(self.con.sql(sql).to_arrow_table())

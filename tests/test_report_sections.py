@@ -17,7 +17,6 @@ import pytest
 from click.testing import CliRunner
 
 from kwsniff.cli import main
-from kwsniff.commands.report import SECTION_NAMES
 from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
 from kwsniff.report.run import answer
 from kwsniff.report.sections import SECTIONS
@@ -114,8 +113,12 @@ def test_every_section_gives_the_same_rows_on_duckdb_and_spark(out: Path, duck: 
     assert all(duck[n] for n in ("inventory", "lag", "stopped", "rebalances", "reconciliation", "storms"))
 
 
-def test_the_command_offers_every_section() -> None:
-    assert list(SECTION_NAMES) == [s.name for s in SECTIONS]
+def test_an_unknown_section_is_one_line_naming_the_sections(out: Path) -> None:
+    done = CliRunner().invoke(main, ["report", str(out), "--section", "nope"])
+    assert done.exit_code == 2
+    assert (
+        done.output == f"kwsniff: error: no section nope; sections: {', '.join(s.name for s in SECTIONS)}\n"
+    )
 
 
 def test_kip848_reconciliation_and_time_without_assignment(duck: dict) -> None:
@@ -194,7 +197,7 @@ def test_json_is_one_object_of_sections_and_filters_keep_matching_rows(out: Path
     done = CliRunner().invoke(main, ["report", str(out), "--format", "json"])
     assert done.exit_code == 0, done.output
     report = json.loads(done.stdout)
-    assert list(report) == list(SECTION_NAMES)
+    assert list(report) == [s.name for s in SECTIONS]
     assert {"client_id", "client_ip", "role", "topic", "group_id", "records", "bytes"} <= set(
         report["inventory"][0]
     )

@@ -1,7 +1,8 @@
 """Every section of `kwsniff report`: its name (the JSON key, `--section`), title and one SQL query.
 
-A new section is one line here: ``Section("upgrade", "Upgrade", UPGRADE_SQL)``, its SQL written in
-DuckDB's dialect over the views of kwsniff.report.views (the tables by name). docs/report.md says
+A new section is one line in SECTIONS: ``Section("upgrade", "Upgrade", UPGRADE_SQL)``, its SQL written in
+DuckDB's dialect over the views of kwsniff.report.views (the tables by name); `--section`, JSON, CSV,
+text, HTML and the both-engines test pick it up from there. docs/report.md says
 what each answers.
 """
 

@@ -93,10 +93,7 @@ def main() -> None:
         t, runs = median_of(args.runs, "report", str(quick))
         print(f"quick start: median {t:.2f} s of {[round(r, 2) for r in runs]} (target 5 s)")
         copies = replicate(base, big, int(args.gb * 1e9))
-        rows = sum(
-            __import__("pyarrow.parquet").parquet.ParquetFile(p).metadata.num_rows
-            for p in big.rglob("*.parquet")
-        )
+        rows = sum(pq.ParquetFile(p).metadata.num_rows for p in big.rglob("*.parquet"))
         print(
             f"tables: {size_of(big) / 1e9:.2f} GB, {copies:,} copies of {len(CAPTURES)} captures, {rows:,} rows"
         )

@@ -16,7 +16,7 @@ import pytest
 from tests.test_repository import REPO, quick_start
 
 INSTALL_TIMEOUT_S = 600  # pip builds the wheel and installs from its cache or index; bounded
-EXTRA_LINE = "kwsniff: error: kwsniff {} needs the spark extra: pip install 'kwsniff[spark]' (missing: pyspark, pandas)\n"
+EXTRA_LINE = "kwsniff: error: kwsniff {} needs the spark extra: pip install 'kwsniff[spark]' (missing: {})\n"
 
 
 def clean_env(clone: Path) -> dict[str, str]:
@@ -60,16 +60,21 @@ def test_the_first_quick_start_command_writes_the_tables_from_a_clean_clone(
 
 
 @pytest.mark.parametrize(
-    ("command", "args"),
+    ("command", "args", "what", "missing"),
     [
-        ("spark", ["x.pcap"]),
-        ("spark", ["sample_pcaps/quickstart.pcap", "--out", "fleet"]),
-        ("report", ["kafka-tables"]),
-        ("report", ["kafka-tables", "--plots", "plots"]),
+        ("spark", ["x.pcap"], "spark", "pyspark, pandas"),
+        ("spark", ["sample_pcaps/quickstart.pcap", "--out", "fleet"], "spark", "pyspark, pandas"),
+        # `report` itself runs on DuckDB (a base dependency); Spark and the plots need the extra.
+        ("report", ["kafka-tables", "--master", "local[1]"], "report --master", "pyspark, pandas"),
+        ("report", ["kafka-tables", "--plots", "plots"], "report --plots", "matplotlib"),
     ],
 )
 def test_without_the_spark_extra_spark_and_report_say_so_in_one_line(
-    clone: tuple[Path, subprocess.CompletedProcess[str]], command: str, args: list[str]
+    clone: tuple[Path, subprocess.CompletedProcess[str]],
+    command: str,
+    args: list[str],
+    what: str,
+    missing: str,
 ) -> None:
     path, installed = clone
     assert installed.returncode == 0, installed.stderr[-3000:]
@@ -81,7 +86,7 @@ def test_without_the_spark_extra_spark_and_report_say_so_in_one_line(
         text=True,
         timeout=60,
     )
-    assert (done.returncode, done.stdout, done.stderr) == (2, "", EXTRA_LINE.format(command))
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", EXTRA_LINE.format(what, missing))
     assert not (path / "fleet").exists() and not (path / "plots").exists()
 
 

@@ -186,7 +186,12 @@ def test_command_lines_spark_then_report(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "\nRebalances (2 rows)\n" in done.stdout
     assert "quickstart-group  0           1        range" in done.stdout
-    assert sorted(p.name for p in plots.iterdir()) == ["latency_by_api.png", "throughput.png"]
+    assert sorted(p.name for p in plots.iterdir()) == [
+        "lag_seconds.png",
+        "latency_by_api.png",
+        "produce_latency.png",
+        "throughput.png",
+    ]
 
 
 def test_an_input_that_is_not_a_capture_fails_alone(spark: Any, tmp_path: Path) -> None:

@@ -53,13 +53,15 @@ java_major() { java -version 2>&1 | sed -n '1s/.*version "\([0-9]*\)[."].*/\1/p'
 # tshark decrypts TLS with a key log as the oracle of the TLS tests; editcap injects key logs into pcapng.
 command -v tshark >/dev/null 2>&1 || missing+=(tshark)
 command -v editcap >/dev/null 2>&1 || missing+=(wireshark-common)
+# Headless Chromium renders `kwsniff report --html` pages in tests/test_report_live.py.
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 { command -v psql >/dev/null 2>&1 && compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; } || missing+=(postgresql)
 PATH="$PATH:/usr/sbin:/sbin" command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 PATH="$PATH:/usr/sbin:/sbin" command -v ethtool >/dev/null 2>&1 || missing+=(ethtool)
 if [ ${#missing[@]} -gt 0 ]; then
   apt_install "${missing[@]}"
 else
-  step "Debian packages: all present (tcpdump, openssl, redis-server, memcached, java, tshark, postgresql, iproute2, ethtool)"
+  step "Debian packages: all present (tcpdump, openssl, redis-server, memcached, java, tshark, postgresql, iproute2, ethtool, chromium)"
 fi
 if ! { command -v java >/dev/null 2>&1 && [ "$(java_major)" -ge 17 ] 2>/dev/null; }; then
   echo "install-test-deps: error: Java 17 or newer is needed (PySpark 4); java -version says: $(java -version 2>&1 | head -1)" >&2

@@ -1,67 +1,95 @@
-"""`kwsniff report`: the fleet questions of kwsniff.report.analytics over a tables directory, printed."""
+"""`kwsniff report`: the sections of kwsniff.report.sections over a tables directory, on DuckDB (the
+default, embedded) or on Spark (`--master`), as text, JSON, CSV and a self-contained HTML page."""
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
 from kwsniff.commands import messages
-from kwsniff.commands.extras import NeedsExtra, require
+from kwsniff.commands.extras import require
 
-ROWS_SHOWN = 20
+TEXT_ROWS = 20
+HTML_ROWS = 50
 NEEDED = ("requests", "connections", "errors", "partitions", "groups")
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return str(value)
+def _utc(value: dt.datetime | None) -> dt.datetime | None:
+    return None if value is None else value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
 
 
-def print_table(title: str, columns: list[str], rows: list[Any], total: int) -> None:
-    """A plain aligned table (pipes and grep stay easy); at most ROWS_SHOWN rows."""
-    cells = [[_cell(r[c]) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    click.echo(f"\n{title} ({total:,} rows)")
-    click.echo("  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
-    for row in cells:
-        click.echo("  " + "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
-    if total > len(rows):
-        click.echo(f"  ... {total - len(rows):,} more")
-
-
-def questions(t: dict[str, Any]) -> list[tuple[str, Callable[[], Any]]]:
-    from kwsniff.report import analytics as a
-
-    r, c, e, p, g = (t[n] for n in NEEDED)
-    return [
-        ("Latency percentiles (ms), Fetch apart", lambda: a.latency_percentiles(r, c)),
-        ("Fetch latency percentiles (ms)", lambda: a.latency_percentiles(r, c, fetch=True)),
-        ("Errors by name, topic and client", lambda: a.error_rates(e, r)),
-        ("Throttled clients", lambda: a.throttled_clients(r)),
-        ("Records and bytes produced per topic per minute", lambda: a.throughput_per_minute(p, r)),
-        ("Consumer lag per group and partition", lambda: a.consumer_lag(p, r)),
-        ("Produce to consume latency per offset", lambda: a.produce_to_consume_latency(p, r)),
-        ("Rebalances", lambda: a.rebalances(g)),
-        ("Connection churn per minute", lambda: a.connection_churn(c)),
-        ("Client software inventory", lambda: a.client_inventory(c)),
-    ]
-
-
-@click.command(cls=NeedsExtra, extra="spark", modules=("pyspark", "pandas"))
+@click.command()
 @click.argument("tables", type=click.Path(path_type=Path))
-@click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
-@click.option("--plots", type=click.Path(path_type=Path), help="Directory for PNG plots.")
-def report(tables: Path, master: str, plots: Path | None) -> None:
-    """Fleet report over TABLES (the --out of `kwsniff read` or `kwsniff spark`)."""
-    if plots is not None:
-        require("kwsniff report --plots", "spark", ("matplotlib",))
+@click.option(
+    "--master", help="Run on Spark at this master URL (e.g. local[*], spark://host:7077); default: DuckDB."
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json", "csv"]), default="text", show_default=True
+)
+@click.option(
+    "--section",
+    "chosen",
+    multiple=True,
+    metavar="NAME",
+    help="Only this section (repeatable; docs/report.md lists them).",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    help=f"Rows per section [default: {TEXT_ROWS} in text, all in json/csv].",
+)
+@click.option(
+    "--sort", "sort_by", metavar="COLUMN", help="Sort each section having COLUMN by it, largest first."
+)
+@click.option("--topic", help="Only rows of this topic (sections with a topic column).")
+@click.option("--client", help="Only rows of this client id (sections with a client_id column).")
+@click.option("--group", help="Only rows of this group (sections with a group_id column).")
+@click.option(
+    "--since", type=click.DateTime(), help="Only traffic from this UTC time on (e.g. 2026-11-22T17:39:30)."
+)
+@click.option("--until", type=click.DateTime(), help="Only traffic up to this UTC time.")
+@click.option(
+    "--session-timeout-ms",
+    type=click.IntRange(min=1),
+    default=45_000,
+    show_default=True,
+    help="Session timeout of groups whose JoinGroup is not in the tables (a group silent longer is stopped).",
+)
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(path_type=Path),
+    help="Also write a self-contained HTML page with plots.",
+)
+@click.option(
+    "--plots", type=click.Path(path_type=Path), help="Also write the plots as PNG files into this directory."
+)
+def report(
+    tables: Path,
+    master: str | None,
+    fmt: str,
+    chosen: tuple[str, ...],
+    top: int | None,
+    sort_by: str | None,
+    topic: str | None,
+    client: str | None,
+    group: str | None,
+    since: dt.datetime | None,
+    until: dt.datetime | None,
+    session_timeout_ms: int,
+    html_file: Path | None,
+    plots: Path | None,
+) -> None:
+    """Fleet report over TABLES (the --out of `kwsniff read` or `kwsniff spark`): clients per topic,
+    lag in seconds, stopped groups, rebalances, latency, errors (docs/report.md)."""
+    if master is not None:
+        require("kwsniff report --master", "spark", ("pyspark", "pandas"))
+    for option, given in (("--plots", plots), ("--html", html_file)):
+        if given is not None:
+            require(f"kwsniff report {option}", "spark", ("matplotlib",))
     if not tables.is_dir():
         messages.error(f"{tables}: not a directory of kwsniff tables")
         sys.exit(1)
@@ -69,31 +97,62 @@ def report(tables: Path, master: str, plots: Path | None) -> None:
     if missing:
         messages.error(f"{tables}: no {', '.join(missing)} table (written by kwsniff read or spark)")
         sys.exit(1)
-    from kwsniff.report.analytics import load_tables, throughput_per_minute
-    from kwsniff.spark.pipeline import spark_session
+    from kwsniff.report import output
+    from kwsniff.report.engines import Filters
+    from kwsniff.report.run import answer, open_engine
+    from kwsniff.report.sections import SECTIONS
 
-    spark = spark_session(master, "kwsniff-report")
-    spark.sparkContext.setLogLevel("ERROR")
+    filters = Filters(_utc(since), _utc(until), topic, client, group, session_timeout_ms)
+    unknown = sorted(set(chosen) - {s.name for s in SECTIONS})
+    if unknown:
+        messages.error(f"no section {', '.join(unknown)}; sections: {', '.join(s.name for s in SECTIONS)}")
+        sys.exit(2)
+    sections = [s for s in SECTIONS if not chosen or s.name in chosen]
+    spark = None
+    if master is not None:
+        from kwsniff.spark.pipeline import spark_session
+
+        spark = spark_session(
+            master, "kwsniff-report", conf={"spark.sql.shuffle.partitions": "8"}, quiet=True
+        )
+        spark.sparkContext.setLogLevel("ERROR")
     try:
-        t = load_tables(spark, tables)
-        for title, question in questions(t):
-            df = question().cache()
-            print_table(title, df.columns, df.limit(ROWS_SHOWN).collect(), df.count())
-        if plots is not None:
-            from kwsniff.report.plots import latency_distribution, throughput_over_time
-
-            plots.mkdir(parents=True, exist_ok=True)
-            latency = latency_distribution(t["requests"], plots / "latency_by_api.png")
-            made = [
-                *([latency] if latency else []),
-                throughput_over_time(
-                    throughput_per_minute(t["partitions"], t["requests"], unit="millisecond"),
-                    plots / "throughput.png",
-                    "millisecond",
-                ),
-            ]
-            click.echo("\nplots: " + ", ".join(str(p) for p in made))
-            if latency is None:
-                click.echo("latency_by_api.png not drawn: no request in the tables was answered")
+        engine = open_engine(tables, filters, spark)
+        answers = {
+            n: output.sort_rows(rows, sort_by) for n, rows in answer(engine, filters, sections).items()
+        }
+        engine.close()
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()
+    limit = top if top is not None else (TEXT_ROWS if fmt == "text" else None)
+    shown = {n: rows[:limit] if limit else rows for n, rows in answers.items()}
+    if fmt == "json":
+        click.echo(output.as_json(shown))
+    elif fmt == "csv":
+        click.echo(output.as_csv(shown), nl=False)
+    else:
+        for s in sections:
+            click.echo(output.text_table(s.title, shown[s.name], len(answers[s.name])))
+    if html_file is not None or plots is not None:
+        _draw(answers, {s.name: s.title for s in sections}, top or 8, html_file, plots, str(tables))
+
+
+def _draw(
+    answers: dict, titles: dict[str, str], top: int, html_file: Path | None, plots: Path | None, name: str
+) -> None:
+    from kwsniff.report.figures import FIGURES, draw
+
+    drawn = draw(answers, min(top, 12))
+    if plots is not None:
+        plots.mkdir(parents=True, exist_ok=True)
+        for section, png in drawn.items():
+            (plots / FIGURES[section][0]).write_bytes(png)
+        click.echo("\nplots: " + ", ".join(str(plots / FIGURES[s][0]) for s in drawn), err=True)
+    if html_file is not None:
+        from kwsniff.report.html import page
+
+        html_file.write_text(
+            page(f"kwsniff report: {name}", titles, answers, drawn, HTML_ROWS), encoding="utf-8"
+        )
+        click.echo(f"html: {html_file}", err=True)

@@ -1,0 +1,150 @@
+"""Two engines for one set of report sections: DuckDB (embedded, the default) and Spark (`--master`).
+
+Every section is one SQL query in DuckDB's dialect over views named after the tables
+(`requests`, `connections`, `groups`, ...). DuckDB runs it as written; for Spark, sqlglot transpiles
+it to Spark SQL. Chosen over Ibis because a section stays plain SQL a reader can paste into
+`duckdb` or `spark-sql`, and other sections (the `upgrade` one) arrive as SQL strings too.
+Both engines return rows as lists of dicts with UTC datetimes, so their answers compare directly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kwsniff.report.views import DERIVED, table_columns
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Rows kept from the tables before any section runs (time) or from a section's answer (names)."""
+
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+    topic: str | None = None
+    client: str | None = None
+    group: str | None = None
+    # For groups whose JoinGroup is not in the capture (Kafka's consumer default, KIP-735).
+    session_timeout_ms: int = 45_000
+
+
+def _time_filter(table: str, f: Filters) -> str:
+    """A WHERE clause keeping a table's rows inside --since/--until (by the table's own time)."""
+    column = {"requests": "ts_request", "groups": "ts_request", "connections": "ts_last"}.get(table)
+    if column is None:
+        return ""
+    conds = []
+    if f.since is not None:
+        conds.append(f"{column} >= TIMESTAMP '{f.since:%Y-%m-%d %H:%M:%S.%f}'")
+    if f.until is not None:
+        low = "ts_first" if table == "connections" else column
+        conds.append(f"{low} <= TIMESTAMP '{f.until:%Y-%m-%d %H:%M:%S.%f}'")
+    return " WHERE " + " AND ".join(conds) if conds else ""
+
+
+def _value(v: Any) -> Any:
+    if isinstance(v, dt.datetime):
+        return v.astimezone(dt.UTC) if v.tzinfo else v.replace(tzinfo=dt.UTC)
+    if isinstance(v, decimal.Decimal):
+        return int(v) if v == v.to_integral_value() else float(v)
+    return v
+
+
+def rows_of(arrow: Any) -> list[Row]:
+    return [{k: _value(v) for k, v in r.items()} for r in arrow.to_pylist()]
+
+
+def files(tables: Path, table: str) -> list[str]:
+    """The Parquet files of one table, as Spark would read them (no hidden or staging files)."""
+    found = (tables / table).rglob("*.parquet") if (tables / table).is_dir() else []
+    return sorted(
+        str(p) for p in found if not any(part.startswith((".", "_")) for part in p.relative_to(tables).parts)
+    )
+
+
+class DuckEngine:
+    """The tables as DuckDB views over their Parquet files (read in place, nothing loaded up front)."""
+
+    name = "duckdb"
+
+    def __init__(self, tables: Path, filters: Filters) -> None:
+        import duckdb
+
+        self.con = duckdb.connect()
+        self.con.execute("SET TimeZone = 'UTC'")
+        for table, columns in table_columns().items():
+            paths = files(tables, table)
+            present = set()
+            if paths:
+                source = f"read_parquet({paths!r}, union_by_name = true)"
+                present = {r[0] for r in self.con.sql(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+            else:
+                source = "(SELECT 1 AS _none WHERE false)"
+            # A table written before a column existed (or not written at all) reads as nulls there.
+            select = ", ".join(
+                f'"{c}"' if c in present else f'CAST(NULL AS {t}) AS "{c}"' for c, t in columns
+            )
+            self.con.execute(
+                f"CREATE VIEW {table} AS SELECT * FROM (SELECT {select} FROM {source}){_time_filter(table, filters)}"
+            )
+        # The shared views are joined by several sections: computed once (record_times, over the
+        # opt-in records table, stays a view: it is read only where a Produce is missing).
+        for name, sql in DERIVED.items():
+            kind = "VIEW" if name == "record_times" else "TEMP TABLE"
+            self.con.execute(f"CREATE {kind} {name} AS {sql}")
+
+    def run(self, sql: str) -> list[Row]:
+        return rows_of(self.con.sql(sql).to_arrow_table())
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def to_spark(sql: str) -> str:
+    """DuckDB SQL as Spark SQL (sqlglot; epoch_us has no sqlglot mapping, it is Spark's unix_micros)."""
+    import sqlglot
+
+    out = sqlglot.transpile(sql, read="duckdb", write="spark")[0]
+    return out.replace("EPOCH_US(", "UNIX_MICROS(")
+
+
+class SparkEngine:
+    """The same views as Spark temporary views; the same SQL, transpiled."""
+
+    name = "spark"
+
+    def __init__(self, tables: Path, filters: Filters, spark: Any) -> None:
+        self.spark = spark
+        for table, columns in table_columns().items():
+            paths = files(tables, table)
+            # The schema given, not inferred: no job to merge file schemas, and columns a file
+            # lacks read as nulls.
+            ddl = ", ".join(f"`{c}` {_spark_type(t)}" for c, t in columns)
+            df = spark.read.schema(ddl).parquet(*paths) if paths else spark.createDataFrame([], ddl)
+            df.createOrReplaceTempView(f"_{table}_all")
+            spark.sql(
+                to_spark(f"SELECT * FROM _{table}_all{_time_filter(table, filters)}")
+            ).createOrReplaceTempView(table)
+            # Every section reads the tables again: kept after the first read (spilled to disk
+            # when large).
+            spark.catalog.cacheTable(table)
+        for name, sql in DERIVED.items():
+            spark.sql(to_spark(sql)).createOrReplaceTempView(name)
+
+    def run(self, sql: str) -> list[Row]:
+        return rows_of(self.spark.sql(to_spark(sql)).toArrow())
+
+    def close(self) -> None:
+        for table in table_columns():
+            self.spark.catalog.uncacheTable(table)
+
+
+def _spark_type(duck: str) -> str:
+    return {"VARCHAR": "string", "TIMESTAMPTZ": "timestamp", "BLOB": "binary", "DOUBLE": "double"}.get(
+        duck, duck.lower()
+    )

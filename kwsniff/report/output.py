@@ -1,0 +1,71 @@
+"""A report's answers as text (aligned tables), JSON (one object keyed by section) or CSV."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+from typing import Any
+
+Answers = dict[str, list[dict[str, Any]]]
+
+
+def cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, dt.datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    return str(value)
+
+
+def sort_rows(rows: list[dict[str, Any]], column: str | None) -> list[dict[str, Any]]:
+    """Rows by ``column`` descending (biggest first; nulls last); unchanged when the section lacks it."""
+    if not column or not rows or column not in rows[0]:
+        return rows
+    present = [r for r in rows if r[column] is not None]
+    return sorted(present, key=lambda r: r[column], reverse=True) + [r for r in rows if r[column] is None]
+
+
+def text_table(title: str, rows: list[dict[str, Any]], total: int) -> str:
+    """A plain aligned table (pipes and grep stay easy), with the count of rows not shown."""
+    lines = [f"\n{title} ({total:,} rows)"]
+    if rows:
+        columns = list(rows[0])
+        cells = [[cell(r[c]) for c in columns] for r in rows]
+        widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+        lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+        lines += ["  " + "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    if total > len(rows):
+        lines.append(f"  ... {total - len(rows):,} more")
+    return "\n".join(lines)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dt.datetime):
+        return v.isoformat().replace("+00:00", "Z")
+    return v
+
+
+def as_json(answers: Answers) -> str:
+    return json.dumps(
+        {name: [{k: _jsonable(v) for k, v in r.items()} for r in rows] for name, rows in answers.items()},
+        indent=1,
+    )
+
+
+def as_csv(answers: Answers) -> str:
+    """Every section in one CSV stream: a `section` column first, then that section's columns (a
+    header line each time the section changes)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for name, rows in answers.items():
+        if not rows:
+            continue
+        columns = list(rows[0])
+        writer.writerow(["section", *columns])
+        for r in rows:
+            writer.writerow([name, *("" if r[c] is None else _jsonable(r[c]) for c in columns)])
+    return out.getvalue()

@@ -1,0 +1,46 @@
+"""Every section of `kwsniff report`: its name (the JSON key, `--section`), title and one SQL query.
+
+A new section is one line in SECTIONS: ``Section("upgrade", "Upgrade", UPGRADE_SQL)``, its SQL written in
+DuckDB's dialect over the views of kwsniff.report.views (the tables by name); `--section`, JSON, CSV,
+text, HTML and the both-engines test pick it up from there. docs/report.md says
+what each answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kwsniff.report import sections_groups as g
+from kwsniff.report import sections_lag as lag
+from kwsniff.report import sections_traffic as t
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    title: str
+    sql: str
+
+
+SECTIONS = [
+    Section("inventory", "Clients: who produces, consumes or administers which topic", t.INVENTORY),
+    Section("lag", "Lag per group, topic and partition over time (seconds and offsets)", lag.LAG),
+    Section(
+        "stopped", "Groups at the end of the capture: stopped or active, and how far behind", lag.STOPPED
+    ),
+    Section("member_lag", "Lag per member (its last Fetch)", lag.MEMBER_LAG),
+    Section("rebalances", "Rebalances", g.REBALANCES),
+    Section("rebalance_members", "Rebalances per member (classic)", g.REBALANCE_MEMBERS),
+    Section("reconciliation", "Reconciliation (KIP-848 consumer, streams, share)", g.RECONCILIATION),
+    Section("storms", "Rebalance storms", g.STORMS),
+    Section("share_groups", "Share groups", g.SHARE_GROUPS),
+    Section("latency", "Latency percentiles (ms), long polls apart", t.LATENCY),
+    Section("long_polls", "Long polls against their wait (Fetch, ShareFetch, JoinGroup)", t.LONG_POLLS),
+    Section("produce_latency", "Produce latency per topic (ms)", t.PRODUCE_LATENCY),
+    Section("produce_to_consume", "Produce to consume per topic (ms)", t.PRODUCE_TO_CONSUME),
+    Section("errors", "Errors: expected handshake codes apart from failures", t.ERRORS),
+    Section("throttled", "Throttled clients", t.THROTTLED),
+    Section("throughput", "Records and bytes produced per topic per minute", t.THROUGHPUT),
+    Section("churn", "Connection churn per minute", t.CHURN),
+]
+BY_NAME = {s.name: s for s in SECTIONS}

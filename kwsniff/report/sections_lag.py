@@ -1,0 +1,148 @@
+"""Lag in seconds and in offsets, per group and partition, stopped groups and members behind.
+
+A group's lag in seconds at time t is how old the first record it has not consumed was at t: t minus
+the moment that offset became readable (the Produce acknowledgement carrying it), or, when that
+Produce is not in the capture, minus the record's own timestamp (the `records` table), flagged
+`record_timestamp`. A group at the high watermark has no lag.
+"""
+
+from __future__ import annotations
+
+from kwsniff.report.sql import seconds
+
+# Each committed offset with the time it was produced (acknowledged), or its record timestamp.
+_COMMITS_DATED = """
+SELECT c.capture, c.group_id, c.topic, c.partition, c.ts, MAX(c.committed_offset) AS committed_offset,
+       MIN(pr.ts_ack) AS produced_at, MIN(rt.ts) AS record_ts
+FROM commits c
+LEFT JOIN produced pr ON pr.capture = c.capture AND pr.topic = c.topic AND pr.partition = c.partition
+  AND c.committed_offset BETWEEN pr.first_offset AND pr.last_offset
+LEFT JOIN record_times rt ON rt.capture = c.capture AND rt.topic = c.topic AND rt.partition = c.partition
+  AND rt."offset" = c.committed_offset
+GROUP BY 1, 2, 3, 4, 5
+"""
+
+
+def _lag_seconds(at: str) -> str:
+    return (
+        f"CASE WHEN committed_offset IS NULL OR hwm IS NULL THEN NULL WHEN committed_offset >= hwm THEN 0.0 "
+        f"ELSE {seconds(at, 'COALESCE(produced_at, record_ts)')} END"
+    )
+
+
+_SOURCE = """CASE WHEN committed_offset >= hwm THEN 'caught_up' WHEN produced_at IS NOT NULL THEN 'produce_ack'
+  WHEN record_ts IS NOT NULL THEN 'record_timestamp' END"""
+
+# Over time: at every commit and every new high watermark of a partition a group committed on, the
+# group's latest commit against the latest watermark; one row per second (its worst moment).
+LAG = f"""
+WITH dated AS ({_COMMITS_DATED}),
+followed AS (SELECT DISTINCT capture, group_id, topic, partition FROM dated),
+events AS (
+  SELECT capture, group_id, topic, partition, ts, 0 AS kind, CAST(NULL AS BIGINT) AS hwm FROM dated
+  UNION ALL
+  SELECT f.capture, f.group_id, f.topic, f.partition, w.ts, 1 AS kind, w.hwm
+  FROM watermarks w JOIN followed f ON f.capture = w.capture AND f.topic = w.topic AND f.partition = w.partition
+),
+carried AS (
+  SELECT capture, group_id, topic, partition, ts,
+         MAX(CASE WHEN kind = 0 THEN ts END) OVER w AS commit_ts, MAX(hwm) OVER w AS hwm
+  FROM events
+  WINDOW w AS (PARTITION BY capture, group_id, topic, partition ORDER BY ts, kind, hwm
+               ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+),
+state AS (
+  SELECT e.capture, e.group_id, e.topic, e.partition, e.ts, e.hwm, d.committed_offset, d.produced_at, d.record_ts
+  FROM carried e JOIN dated d ON d.capture = e.capture AND d.group_id = e.group_id AND d.topic = e.topic
+    AND d.partition = e.partition AND d.ts = e.commit_ts
+)
+SELECT capture, group_id, topic, partition, DATE_TRUNC('second', ts) AS second,
+       MAX(committed_offset) AS committed_offset, MAX(hwm) AS high_watermark,
+       MAX(hwm - committed_offset) AS offset_lag, MAX({_lag_seconds("ts")}) AS lag_seconds,
+       MAX({_SOURCE}) AS lag_source
+FROM state
+GROUP BY 1, 2, 3, 4, 5
+ORDER BY capture, group_id, topic, partition, second
+"""
+
+# The session timeout of a group whose JoinGroup (which carries the member's own) is not in the
+# capture: `report --session-timeout-ms`, Kafka's consumer default (45 s since 3.0, KIP-735) unless given.
+SESSION_TIMEOUT = "__SESSION_TIMEOUT_MS__"
+
+STOPPED = f"""
+WITH dated AS ({_COMMITS_DATED}),
+last_commit AS (
+  SELECT capture, group_id, topic, partition, MAX(ts) AS ts_commit FROM dated GROUP BY 1, 2, 3, 4
+),
+latest AS (
+  SELECT d.*, w.hwm, e.ts_end
+  FROM dated d JOIN last_commit l ON l.capture = d.capture AND l.group_id = d.group_id
+    AND l.topic = d.topic AND l.partition = d.partition AND l.ts_commit = d.ts
+  LEFT JOIN (SELECT capture, topic, partition, MAX(hwm) AS hwm FROM watermarks GROUP BY 1, 2, 3) AS w
+    ON w.capture = d.capture AND w.topic = d.topic AND w.partition = d.partition
+  JOIN capture_end e ON e.capture = d.capture
+),
+fetches AS (
+  SELECT gc.capture, gc.group_id, MAX(r.ts_request) AS ts_fetch
+  FROM group_clients gc JOIN exchanges r ON r.capture = gc.capture AND r.client_id = gc.client_id
+    AND r.client_ip = gc.client_ip AND r.api_key IN (1, 78)
+  GROUP BY 1, 2
+),
+beats AS (
+  SELECT capture, group_id, MAX(ts_request) AS ts_heartbeat, MAX(session_timeout_ms) AS session_timeout_ms
+  FROM groups GROUP BY 1, 2
+),
+commits_any AS (SELECT capture, group_id, MAX(ts) AS ts_commit FROM commits GROUP BY 1, 2),
+judged AS (
+  SELECT l.*, f.ts_fetch, b.ts_heartbeat, c.ts_commit AS ts_group_commit,
+         COALESCE(b.session_timeout_ms, {SESSION_TIMEOUT}) AS session_timeout_ms,
+         GREATEST(COALESCE(f.ts_fetch, l.ts), COALESCE(b.ts_heartbeat, l.ts), c.ts_commit) AS ts_active
+  FROM latest l
+  LEFT JOIN fetches f ON f.capture = l.capture AND f.group_id = l.group_id
+  LEFT JOIN beats b ON b.capture = l.capture AND b.group_id = l.group_id
+  JOIN commits_any c ON c.capture = l.capture AND c.group_id = l.group_id
+)
+SELECT capture, group_id, topic, partition,
+       CASE WHEN {seconds("ts_end", "ts_active")} * 1000 > session_timeout_ms THEN 'stopped' ELSE 'active' END AS state,
+       committed_offset, hwm AS high_watermark, hwm - committed_offset AS offset_lag,
+       {_lag_seconds("ts_end")} AS lag_seconds, {_SOURCE} AS lag_source,
+       ts AS last_commit, ts_fetch AS last_fetch, ts_heartbeat AS last_heartbeat,
+       {seconds("ts_end", "ts_active")} AS silent_seconds, session_timeout_ms, ts_end AS capture_end
+FROM judged
+ORDER BY state DESC, lag_seconds DESC, capture, group_id, topic, partition
+"""
+
+# Which member is behind: each member's clients' last Fetch per partition (its position against
+# the high watermark that Fetch returned), named by the member id and instance its group rows give.
+MEMBER_LAG = f"""
+WITH members AS (
+  SELECT g.capture, g.group_id, r.client_id, r.client_ip,
+         MAX(g.member_id) AS member_id, MAX(g.group_instance_id) AS group_instance_id
+  FROM groups g JOIN exchanges r
+    ON r.capture = g.capture AND r.conn_id = g.conn_id AND r.correlation_id = g.correlation_id
+  WHERE g.member_id IS NOT NULL AND g.member_id <> ''
+  GROUP BY 1, 2, 3, 4
+),
+fetched AS (
+  SELECT r.capture, r.client_id, r.client_ip, p.topic, p.partition, r.ts_response,
+         p.fetch_offset, p.high_watermark,
+         ROW_NUMBER() OVER (PARTITION BY r.capture, r.client_id, r.client_ip, p.topic, p.partition
+                            ORDER BY r.ts_response DESC, r.correlation_id DESC) AS _last
+  FROM partitions p JOIN exchanges r
+    ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
+  WHERE p.api_key = 1 AND p.fetch_offset IS NOT NULL AND p.high_watermark IS NOT NULL
+    AND r.ts_response IS NOT NULL
+)
+SELECT m.capture, m.group_id, m.member_id, m.group_instance_id, f.client_id, f.client_ip, f.topic, f.partition,
+       f.fetch_offset AS position, f.high_watermark, f.high_watermark - f.fetch_offset AS offset_lag,
+       CASE WHEN f.fetch_offset >= f.high_watermark THEN 0.0
+            ELSE {seconds("f.ts_response", "MIN(pr.ts_ack)")} END AS lag_seconds,
+       f.ts_response AS last_fetch
+FROM fetched f JOIN members m ON m.capture = f.capture AND m.client_id = f.client_id AND m.client_ip = f.client_ip
+LEFT JOIN produced pr ON pr.capture = f.capture AND pr.topic = f.topic AND pr.partition = f.partition
+  AND f.fetch_offset BETWEEN pr.first_offset AND pr.last_offset
+WHERE f._last = 1
+GROUP BY m.capture, m.group_id, m.member_id, m.group_instance_id, f.client_id, f.client_ip, f.topic,
+         f.partition, f.fetch_offset, f.high_watermark, f.ts_response
+ORDER BY offset_lag DESC, capture, group_id, member_id, topic, partition
+"""

@@ -1,0 +1,186 @@
+"""Sections about clients and their requests: who talks to which topic, how fast, which failures."""
+
+from __future__ import annotations
+
+from kwsniff.report.sql import millis, pct, ranked
+
+# APIs by the role they show a client in (Metadata, FindCoordinator, ApiVersions... show none).
+PRODUCER_APIS = "0, 22, 24, 26, 28"  # Produce, InitProducerId, AddPartitionsToTxn, EndTxn, TxnOffsetCommit
+CONSUMER_APIS = (
+    "1, 2, 8, 9, 23, 78, 79"  # Fetch, ListOffsets, OffsetCommit/Fetch, OffsetForLeaderEpoch, Share*
+)
+# Topics, configs, ACLs, groups, partitions and transactions administered or described.
+ADMIN_APIS = "15, 16, 19, 20, 21, 29, 30, 31, 32, 33, 37, 42, 43, 44, 47, 48, 49, 50, 51, 60, 65, 66, 67, 69, 77, 89, 90, 91, 92"
+
+INVENTORY = f"""
+WITH rows AS (
+  SELECT r.client_id, r.client_ip, r.sasl_mechanism, r.client_software_name, r.client_software_version,
+         CASE WHEN p.api_key IN ({PRODUCER_APIS}) THEN 'producer'
+              WHEN p.api_key IN ({CONSUMER_APIS}) THEN 'consumer' ELSE 'admin' END AS role,
+         p.topic, p.group_id, p.record_count, p.record_bytes, r.ts_request, r.capture
+  FROM partitions p JOIN exchanges r
+    ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
+  WHERE p.api_key IN ({PRODUCER_APIS}, {CONSUMER_APIS}, {ADMIN_APIS}) AND p.topic IS NOT NULL
+  UNION ALL
+  -- Admin requests without a topic-partition row (CreateTopics, DescribeConfigs, ListGroups...).
+  SELECT r.client_id, r.client_ip, r.sasl_mechanism, r.client_software_name, r.client_software_version,
+         'admin' AS role, CAST(NULL AS VARCHAR) AS topic, CAST(NULL AS VARCHAR) AS group_id,
+         CAST(NULL AS BIGINT) AS record_count, CAST(NULL AS BIGINT) AS record_bytes, r.ts_request, r.capture
+  FROM exchanges r LEFT JOIN partitions p
+    ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
+  WHERE r.api_key IN ({ADMIN_APIS}) AND p.conn_id IS NULL
+),
+-- A consumer's Fetch carries no group: it is the group the same client commits for on that topic.
+client_group AS (
+  SELECT capture, client_id, client_ip, topic, MIN(group_id) AS group_id
+  FROM rows WHERE role = 'consumer' AND group_id IS NOT NULL GROUP BY capture, client_id, client_ip, topic
+),
+software AS (
+  SELECT client_id, client_ip, MAX(sasl_mechanism) AS sasl_mechanism,
+         MAX(client_software_name) AS software_name, MAX(client_software_version) AS software_version
+  FROM exchanges GROUP BY client_id, client_ip
+)
+SELECT r.client_id, r.client_ip, s.sasl_mechanism, s.software_name, s.software_version, r.role, r.topic,
+       CASE WHEN r.role = 'consumer' THEN COALESCE(r.group_id, g.group_id) ELSE r.group_id END AS group_id,
+       COALESCE(SUM(r.record_count), 0) AS records, COALESCE(SUM(r.record_bytes), 0) AS bytes,
+       COUNT(*) AS requests, MIN(r.ts_request) AS first_seen, MAX(r.ts_request) AS last_seen
+FROM rows r
+LEFT JOIN client_group g ON g.capture = r.capture AND g.client_id = r.client_id
+  AND g.client_ip = r.client_ip AND g.topic = r.topic
+LEFT JOIN software s ON s.client_id = r.client_id AND s.client_ip = r.client_ip
+GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
+ORDER BY client_id, client_ip, role, topic, group_id
+"""
+
+# Long polls: Fetch/ShareFetch wait on the broker up to max_wait_ms for data, JoinGroup for the group:
+# their latency is a wait, never service time (they are in `long_polls`, not here).
+LONG_POLL_APIS = "1, 78, 11"
+
+LATENCY = f"""
+SELECT api_name, api_version, client_id, COUNT(*) AS requests,
+       {pct(0.5, "latency_ms")} AS p50_ms, {pct(0.99, "latency_ms")} AS p99_ms, MAX(latency_ms) AS max_ms
+FROM ({ranked(f"SELECT * FROM requests WHERE api_key NOT IN ({LONG_POLL_APIS})", "api_name, api_version, client_id", "latency_ms")}) AS t
+GROUP BY api_name, api_version, client_id
+ORDER BY api_name, api_version, client_id
+"""
+
+PRODUCE_LATENCY = f"""
+SELECT topic, COUNT(*) AS requests, SUM(record_count) AS records,
+       {pct(0.5, "latency_ms")} AS p50_ms, {pct(0.99, "latency_ms")} AS p99_ms, MAX(latency_ms) AS max_ms
+FROM ({
+    ranked(
+        '''SELECT p.topic, r.latency_ms, p.record_count FROM partitions p JOIN requests r
+  ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
+  WHERE p.api_key = 0''',
+        "topic",
+        "latency_ms",
+    )
+}) AS t
+GROUP BY topic ORDER BY topic
+"""
+
+# Per Produce batch, the first Fetch response carrying its first offset (a range join on offsets).
+PRODUCE_TO_CONSUME = f"""
+WITH fetched AS (
+  SELECT p.capture, p.topic, p.partition, p.first_offset, p.last_offset, r.ts_response
+  FROM partitions p JOIN requests r
+    ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
+  WHERE p.api_key = 1 AND p.first_offset IS NOT NULL AND r.ts_response IS NOT NULL
+),
+batches AS (
+  SELECT pr.capture, pr.topic, pr.partition, pr.first_offset, MIN(pr.ts_request) AS ts_produce,
+         MIN(f.ts_response) AS ts_consume
+  FROM produced pr JOIN fetched f ON f.capture = pr.capture AND f.topic = pr.topic
+    AND f.partition = pr.partition AND pr.first_offset BETWEEN f.first_offset AND f.last_offset
+  GROUP BY 1, 2, 3, 4
+)
+SELECT topic, COUNT(*) AS batches, {pct(0.5, "e2e_ms")} AS p50_ms, {pct(0.99, "e2e_ms")} AS p99_ms,
+       MAX(e2e_ms) AS max_ms
+FROM ({ranked(f"SELECT topic, {millis('ts_consume', 'ts_produce')} AS e2e_ms FROM batches", "topic", "e2e_ms")}) AS t
+GROUP BY topic ORDER BY topic
+"""
+
+THROUGHPUT = """
+SELECT p.topic, DATE_TRUNC('minute', r.ts_request) AS minute, SUM(p.record_count) AS records,
+       SUM(p.record_bytes) AS bytes
+FROM partitions p JOIN requests r
+  ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
+WHERE p.api_key = 0
+GROUP BY 1, 2 ORDER BY topic, minute
+"""
+
+THROTTLED = """
+SELECT client_id, COUNT(*) AS throttled_requests, SUM(throttle_time_ms) AS throttle_ms_total,
+       MAX(throttle_time_ms) AS throttle_ms_max
+FROM requests WHERE throttle_time_ms > 0
+GROUP BY client_id ORDER BY throttle_ms_total DESC, client_id
+"""
+
+# Codes a healthy client meets in its normal handshakes, apart from real failures:
+# MEMBER_ID_REQUIRED (79) answers a first JoinGroup v4+ (KIP-394); REBALANCE_IN_PROGRESS (27) tells
+# members to rejoin (Heartbeat, SyncGroup, OffsetCommit); UNSUPPORTED_VERSION (35) answers an
+# ApiVersions newer than the broker's (KIP-511); FETCH_SESSION_ID_NOT_FOUND (70) restarts a fetch
+# session (KIP-227); NOT_COORDINATOR (16) and COORDINATOR_LOAD_IN_PROGRESS (14) send a client to
+# look the coordinator up again.
+EXPECTED = """(e.error_code = 79 AND e.api_key = 11) OR (e.error_code = 27 AND e.api_key IN (8, 12, 14))
+  OR (e.error_code = 35 AND e.api_key = 18) OR (e.error_code = 70 AND e.api_key = 1)
+  OR e.error_code IN (14, 16)"""
+
+ERRORS = f"""
+WITH per_client AS (SELECT client_id, COUNT(*) AS client_requests FROM requests GROUP BY client_id)
+SELECT CASE WHEN {EXPECTED} THEN 'expected' ELSE 'failure' END AS kind,
+       e.error_name, e.api_name, e.topic, r.client_id, COUNT(*) AS errors,
+       COUNT(DISTINCT e.partition) AS partitions, MAX(c.client_requests) AS client_requests,
+       COUNT(*) / MAX(c.client_requests) AS errors_per_request
+FROM errors e JOIN requests r
+  ON r.capture = e.capture AND r.conn_id = e.conn_id AND r.correlation_id = e.correlation_id
+LEFT JOIN per_client c ON c.client_id IS NOT DISTINCT FROM r.client_id
+GROUP BY 1, 2, 3, 4, 5
+ORDER BY kind DESC, errors DESC, error_name, api_name, topic, client_id
+"""
+
+# The wait a long poll may take: JoinGroup's is the group's rebalance timeout (from the request);
+# a Fetch's max_wait_ms is not in the tables, so it is read off the polls that came back empty,
+# which waited it out (their median latency).
+LONG_POLLS = f"""
+WITH polls AS (
+  SELECT r.api_name, r.client_id, r.latency_ms, r.record_count,
+         g.rebalance_timeout_ms
+  FROM requests r LEFT JOIN groups g
+    ON g.capture = r.capture AND g.conn_id = r.conn_id AND g.correlation_id = r.correlation_id
+  WHERE r.api_key IN ({LONG_POLL_APIS}) AND r.latency_ms IS NOT NULL
+),
+empty_wait AS (
+  SELECT api_name, client_id, {pct(0.5, "latency_ms")} AS empty_ms
+  FROM ({ranked("SELECT * FROM polls WHERE record_count = 0", "api_name, client_id", "latency_ms")}) AS t
+  GROUP BY api_name, client_id
+),
+judged AS (
+  SELECT p.*, COALESCE(CAST(p.rebalance_timeout_ms AS DOUBLE), w.empty_ms) AS wait_ms,
+         CASE WHEN p.rebalance_timeout_ms IS NOT NULL THEN 'rebalance_timeout_ms'
+              WHEN w.empty_ms IS NOT NULL THEN 'empty polls' END AS wait_source
+  FROM polls p LEFT JOIN empty_wait w ON w.api_name = p.api_name AND w.client_id IS NOT DISTINCT FROM p.client_id
+)
+SELECT api_name, client_id, COUNT(*) AS polls, SUM(CASE WHEN record_count = 0 THEN 1 ELSE 0 END) AS empty,
+       MAX(wait_ms) AS wait_ms, MAX(wait_source) AS wait_source,
+       {pct(0.5, "latency_ms")} AS p50_ms, MAX(latency_ms) AS max_ms,
+       SUM(CASE WHEN latency_ms > wait_ms * 1.1 + 100 THEN 1 ELSE 0 END) AS over_wait
+FROM ({ranked("SELECT * FROM judged", "api_name, client_id", "latency_ms")}) AS t
+GROUP BY api_name, client_id ORDER BY api_name, client_id
+"""
+
+CHURN = f"""
+WITH opened AS (
+  SELECT DATE_TRUNC('minute', ts_first) AS minute, COUNT(*) AS opened,
+         SUM(CASE WHEN (fin_seen OR rst_seen) AND {millis("ts_last", "ts_first")} < 1000 THEN 1 ELSE 0 END) AS short_lived
+  FROM connections GROUP BY 1
+),
+closed AS (
+  SELECT DATE_TRUNC('minute', ts_last) AS minute, COUNT(*) AS closed
+  FROM connections WHERE fin_seen OR rst_seen GROUP BY 1
+)
+SELECT COALESCE(o.minute, c.minute) AS minute, COALESCE(o.opened, 0) AS opened,
+       COALESCE(c.closed, 0) AS closed, COALESCE(o.short_lived, 0) AS short_lived
+FROM opened o FULL OUTER JOIN closed c ON c.minute = o.minute
+ORDER BY minute
+"""

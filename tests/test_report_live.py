@@ -1,0 +1,244 @@
+"""`kwsniff report` against what real clients saw: tansu, one confluent-kafka producer and two
+consumer groups, one of which is killed mid-test (a crashed consumer: no LeaveGroup). Lag in seconds
+is checked against the producer's acknowledgement times and the consumers' commit times, the
+inventory against the clients started here, and the HTML page rendered in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from realparts import create_topics, start_broker, stop_process, tcpdump_capture
+
+from kwsniff.cli import main
+
+TOPIC = "report-lag"
+RECORDS = 40
+PRODUCE_EVERY_S = 0.1
+KILL_AFTER = 10  # records the stopped consumer commits before it is killed
+VALUE = b"v" * 100
+SCREENSHOT = Path("/work/tasks/report-screenshot.png")
+
+# A consumer that commits each record it handles (the next offset), saying when and which.
+CONSUMER = """
+import sys, time
+from confluent_kafka import Consumer, TopicPartition
+bootstrap, topic, group, client, delay, total = sys.argv[1:7]
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": client,
+              "auto.offset.reset": "earliest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+              "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+c.subscribe([topic], on_assign=lambda cons, parts: print("assigned", flush=True))
+deadline, done = time.time() + 90, 0
+while done < int(total) and time.time() < deadline:
+    m = c.poll(0.1)
+    if m is None or m.error():
+        continue
+    time.sleep(float(delay))
+    t = time.time()
+    c.commit(offsets=[TopicPartition(topic, m.partition(), m.offset() + 1)], asynchronous=False)
+    print("committed", m.offset() + 1, t, flush=True)
+    done += 1
+c.close()
+"""
+
+
+class Consumer:
+    """A consumer process whose printed commits are collected as (time, next offset)."""
+
+    def __init__(self, bootstrap: str, group: str, client: str, delay: float) -> None:
+        args = [sys.executable, "-c", CONSUMER, bootstrap, TOPIC, group, client, str(delay), str(RECORDS)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+        self.commits: list[tuple[float, int]] = []
+        self.assigned = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            words = line.split()
+            if words[:1] == ["assigned"]:
+                self.assigned.set()
+            elif words[:1] == ["committed"]:
+                self.commits.append((float(words[2]), int(words[1])))
+
+
+def wait_for(condition: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def traffic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from confluent_kafka import Producer
+
+    tmp = tmp_path_factory.mktemp("report-live")
+    pcap = tmp / "lag.pcap"
+    acks: dict[int, float] = {}
+    with start_broker() as broker, tcpdump_capture(pcap, broker.port):
+        create_topics(broker.bootstrap, {TOPIC: 1})
+        active = Consumer(broker.bootstrap, "g-active", "lag-active", 0.25)
+        stopped = Consumer(broker.bootstrap, "g-stopped", "lag-stopped", 0.0)
+        try:
+            for c in (active, stopped):
+                assert c.assigned.wait(30), "consumer never assigned"
+            producer = Producer(
+                {"bootstrap.servers": broker.bootstrap, "client.id": "lag-producer", "linger.ms": 0}
+            )
+            killed_at = None
+            for _ in range(RECORDS):
+
+                def acked(err: Any, msg: Any) -> None:
+                    assert err is None
+                    acks[msg.offset()] = time.time()
+
+                producer.produce(TOPIC, value=VALUE, on_delivery=acked)
+                producer.flush(10)
+                if killed_at is None and stopped.commits and stopped.commits[-1][1] >= KILL_AFTER:
+                    stopped.proc.send_signal(signal.SIGKILL)  # a crash: no LeaveGroup, no last commit
+                    killed_at = time.time()
+                time.sleep(PRODUCE_EVERY_S)
+            producer = None  # closes its connections while the broker is still up
+            assert killed_at is not None
+            wait_for(lambda: active.commits and active.commits[-1][1] == RECORDS, 30)
+            # Silent past its 6 s session timeout by the end of the capture.
+            wait_for(lambda: time.time() - killed_at > 7.5, 10)
+        finally:
+            for c in (active, stopped):
+                stop_process(c.proc)
+                c.reader.join(5)
+    out = tmp / "tables"
+    done = CliRunner().invoke(main, ["read", "-q", str(pcap), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    # The consumers' session.timeout.ms, for tables whose groups rows do not carry it.
+    report = CliRunner().invoke(
+        main, ["report", str(out), "--format", "json", "--session-timeout-ms", "6000"]
+    )
+    assert report.exit_code == 0, report.output
+    return {
+        "out": out,
+        "tmp": tmp,
+        "acks": acks,
+        "active": active.commits,
+        "stopped": stopped.commits,
+        "killed_at": killed_at,
+        "report": json.loads(report.stdout),
+    }
+
+
+def test_inventory_is_the_clients_this_test_started(traffic: dict) -> None:
+    rows = traffic["report"]["inventory"]
+    assert {(r["client_id"], r["client_ip"], r["role"], r["topic"], r["group_id"]) for r in rows} == {
+        ("kwsniff-admin", "127.0.0.1", "admin", None, None),
+        ("lag-producer", "127.0.0.1", "producer", TOPIC, None),
+        ("lag-active", "127.0.0.1", "consumer", TOPIC, "g-active"),
+        ("lag-stopped", "127.0.0.1", "consumer", TOPIC, "g-stopped"),
+    }
+    by_client = {r["client_id"]: r for r in rows}
+    assert by_client["lag-producer"]["records"] == RECORDS
+    # The active consumer fetched every record once, in the batches the producer sent.
+    assert (by_client["lag-active"]["records"], by_client["lag-active"]["bytes"]) == (
+        RECORDS,
+        by_client["lag-producer"]["bytes"],
+    )
+    assert by_client["lag-stopped"]["records"] >= KILL_AFTER
+
+
+def expected_max_lag(acks: dict[int, float], commits: list[tuple[float, int]]) -> float:
+    """The group's worst lag in seconds from the clients' own clocks: at each acknowledgement and
+    commit, now minus the acknowledgement time of the first offset not yet committed."""
+    events = sorted([(t, "ack", o) for o, t in acks.items()] + [(t, "commit", c) for t, c in commits])
+    committed, hwm, worst = None, 0, 0.0
+    for t, kind, value in events:
+        if kind == "ack":
+            hwm = max(hwm, value + 1)
+        else:
+            committed = value
+        if committed is not None and committed < hwm:
+            worst = max(worst, t - acks[committed])
+    return worst
+
+
+def test_lag_in_seconds_matches_what_the_clients_saw(traffic: dict) -> None:
+    lag = [r for r in traffic["report"]["lag"] if r["group_id"] == "g-active"]
+    worst = max(r["lag_seconds"] for r in lag)
+    # The slow consumer (0.25 s a record against one produced every 0.1 s) falls seconds behind.
+    assert worst > 2.0
+    assert abs(worst - expected_max_lag(traffic["acks"], traffic["active"])) < 0.25
+    assert {r["lag_source"] for r in lag} <= {"produce_ack", "caught_up"}
+
+
+def test_a_killed_consumer_shows_as_stopped_with_growing_lag(traffic: dict) -> None:
+    stopped = {r["group_id"]: r for r in traffic["report"]["stopped"]}
+    dead, alive = stopped["g-stopped"], stopped["g-active"]
+    last = traffic["stopped"][-1][1]
+    assert (dead["state"], dead["committed_offset"], dead["high_watermark"], dead["offset_lag"]) == (
+        "stopped",
+        last,
+        RECORDS,
+        RECORDS - last,
+    )
+    end = dt_seconds(dead["capture_end"])
+    assert abs(dead["lag_seconds"] - (end - traffic["acks"][last])) < 0.25
+    assert dead["silent_seconds"] > 6.0 and dead["session_timeout_ms"] == 6000
+    assert (alive["state"], alive["offset_lag"], alive["lag_seconds"]) == ("active", 0, 0.0)
+    after_kill = [
+        r["lag_seconds"]
+        for r in traffic["report"]["lag"]
+        if r["group_id"] == "g-stopped" and dt_seconds(r["second"]) > traffic["killed_at"]
+    ]
+    assert len(after_kill) >= 3 and after_kill == sorted(after_kill) and after_kill[-1] > after_kill[0] + 1
+
+
+def dt_seconds(iso: str) -> float:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def test_the_html_report_shows_its_plots_in_chromium(traffic: dict) -> None:
+    import matplotlib.image as mpimg
+
+    html = traffic["tmp"] / "report.html"
+    args = ["report", str(traffic["out"]), "--html", str(html), "--session-timeout-ms", "6000"]
+    done = CliRunner().invoke(main, args)
+    assert done.exit_code == 0, done.output
+    page = html.read_text()
+    assert "http://" not in page and "https://" not in page and page.count("data:image/png;base64,") == 4
+    shot = traffic["tmp"] / "report.png"
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium missing: tools/install-test-deps.sh installs it"
+    subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1280,2400",
+            f"--screenshot={shot}",
+            html.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    pixels = mpimg.imread(shot)[:, :, :3]
+    # matplotlib's first two line colours (C0 blue #1f77b4, C1 orange #ff7f0e): the lag lines of
+    # the two groups, the first plot on the page.
+    for rgb in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E)):
+        near = (abs(pixels * 255 - rgb) < 12).all(axis=2)
+        assert near.sum() > 200, rgb
+    if SCREENSHOT.parent.is_dir():
+        shutil.copy(shot, SCREENSHOT)

@@ -1,0 +1,226 @@
+"""`kwsniff report` sections on the repository's real captures plus KIP-848/share `groups` rows built
+here with the contract's columns: each section equal on DuckDB and Spark, exact values where the
+capture's own facts (sample_pcaps/README.md) or a pandas computation give them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from kwsniff.cli import main
+from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
+from kwsniff.report.run import answer
+from kwsniff.report.sections import SECTIONS
+from kwsniff.report.views import GROUPS_CONTRACT
+from kwsniff.tables.schemas import SCHEMAS
+
+ROOT = Path(__file__).resolve().parent.parent
+CAPTURES = sorted((ROOT / "tests/data/captures").glob("*.pcap")) + [ROOT / "sample_pcaps/quickstart.pcap"]
+T0 = dt.datetime(2026, 11, 25, 9, 0, 0, tzinfo=dt.UTC)
+ARROW = {"VARCHAR": pa.string(), "INTEGER": pa.int32()}
+
+
+def at(seconds: float) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+def heartbeat(member: str, t: float, event: str, **facts: Any) -> dict[str, Any]:
+    """A ConsumerGroupHeartbeat (68) or ShareGroupHeartbeat (76) exchange, request at t, response 5 ms on."""
+    protocol = facts.pop("protocol", "consumer")
+    return {
+        "capture": "kip848-built",
+        "conn_id": 1,
+        "correlation_id": int(t * 1000),
+        "api_key": 76 if protocol == "share" else 68,
+        "api_name": "ShareGroupHeartbeat" if protocol == "share" else "ConsumerGroupHeartbeat",
+        "api_version": 0,
+        "group_id": facts.pop("group_id", "g848"),
+        "member_id": member,
+        "error_code": 0,
+        "error_name": "NONE",
+        "ts_request": at(t),
+        "ts_response": at(t + 0.005),
+        "latency_ms": 5.0,
+        "protocol": protocol,
+        "event": event,
+        **facts,
+    }
+
+
+# Member m1 joins at 0 s, gets orders:0,1 at epoch 2 (response at 1.005 s), first says it owns part of
+# it at 1.5 s and all of it at 2.25 s: reconciliation 1245 ms, 1005 ms without an assignment.
+# Member m2 is given orders:2 and never reports owning it. Share group s1 rebalances 5 times in a minute.
+BUILT_GROUPS = [
+    heartbeat("m1", 0.0, "join", member_epoch=0, member_epoch_response=1, subscribed_topics="orders"),
+    heartbeat("m1", 1.0, "assignment", member_epoch=1, member_epoch_response=2, assignment="orders:0,1"),
+    heartbeat("m1", 1.5, "heartbeat", member_epoch=2, member_epoch_response=2, owned_partitions="orders:0"),
+    heartbeat(
+        "m1", 2.25, "heartbeat", member_epoch=2, member_epoch_response=2, owned_partitions="orders:0,1"
+    ),
+    heartbeat("m2", 3.0, "assignment", member_epoch=0, member_epoch_response=3, assignment="orders:2"),
+    *(
+        heartbeat(
+            "s-m",
+            10.0 + i,
+            "assignment",
+            protocol="share",
+            group_id="s1",
+            member_epoch_response=i + 1,
+            assignment=f"orders:{i}",
+        )
+        for i in range(5)
+    ),
+]
+
+
+def built_groups_table() -> pa.Table:
+    schema = pa.schema(
+        list(SCHEMAS["groups"])
+        + [(c, ARROW[t]) for c, t in GROUPS_CONTRACT if c not in SCHEMAS["groups"].names]
+    )
+    return pa.Table.from_pylist(BUILT_GROUPS, schema=schema)
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tables")
+    done = CliRunner().invoke(main, ["read", "-q", *map(str, CAPTURES), "--out", str(out), "--overwrite"])
+    assert done.exit_code == 0, done.output
+    # Tables written before the contract's columns, and one file with them: both read as one table.
+    pq.write_table(built_groups_table(), out / "groups" / "kip848-built.parquet")
+    return out
+
+
+@pytest.fixture(scope="module")
+def duck(out: Path) -> dict[str, list[dict[str, Any]]]:
+    return answer(DuckEngine(out, Filters()), Filters())
+
+
+def test_every_section_gives_the_same_rows_on_duckdb_and_spark(out: Path, duck: dict, spark: Any) -> None:
+    on_spark = answer(SparkEngine(out, Filters(), spark), Filters())
+    assert list(on_spark) == list(duck) == [s.name for s in SECTIONS]
+    for name, rows in duck.items():
+        assert on_spark[name] == rows, name
+    assert all(duck[n] for n in ("inventory", "lag", "stopped", "rebalances", "reconciliation", "storms"))
+
+
+def test_an_unknown_section_is_one_line_naming_the_sections(out: Path) -> None:
+    done = CliRunner().invoke(main, ["report", str(out), "--section", "nope"])
+    assert done.exit_code == 2
+    assert (
+        done.output == f"kwsniff: error: no section nope; sections: {', '.join(s.name for s in SECTIONS)}\n"
+    )
+
+
+def test_kip848_reconciliation_and_time_without_assignment(duck: dict) -> None:
+    rows = [r for r in duck["reconciliation"] if r["group_id"] == "g848"]
+    assert [
+        (
+            r["member_id"],
+            r["epoch"],
+            r["assignment"],
+            r["ts_owned"],
+            r["reconciliation_ms"],
+            r["unassigned_ms"],
+        )
+        for r in rows
+    ] == [
+        ("m1", 2, "orders:0,1", at(2.25), 1245.0, 1005.0),
+        ("m2", 3, "orders:2", None, None, None),
+    ]
+
+
+def test_a_group_rebalancing_more_than_three_times_a_minute_is_a_storm(duck: dict) -> None:
+    assert [(r["group_id"], r["protocol"], r["window_start"], r["rebalances"]) for r in duck["storms"]] == [
+        ("s1", "share", at(0).replace(second=0), 5)
+    ]
+    assert [(r["group_id"], r["members"], r["heartbeats"], r["max_epoch"]) for r in duck["share_groups"]] == [
+        ("s1", 1, 5, 5)
+    ]
+
+
+def test_inventory_names_each_quickstart_client_with_its_role_topic_and_group(duck: dict) -> None:
+    quick = {
+        (r["client_id"], r["role"], r["topic"], r["group_id"]): (r["records"], r["software_name"])
+        for r in duck["inventory"]
+        if r["client_id"].startswith(("qs-", "kwsniff-admin"))
+    }
+    # sample_pcaps/README.md: 80 + 60 records to orders, 60 to events, consumed by two groups.
+    assert {k: v[0] for k, v in quick.items() if k[1] != "admin"} == {
+        ("qs-producer-none", "producer", "orders", None): 80,
+        ("qs-producer-gzip", "producer", "orders", None): 60,
+        ("qs-producer-zstd", "producer", "events", None): 60,
+        ("qs-consumer-kafka-python", "consumer", "orders", "quickstart-group"): 140,
+        ("qs-consumer-confluent", "consumer", "events", "quickstart-audit"): 60,
+    }
+    assert quick[("qs-consumer-kafka-python", "consumer", "orders", "quickstart-group")][1] == "kafka-python"
+
+
+def nearest_rank(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
+
+
+def test_produce_latency_per_topic_is_the_nearest_rank_of_its_requests(out: Path, duck: dict) -> None:
+    keys = ["capture", "conn_id", "correlation_id"]
+    parts = ds.dataset(out / "partitions").to_table().to_pandas()
+    reqs = ds.dataset(out / "requests").to_table().to_pandas()
+    prod = parts[parts.api_key == 0].merge(reqs[[*keys, "latency_ms"]], on=keys)
+    prod = prod[prod.latency_ms.notna()]
+    expected = [
+        (topic, len(g), nearest_rank(g.latency_ms, 0.5), nearest_rank(g.latency_ms, 0.99), g.latency_ms.max())
+        for topic, g in sorted(prod.groupby("topic"))
+    ]
+    got = [
+        (r["topic"], r["requests"], r["p50_ms"], r["p99_ms"], r["max_ms"]) for r in duck["produce_latency"]
+    ]
+    assert got == expected
+
+
+def test_member_id_required_on_a_first_join_is_expected_not_a_failure(duck: dict) -> None:
+    kinds = {(r["kind"], r["error_name"], r["api_name"], r["client_id"]) for r in duck["errors"]}
+    assert ("expected", "MEMBER_ID_REQUIRED", "JoinGroup", "qs-consumer-kafka-python") in kinds
+    assert ("failure", "UNKNOWN_PRODUCER_ID", "Produce", None) in {(k, e, a, None) for k, e, a, _ in kinds}
+    assert not {k for k in kinds if k[0] == "failure" and k[1] == "MEMBER_ID_REQUIRED"}
+
+
+def test_json_is_one_object_of_sections_and_filters_keep_matching_rows(out: Path) -> None:
+    done = CliRunner().invoke(main, ["report", str(out), "--format", "json"])
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.stdout)
+    assert list(report) == [s.name for s in SECTIONS]
+    assert {"client_id", "client_ip", "role", "topic", "group_id", "records", "bytes"} <= set(
+        report["inventory"][0]
+    )
+    args = ["report", str(out), "--format", "json", "--section", "inventory", "--client", "qs-producer-none"]
+    only = json.loads(CliRunner().invoke(main, args).stdout)
+    assert [(r["client_id"], r["topic"], r["records"]) for r in only["inventory"]] == [
+        ("qs-producer-none", "orders", 80)
+    ]
+    args = [
+        "report",
+        str(out),
+        "--format",
+        "csv",
+        "--section",
+        "produce_latency",
+        "--sort",
+        "records",
+        "--top",
+        "1",
+    ]
+    lines = CliRunner().invoke(main, args).stdout.splitlines()
+    assert lines[0] == "section,topic,requests,records,p50_ms,p99_ms,max_ms"
+    most = max(r["records"] for r in json.loads(done.stdout)["produce_latency"])
+    assert len(lines) == 2 and lines[1].split(",")[3] == str(most)
+    late = ["report", str(out), "--format", "json", "--section", "rebalances", "--since", "2030-01-01"]
+    assert json.loads(CliRunner().invoke(main, late).stdout) == {"rebalances": []}

@@ -129,6 +129,45 @@ def open_interface(iface: str, bpf: str, snaplen: int, buffer_bytes: int) -> Any
     return handle
 
 
+# linux/if_packet.h: one fanout group of packet sockets shares an interface's packets.
+SOL_PACKET = 263
+PACKET_FANOUT = 18
+PACKET_FANOUT_HASH = 0  # by the kernel's flow hash, symmetric: both directions go to one socket
+# Reassemble IP fragments before hashing: a fragment has no ports, and unreassembled it would hash
+# apart from its flow's other packets (the socket still receives the reassembled datagram).
+PACKET_FANOUT_FLAG_DEFRAG = 0x8000
+
+
+def join_fanout(handle: Any, group: int) -> None:
+    """Join the packet socket under ``handle`` (libpcap's, already bound to its interface) to
+    fanout group ``group`` of its network namespace: from now on each packet goes to one member
+    only. LiveCaptureError if the kernel refuses (a group of another type, or no fanout)."""
+    import socket
+
+    fd = os.dup(handle.getfd())  # the socket object owns (and closes) the duplicate only
+    sock = socket.socket(fileno=fd)
+    try:
+        mode = PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_DEFRAG
+        # An unsigned int: the defrag flag sets its top bit.
+        sock.setsockopt(SOL_PACKET, PACKET_FANOUT, Struct("=I").pack((group & 0xFFFF) | (mode << 16)))
+    except OSError as err:
+        raise LiveCaptureError(f"cannot join packet fanout group {group}: {err.strerror or err}") from None
+    finally:
+        sock.close()
+
+
+def drain(handle: Any, rounds: int = 10_000) -> int:
+    """Read and discard what the ring holds now (packets a worker took before its group was
+    complete, which another worker may have taken too); the number of packets discarded."""
+    dropped = 0
+    for _ in range(rounds):
+        _data, meta = handle.next_batch(BATCH)
+        if not meta:
+            break
+        dropped += len(meta) // _META.size
+    return dropped
+
+
 PCAP_ERROR_NO_SUCH_DEVICE = -5
 PCAP_ERROR_PERM_DENIED = -8
 PCAP_ERROR_IFACE_NOT_UP = -9

@@ -10,7 +10,7 @@ Messages to the coordinator (one queue shared by the workers), each a tuple star
 and the worker's number: ``ready``, ``error`` (one line), ``stats`` (counters, open connections and
 the few fields of the rows the live view and metrics count), ``period`` (files of a closed period),
 ``done`` (the last files, row counts and the worker's :class:`CaptureResult`). From the coordinator
-(one queue per worker): ``("start",)`` and ``("rotate", now)``. SIGTERM, sent to the worker's PID,
+(one queue per worker): ``("start", now)`` and ``("rotate", now)``. SIGTERM, sent to the worker's PID,
 stops it; SIGINT is ignored (Ctrl-C reaches the whole process group, the coordinator decides).
 """
 
@@ -145,7 +145,8 @@ def _work(spec: WorkerSpec, events: Any, control: Any) -> None:
         events.put(("error", spec.index, str(err)))
         return
     events.put(("ready", spec.index, os.getpid()))
-    if not _wait_for_start(control, stop):
+    start = _wait_for_start(control, stop)
+    if start is None:
         handle.close()
         events.put(("done", spec.index, [], {}, None))
         return
@@ -156,23 +157,31 @@ def _work(spec: WorkerSpec, events: Any, control: Any) -> None:
         session = dataclasses.replace(spec.session, conn_ids=(spec.index, spec.workers))
         if spec.keylog:
             session = dataclasses.replace(session, keylog=follow_keylog(spec.keylog))
-        _capture(spec, handle, session, events, control, stop)
+        _capture(spec, handle, session, start, events, control, stop)
     except (KeyLogError, OSError) as err:
         events.put(("error", spec.index, str(err)))
 
 
-def _wait_for_start(control: Any, stop: threading.Event) -> bool:
+def _wait_for_start(control: Any, stop: threading.Event) -> float | None:
+    """The coordinator's start time (every worker's first period starts then), or None: stop."""
     deadline = time.monotonic() + START_TIMEOUT_S
     parent = os.getppid()
     while not stop.is_set() and time.monotonic() < deadline and os.getppid() == parent:
         with contextlib.suppress(queue.Empty):
-            if control.get(timeout=0.2)[0] == "start":
-                return True
-    return False
+            message = control.get(timeout=0.2)
+            if message[0] == "start":
+                return float(message[1])
+    return None
 
 
 def _capture(
-    spec: WorkerSpec, handle: Any, session: SessionOptions, events: Any, control: Any, stop: threading.Event
+    spec: WorkerSpec,
+    handle: Any,
+    session: SessionOptions,
+    start: float,
+    events: Any,
+    control: Any,
+    stop: threading.Event,
 ) -> None:
     live = LiveCapture(handle, 0, queue_bytes=spec.queue_bytes)
     relay = RowRelay()
@@ -190,6 +199,7 @@ def _capture(
         file_name=f"{spec.name}-w{spec.index}",
     )
     decoder = WorkerDecoder(live, session, options, relay, index=spec.index, events=events, control=control)
+    decoder.sink.started = start  # the first period's start, as every worker's
     started = time.monotonic()
     decoder.start()
     live.start()

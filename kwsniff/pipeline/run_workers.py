@@ -78,6 +78,7 @@ class WorkerPool:
         self.seq = 0  # periods committed
         self.started = 0.0  # clock() when the workers were told to start
         self._done: set[int] = set()
+        self._stopping = False
         self._awaiting: set[int] = set()  # workers yet to answer the current rotation
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="kwsniff-workers", daemon=True)
@@ -103,9 +104,9 @@ class WorkerPool:
             if kind == "error":
                 return self._abort(rest[0])
             ready.add(index)
-        for control in self.controls:
-            control.put(("start",))
         self.started = self.clock()
+        for control in self.controls:
+            control.put(("start", self.started))
         self._thread.start()
         return None
 
@@ -141,6 +142,7 @@ class WorkerPool:
     # -- stopping ---------------------------------------------------------------------------------
     def stop(self) -> None:
         """SIGTERM to each worker's PID: each stops capturing, decodes what it holds, closes its files."""
+        self._stopping = True
         for index, process in enumerate(self.processes):
             if index not in self._done and process.pid is not None and process.exitcode is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -169,7 +171,8 @@ class WorkerPool:
                 if self._awaiting and not self._awaiting - self._done:
                     self._awaiting.clear()
                     self._commit(again=True)
-                if not self._awaiting and now - period_started >= self.rotate_s:
+                # Once stopping, the last period is each worker's own until it is done.
+                if not self._awaiting and not self._stopping and now - period_started >= self.rotate_s:
                     period_started = now
                     self._awaiting = set(range(len(self.processes))) - self._done
                     for index in self._awaiting:

@@ -507,12 +507,27 @@ def tcpreplay(
     *,
     pps: int | None = None,
     loop: int = 1,
+    duration_s: int | None = None,
     timeout_s: float = 300.0,
 ) -> ReplayResult:
     """Replay ``pcap`` into ``net.send`` with tcpreplay, at ``pps`` packets/s (else at the capture's
-    own pace), ``loop`` times; stopped by PID after ``timeout_s``. What tcpreplay says it sent."""
+    own pace), ``loop`` times or for ``duration_s`` seconds, whichever ends first; stopped by PID
+    after ``timeout_s``. The file is loaded into memory first (``-K``), so reading it costs nothing
+    while sending. What tcpreplay says it sent."""
     rate = ["--pps", str(pps)] if pps else []
-    command = [*netns_prefix(net.netns), "tcpreplay", "-i", net.send, "--loop", str(loop), *rate, str(pcap)]
+    limit = ["--duration", str(duration_s)] if duration_s else []
+    command = [
+        *netns_prefix(net.netns),
+        "tcpreplay",
+        "-K",
+        "-i",
+        net.send,
+        "--loop",
+        str(loop),
+        *rate,
+        *limit,
+    ]
+    command.append(str(pcap))
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         out, _ = proc.communicate(timeout=timeout_s)

@@ -15,12 +15,15 @@ import click
 
 from kwsniff.commands import messages
 from kwsniff.pipeline.live_worker import WorkerSpec
+from kwsniff.pipeline.run import CaptureResult
 from kwsniff.pipeline.run_workers import WorkerPool, fanout_group, merge_results
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.sinks.dataset import Output
 from kwsniff.view.metrics import Metrics
 from kwsniff.view.stats import LiveStats
 from kwsniff.view.summary import human_size, print_summary
+
+UDP_TUNNELS = ("vxlan", "geneve")
 
 
 @dataclass
@@ -104,13 +107,26 @@ def capture_with_workers(
         messages.error(f"{run.iface}: {error}")
     if not pool.results or len(pool.results) < workers:
         return 1
+    result = merge_results(pool.results, name, time.monotonic() - started)
+    # The kernel hashes a UDP tunnel's outer headers: when a VTEP varies the outer source port,
+    # a connection's packets can reach two workers, which each see part of it.
+    udp_tunnelled = {k: v for k, v in result.stats.decapsulated.items() if k in UDP_TUNNELS and v}
+    if udp_tunnelled:
+        kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(udp_tunnelled.items()))
+        messages.warnings(
+            run.iface,
+            [
+                f"UDP-tunnelled packets ({kinds}) with {workers} workers: the kernel spreads them by their "
+                "outer headers, which can split a connection between workers; use --workers 1 on a "
+                "VXLAN or Geneve capture point (docs/live-capture.md)"
+            ],
+        )
     if not quiet:
-        _summary(name, pool, output.shown, time.monotonic() - started)
+        _summary(result, pool, output.shown)
     return 1 if pool.errors else 0
 
 
-def _summary(name: str, pool: WorkerPool, out: Path, seconds: float) -> None:
-    result = merge_results(pool.results, name, seconds)
+def _summary(result: CaptureResult, pool: WorkerPool, out: Path) -> None:
     print_summary(result, out, dict(pool.counts))
     c = pool.snapshot()
     per_worker = ", ".join(f"worker {i} {w.kernel_drops:,}" for i, w in enumerate(pool.per_worker()))

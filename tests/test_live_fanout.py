@@ -6,6 +6,7 @@ the kernel's fanout hash kept each connection, both directions, in one worker.""
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
 import sys
 import time
@@ -16,6 +17,14 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
+from kwsniff.capture import open_capture
+from kwsniff.capture.live import CaptureCounters
+from kwsniff.pipeline.live_worker import RowRelay, WorkerDecoder
+from kwsniff.pipeline.run_live import LiveOptions
+from kwsniff.pipeline.session import Session, SessionOptions
+from kwsniff.rows import ListSink
+from kwsniff.tables import DEFAULT_TABLES
+from kwsniff.view.stats import LiveStats, StatsSink
 from tests.realparts import (
     pcap_packet_count,
     replay_namespace,
@@ -116,3 +125,58 @@ def test_two_workers_on_a_replayed_mtu1500_capture_give_the_tables_of_read(
     assert bounds[0][0][0] == bounds[1][0][0]
     ends = [{end for _, end in periods[:-1]} for periods in bounds.values()]
     assert len(ends[0] ^ ends[1]) <= 1 and len(bounds[0]) >= 2, bounds  # at least one rotation
+
+
+class ReplayedBatches:
+    """A capture thread's side of the queue, filled from a capture file."""
+
+    def __init__(self, path: Path) -> None:
+        self.queue: queue.Queue[Any] = queue.Queue()
+        with open_capture(path) as reader:
+            read = list(reader.packets())
+        self.linktype = read[0][1]
+        self.packets = [(ts, data) for ts, _, data in read]
+        for i in range(0, len(self.packets), 50):
+            self.queue.put((self.linktype, self.packets[i : i + 50]))
+        self.queue.put(None)
+
+    def snapshot(self) -> CaptureCounters:
+        return CaptureCounters(captured=len(self.packets))
+
+
+def test_a_worker_relays_the_views_rows_and_shares_the_brokers_it_learns(tmp_path: Path) -> None:
+    """What a worker sends its coordinator gives the live view the totals a single process has, and
+    the brokers it learned (no --broker-port matches: learned from the handshakes) go out once,
+    while those another worker learned are trusted here without being sent back."""
+    sample = ROOT / "tests" / "data" / "captures" / "kafka_python.pcap"
+    options = SessionOptions(broker_ports=frozenset({1}))
+    single = LiveStats()
+    reference = Session("fake", StatsSink(ListSink(), single), options)
+    capture = ReplayedBatches(sample)
+    for ts, data in capture.packets:
+        reference.packet(ts, capture.linktype, data)
+    reference.finish()
+    assert reference.brokers  # the sample's broker, learned
+
+    events: queue.Queue[Any] = queue.Queue()
+    control: queue.Queue[Any] = queue.Queue()
+    elsewhere = (bytes([10, 0, 0, 9]), 19999)
+    control.put(("brokers", [elsewhere]))
+    tables = (*(t for t in DEFAULT_TABLES if t != "captures"), "capture_stats")
+    live = LiveOptions(tmp_path / "spool", "fake", tables, float("inf"), 0.0, worker=1)
+    decoder = WorkerDecoder(capture, options, live, RowRelay(), index=1, events=events, control=control)  # type: ignore[arg-type]
+    decoder.start()
+    decoder.join(60)
+    assert decoder.error is None
+    decoder.send_stats()
+    sent = [events.get_nowait() for _ in range(events.qsize())]
+    stats = [m for m in sent if m[0] == "stats"]
+    learned = [e for m in stats for e in m[5]]
+    assert sorted(learned) == sorted(reference.brokers)  # each once, the shared one not echoed
+    assert elsewhere in decoder.session.brokers
+    relayed = LiveStats()
+    for m in stats:
+        for table, row in m[4]:
+            relayed.row(table, row)
+    assert relayed.totals == single.totals
+    assert sum(relayed.totals.requests.values()) == sum(reference.rows.status.values()) > 0

@@ -10,7 +10,11 @@ Messages to the coordinator (one queue shared by the workers), each a tuple star
 and the worker's number: ``ready``, ``error`` (one line), ``stats`` (counters, open connections and
 the few fields of the rows the live view and metrics count), ``period`` (files of a closed period),
 ``done`` (the last files, row counts and the worker's :class:`CaptureResult`). From the coordinator
-(one queue per worker): ``("start", now)`` and ``("rotate", now)``. SIGTERM, sent to the worker's PID,
+(one queue per worker): ``("start", now)``, ``("rotate", now)`` and ``("brokers", endpoints)``.
+
+Brokers a worker learns (`read`'s auto-detection: an endpoint whose connection proved Kafka) go to
+the coordinator with its stats and from there to the other workers, so a connection to that
+endpoint hashed to another worker is trusted there too, mid-stream ones included. SIGTERM, sent to the worker's PID,
 stops it; SIGINT is ignored (Ctrl-C reaches the whole process group, the coordinator decides).
 """
 
@@ -99,6 +103,7 @@ class WorkerDecoder(LiveDecoder):
         self.control = control
         self._last_sent = 0.0
         self.reported = 0  # of sink.files, those sent in `period` messages
+        self.shared: set[tuple[bytes, int]] = set()  # learned brokers the other workers were told of
 
     def _publish(self) -> None:
         while True:
@@ -110,6 +115,10 @@ class WorkerDecoder(LiveDecoder):
                 files = self.sink.rotate(message[1])
                 self.reported = len(self.sink.files)
                 self.events.put(("period", self.index, [str(f) for f in files]))
+            elif message[0] == "brokers":  # learned by another worker from its connections
+                for endpoint in message[1]:
+                    self.session.learn_broker(endpoint)
+                    self.shared.add(endpoint)
         now = time.monotonic()
         if now - self._last_sent >= PUBLISH_EVERY_S:
             self._last_sent = now
@@ -118,7 +127,10 @@ class WorkerDecoder(LiveDecoder):
     def send_stats(self) -> None:
         assert isinstance(self.stats, RowRelay)
         rows = self.stats.take_rows()
-        self.events.put(("stats", self.index, self.capture.snapshot(), self.open_connections(), rows))
+        learned = self.session.brokers - self.shared
+        self.shared |= learned
+        counters = self.capture.snapshot()
+        self.events.put(("stats", self.index, counters, self.open_connections(), rows, sorted(learned)))
 
 
 def worker_main(spec: WorkerSpec, events: Any, control: Any) -> None:

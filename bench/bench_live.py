@@ -85,7 +85,7 @@ def one_run(net: realparts.ReplayNet, capture: Path, port: int, workers: int, pp
             )
             time.sleep(SETTLE_S)
         finally:
-            code = realparts.stop_process(proc)  # type: ignore[arg-type]
+            code = realparts.stop_process(proc, timeout_s=realparts.CAPTURE_STOP_TIMEOUT_S)  # type: ignore[arg-type]
         if code != 0:
             raise SystemExit(
                 f"bench_live: kwsniff capture exited {code}: {(Path(tmp) / 'capture.err').read_text()}"

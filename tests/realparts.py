@@ -41,13 +41,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def stop_process(proc: subprocess.Popen[bytes], first_signal: int = signal.SIGTERM) -> int | None:
-    """Signal `proc` by PID, wait with a timeout, then kill; returns the exit code."""
+def stop_process(
+    proc: subprocess.Popen[bytes], first_signal: int = signal.SIGTERM, timeout_s: float = STOP_TIMEOUT_S
+) -> int | None:
+    """Signal `proc` by PID, wait ``timeout_s``, then kill; returns the exit code."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(first_signal)
         try:
-            proc.wait(timeout=STOP_TIMEOUT_S)
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=STOP_TIMEOUT_S)
@@ -457,6 +459,8 @@ def wait_for_listener(port: int, timeout_s: float = 20.0) -> None:
 # -- replaying a capture into a veth pair in a network namespace (live capture tests and bench) ------
 REPLAY_MTU = 9000  # room for a tunnel's headers around a 1500-byte packet
 CAPTURE_READY_TIMEOUT_S = 60.0  # `kwsniff capture` importing, and its workers starting, on a busy machine
+# For a stopped `kwsniff capture` to decode what its workers hold and commit, on a busy machine.
+CAPTURE_STOP_TIMEOUT_S = 120.0
 _TCPREPLAY_SENT = re.compile(r"Actual: (\d+) packets \((\d+) bytes\) sent in ([\d.]+) seconds")
 
 
@@ -543,7 +547,8 @@ def tcpreplay(
 def start_kwsniff_capture(net: ReplayNet, args: Sequence[str], err_path: Path) -> subprocess.Popen[bytes]:
     """`kwsniff capture` on ``net.capture`` inside the namespace, returned once it says it is
     capturing (every worker in its fanout group); its stderr goes to ``err_path``. `ip netns exec`
-    execs the command, so the process we hold is kwsniff itself: stop it with stop_process."""
+    execs the command, so the process we hold is kwsniff itself: stop it with stop_process and
+    CAPTURE_STOP_TIMEOUT_S."""
     command = [*netns_prefix(net.netns), sys.executable, "-m", "kwsniff", "capture", net.capture, *args]
     with err_path.open("wb") as err:
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err)

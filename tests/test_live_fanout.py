@@ -26,6 +26,7 @@ from kwsniff.rows import ListSink
 from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.view.stats import LiveStats, StatsSink
 from tests.realparts import (
+    CAPTURE_STOP_TIMEOUT_S,
     pcap_packet_count,
     replay_namespace,
     start_kwsniff_capture,
@@ -94,7 +95,7 @@ def test_two_workers_on_a_replayed_mtu1500_capture_give_the_tables_of_read(
             sent = tcpreplay(net, pcap, pps=REPLAY_PPS)
             time.sleep(SETTLE_S)
         finally:
-            code = stop_process(proc)  # type: ignore[arg-type]
+            code = stop_process(proc, timeout_s=CAPTURE_STOP_TIMEOUT_S)  # type: ignore[arg-type]
     err = (tmp_path / "capture.err").read_text()
     assert code == 0, err
     assert "Traceback" not in err

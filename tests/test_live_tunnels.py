@@ -19,7 +19,13 @@ from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
 from kwsniff.tables.schemas import SCHEMAS
-from tests.realparts import replay_namespace, start_kwsniff_capture, stop_process, tcpreplay
+from tests.realparts import (
+    CAPTURE_STOP_TIMEOUT_S,
+    replay_namespace,
+    start_kwsniff_capture,
+    stop_process,
+    tcpreplay,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLAY_PPS = 2000
@@ -37,7 +43,7 @@ def test_capture_on_a_mirror_target_decodes_vxlan_like_the_plain_capture(tmp_pat
             sent = tcpreplay(net, vxlan, pps=REPLAY_PPS)
             time.sleep(SETTLE_S)
         finally:
-            code = stop_process(proc)  # type: ignore[arg-type]
+            code = stop_process(proc, timeout_s=CAPTURE_STOP_TIMEOUT_S)  # type: ignore[arg-type]
     assert code == 0, (tmp_path / "capture.err").read_text()
     assert sent.packets == len(inner)
     reference = ListSink()

@@ -13,9 +13,10 @@ them. Per workers and rate it prints what tcpreplay sent, what kwsniff captured,
 each worker (kernel: PACKET_STATISTICS through libpcap; queue: decoding fell behind), from the
 run's capture_stats table. Then the highest rate each kept with zero drops, and the 1 -> 2 gain.
 
-The replay loops one capture, so from the second loop on the decoder sees the same TCP sequence
-numbers again: retransmissions, as cheap to it as new data up to the reassembly step. The machine's
-load (`uptime`) is printed: on a shared machine the figures move with it.
+The replay loops the capture with `--unique-ip`: each loop's addresses differ, so each loop's
+connections are new ones, as a broker's many clients would be, and the kernel's flow hash can spread
+them. (Without it every loop repeats the capture's 4 busy connections, and the hash puts 3 of them
+on one worker.) The machine's load (`uptime`) is printed: on a shared machine the figures move with it.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def one_run(net: realparts.ReplayNet, capture: Path, port: int, workers: int, pp
         proc = realparts.start_kwsniff_capture(net, args, Path(tmp) / "capture.err")
         try:
             sent = realparts.tcpreplay(
-                net, capture, pps=pps, loop=0, duration_s=seconds, timeout_s=seconds + 60
+                net, capture, pps=pps, loop=0, duration_s=seconds, unique_ip=True, timeout_s=seconds + 60
             )
             time.sleep(SETTLE_S)
         finally:
@@ -119,7 +120,8 @@ def main() -> int:
         f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} on {os.cpu_count()} cores"
     )
     print(
-        f"{'workers':>7} {'target pps':>10} {'sent pps':>9} {'sent':>10} {'captured':>10}  drops (kernel+queue) per worker"
+        f"{'workers':>7} {'target pps':>10} {'sent pps':>9} {'sent':>10} {'captured':>10}"
+        "  per worker: captured: drops (kernel+queue)"
     )
     best: dict[int, float] = {}  # workers -> highest rate achieved with zero drops
     short = False  # a rate tcpreplay could not reach
@@ -131,7 +133,7 @@ def main() -> int:
                 captured = sum(w["packets"] for w in ws.values())
                 drops = {i: w["kernel_drops"] + w["queue_drops"] for i, w in sorted(ws.items())}
                 shown = "  ".join(
-                    f"w{i} {d:,} ({ws[i]['kernel_drops']:,}+{ws[i]['queue_drops']:,})"
+                    f"w{i} {ws[i]['packets']:,}: {d:,} ({ws[i]['kernel_drops']:,}+{ws[i]['queue_drops']:,})"
                     for i, d in drops.items()
                 )
                 total = sum(drops.values())

@@ -512,14 +512,18 @@ def tcpreplay(
     pps: int | None = None,
     loop: int = 1,
     duration_s: int | None = None,
+    unique_ip: bool = False,
     timeout_s: float = 300.0,
 ) -> ReplayResult:
     """Replay ``pcap`` into ``net.send`` with tcpreplay, at ``pps`` packets/s (else at the capture's
     own pace), ``loop`` times or for ``duration_s`` seconds, whichever ends first; stopped by PID
     after ``timeout_s``. The file is loaded into memory first (``-K``), so reading it costs nothing
-    while sending. What tcpreplay says it sent."""
+    while sending. ``unique_ip``: the addresses change with every loop, so each loop's connections
+    are new ones (else every loop repeats the same connections). What tcpreplay says it sent."""
     rate = ["--pps", str(pps)] if pps else []
     limit = ["--duration", str(duration_s)] if duration_s else []
+    if unique_ip:
+        limit.append("--unique-ip")
     command = [
         *netns_prefix(net.netns),
         "tcpreplay",

@@ -1,19 +1,27 @@
-"""`kwsniff capture` on a mirror target: a VXLAN-wrapped capture replayed by `tcpreplay` into a veth pair
-in a network namespace this test creates passes the default kernel filter and gives the tables of
-the plain capture.
+"""`kwsniff capture --workers 2` on a mirror target: a VXLAN-wrapped capture replayed by `tcpreplay` into
+a veth pair in a network namespace this test creates passes the default kernel filter and gives the
+tables of the plain capture.
 
-One worker: the kernel's fanout hash sees a UDP tunnel's outer headers only, and this capture's
-VXLAN source port changes with every packet (as a VTEP's may per flow), so more workers would split
-its connections (docs/live-capture.md, "Workers")."""
+The wrapped capture is the overlay between two pairs of nodes, and the outer UDP source port changes
+with every packet (a VTEP picks it per flow, RFC 7348 section 5): the kernel's own fanout hash would
+split its connections between the workers; the fanout group's steering program
+(kwsniff.capture.fanout) keeps each node pair's connections on one worker, and the two pairs give
+both workers a share."""
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 import tunnelwire as tw
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.l2 import Ether
+from scapy.layers.vxlan import VXLAN
+from scapy.packet import Packet
 
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
@@ -30,15 +38,54 @@ from tests.realparts import (
 ROOT = Path(__file__).resolve().parent.parent
 REPLAY_PPS = 2000
 SETTLE_S = 1.0  # for the last replayed packets to be read before the capture is stopped
+# Two VTEP pairs (client node, broker node) the steering program sends to different workers of 2.
+NODE_PAIRS = (("192.0.2.1", "192.0.2.2"), ("198.51.100.1", "198.51.100.2"))
 
 
-def test_capture_on_a_mirror_target_decodes_vxlan_like_the_plain_capture(tmp_path: Path) -> None:
+def keyed(rows: list[dict[str, Any]], connections: list[dict[str, Any]]) -> list[str]:
+    """The rows, sorted, without the columns a replay changes: the capture's name, times (the
+    replay's pace) and conn_id (numbered per worker: its connection's addresses instead)."""
+    flows = {
+        c["conn_id"]: (c["client_ip"], c["client_port"], c["broker_ip"], c["broker_port"])
+        for c in connections
+    }
+    drop = ("capture", "conn_id", "ts_request", "ts_response", "latency_ms")
+    return sorted(
+        repr(sorted([*((k, v) for k, v in r.items() if k not in drop), ("flow", flows[r["conn_id"]])]))
+        for r in rows
+    )
+
+
+def node_pair(pkt: Packet) -> int:
+    """The node pair of an inner packet's connection, chosen by its client port (the base capture's
+    broker port is below every client's; its client ports are all even)."""
+    return max(pkt.original[TCP].sport, pkt.original[TCP].dport) // 2 % 2
+
+
+def two_node_pairs(pkt: Packet, n: int) -> list[Packet]:
+    """VXLAN between the node pair of the inner connection, the outer addresses swapped with the
+    direction, and a new outer source port every packet."""
+    client_node, broker_node = NODE_PAIRS[node_pair(pkt)]
+    to_broker = pkt.original[TCP].sport > pkt.original[TCP].dport
+    src, dst = (client_node, broker_node) if to_broker else (broker_node, client_node)
+    return [
+        tw.chain(
+            Ether(**tw.OUTER_MAC),
+            IP(src=src, dst=dst, id=n & 0xFFFF),
+            UDP(sport=49152 + n % 1000, dport=4789),
+            VXLAN(vni=42),
+            pkt,
+        )
+    ]
+
+
+def test_two_workers_on_a_mirror_target_decode_vxlan_like_the_plain_capture(tmp_path: Path) -> None:
     inner = tw.inners(tw.resegment(ROOT / "tests" / "data" / "captures" / tw.BASE_CAPTURE))
     plain = tw.write(tmp_path / "plain.pcap", [p.original for p in inner])
-    vxlan = tw.write(tmp_path / "vxlan.pcap", tw.wrapped(inner, tw.vxlan()))
+    vxlan = tw.write(tmp_path / "vxlan.pcap", tw.wrapped(inner, two_node_pairs))
     out = tmp_path / "live"
     with replay_namespace("tun") as net:
-        proc = start_kwsniff_capture(net, ["--out", str(out), "--workers", "1"], tmp_path / "capture.err")
+        proc = start_kwsniff_capture(net, ["--out", str(out), "--workers", "2"], tmp_path / "capture.err")
         try:
             sent = tcpreplay(net, vxlan, pps=REPLAY_PPS)
             time.sleep(SETTLE_S)
@@ -48,14 +95,19 @@ def test_capture_on_a_mirror_target_decodes_vxlan_like_the_plain_capture(tmp_pat
     assert sent.packets == len(inner)
     reference = ListSink()
     run_capture(plain, reference, SessionOptions())
+    conns = ds.dataset(out / "connections").to_table().to_pylist()
     for table in ("requests", "partitions", "errors"):
         rows = ds.dataset(out / table).to_table().to_pylist()
         expected = pa.Table.from_pylist(reference.tables[table], schema=SCHEMAS[table]).to_pylist()
-        drop = ("capture", "ts_request", "ts_response", "latency_ms")  # live times are the replay's
-        assert sorted(repr({k: v for k, v in r.items() if k not in drop}) for r in rows) == sorted(
-            repr({k: v for k, v in r.items() if k not in drop}) for r in expected
-        ), table
-    conns = ds.dataset(out / "connections").to_table().to_pylist()
+        assert keyed(rows, conns) == keyed(expected, reference.tables["connections"]), table
     assert {c["tunnel"] for c in conns} == {"vxlan:vni=42"}
     stats = ds.dataset(out / "capture_stats").to_table().to_pylist()
     assert sum(r["packets"] for r in stats) == sent.packets
+    assert sum(r["kernel_drops"] + r["queue_drops"] for r in stats) == 0
+    # Each node pair's packets went to one worker, so each worker's share is one pair's packets.
+    per_pair = Counter(node_pair(p) for p in inner)
+    per_worker = Counter[int]()
+    for r in stats:
+        per_worker[r["worker"]] += r["packets"]
+    assert sorted(per_worker.values()) == sorted(per_pair.values()), (per_worker, per_pair)
+    assert len(per_worker) == 2 and min(per_worker.values()) > 0

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from struct import Struct
 from typing import Any
 
+from kwsniff.capture.fanout import PACKET_FANOUT, SOL_PACKET, fanout_option, set_steering
+
 POLL_S = 0.1  # longest wait before the capture thread checks for a stop request
 TIMEOUT_MS = 100  # libpcap's packet-buffer timeout: a TPACKET_V3 block is handed over at least this often
 BATCH = 1024  # packets per next_batch call
@@ -129,27 +131,20 @@ def open_interface(iface: str, bpf: str, snaplen: int, buffer_bytes: int) -> Any
     return handle
 
 
-# linux/if_packet.h: one fanout group of packet sockets shares an interface's packets.
-SOL_PACKET = 263
-PACKET_FANOUT = 18
-PACKET_FANOUT_HASH = 0  # by the kernel's flow hash, symmetric: both directions go to one socket
-# Reassemble IP fragments before hashing: a fragment has no ports, and unreassembled it would hash
-# apart from its flow's other packets (the socket still receives the reassembled datagram).
-PACKET_FANOUT_FLAG_DEFRAG = 0x8000
-
-
 def join_fanout(handle: Any, group: int) -> None:
     """Join the packet socket under ``handle`` (libpcap's, already bound to its interface) to
-    fanout group ``group`` of its network namespace: from now on each packet goes to one member
-    only. LiveCaptureError if the kernel refuses (a group of another type, or no fanout)."""
+    fanout group ``group`` of its network namespace, steered flow by flow (kwsniff.capture.fanout):
+    from now on each packet goes to one member only. LiveCaptureError if the kernel refuses (a group
+    of another type, or no fanout)."""
     import socket
 
     fd = os.dup(handle.getfd())  # the socket object owns (and closes) the duplicate only
     sock = socket.socket(fileno=fd)
     try:
-        mode = PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_DEFRAG
-        # An unsigned int: the defrag flag sets its top bit.
-        sock.setsockopt(SOL_PACKET, PACKET_FANOUT, Struct("=I").pack((group & 0xFFFF) | (mode << 16)))
+        sock.setsockopt(SOL_PACKET, PACKET_FANOUT, fanout_option(group))
+        # Set at once: until a program is set the group sends every packet to its first member,
+        # and the workers drop what they hold from before all of them joined.
+        set_steering(sock)
     except OSError as err:
         raise LiveCaptureError(f"cannot join packet fanout group {group}: {err.strerror or err}") from None
     finally:

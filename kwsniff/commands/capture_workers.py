@@ -23,8 +23,6 @@ from kwsniff.view.metrics import Metrics
 from kwsniff.view.stats import LiveStats
 from kwsniff.view.summary import human_size, print_summary
 
-UDP_TUNNELS = ("vxlan", "geneve")
-
 
 @dataclass
 class WorkerRun:
@@ -108,19 +106,6 @@ def capture_with_workers(
     if not pool.results or len(pool.results) < workers:
         return 1
     result = merge_results(pool.results, name, time.monotonic() - started)
-    # The kernel hashes a UDP tunnel's outer headers: when a VTEP varies the outer source port,
-    # a connection's packets can reach two workers, which each see part of it.
-    udp_tunnelled = {k: v for k, v in result.stats.decapsulated.items() if k in UDP_TUNNELS and v}
-    if udp_tunnelled:
-        kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(udp_tunnelled.items()))
-        messages.warnings(
-            run.iface,
-            [
-                f"UDP-tunnelled packets ({kinds}) with {workers} workers: the kernel spreads them by their "
-                "outer headers, which can split a connection between workers; use --workers 1 on a "
-                "VXLAN or Geneve capture point (docs/live-capture.md)"
-            ],
-        )
     if not quiet:
         _summary(result, pool, output.shown)
     return 1 if pool.errors else 0

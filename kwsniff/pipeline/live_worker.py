@@ -1,10 +1,11 @@
 """One worker process of a live capture spread over cores (`kwsniff capture --workers N`).
 
 Each worker opens its own libpcap handle on the interface and joins it to the run's AF_PACKET
-fanout group (PACKET_FANOUT_HASH, flow-symmetric: both directions of a connection reach the same
-worker), then decodes its share with the same :class:`LiveDecoder` as a single-process capture. Its
-Parquet files go to a spool directory the coordinator (:mod:`kwsniff.pipeline.run_workers`) moves
-into the dataset's stage, so every worker's rows of a period are committed together.
+fanout group (steered by kwsniff.capture.fanout's BPF program, flow-symmetric: both directions of a
+connection reach the same worker, and a tunnel's connections that of its outer addresses), then
+decodes its share with the same :class:`LiveDecoder` as a single-process capture. Its Parquet files
+go to a spool directory the coordinator (:mod:`kwsniff.pipeline.run_workers`) moves into the
+dataset's stage, so every worker's rows of a period are committed together.
 
 Messages to the coordinator (one queue shared by the workers), each a tuple starting with the kind
 and the worker's number: ``ready``, ``error`` (one line), ``stats`` (counters, open connections and

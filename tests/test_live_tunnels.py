@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import tunnelwire as tw
 from scapy.layers.inet import IP, TCP, UDP
-from scapy.layers.l2 import Ether
+from scapy.layers.l2 import Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Packet
 
@@ -64,13 +64,18 @@ def node_pair(pkt: Packet) -> int:
 
 def two_node_pairs(pkt: Packet, n: int) -> list[Packet]:
     """VXLAN between the node pair of the inner connection, the outer addresses swapped with the
-    direction, and a new outer source port every packet."""
-    client_node, broker_node = NODE_PAIRS[node_pair(pkt)]
+    direction, and a new outer source port every packet. The first pair's frames carry an 802.1Q tag
+    (a mirror port's VLAN), which the kernel removes before the steering program runs: were they
+    not seen as IP, they would go to worker 0 with the second pair's (the first pair's addresses
+    steer to the other member), and one worker would take all."""
+    pair = node_pair(pkt)
+    client_node, broker_node = NODE_PAIRS[pair]
     to_broker = pkt.original[TCP].sport > pkt.original[TCP].dport
     src, dst = (client_node, broker_node) if to_broker else (broker_node, client_node)
+    link = [Ether(**tw.OUTER_MAC, type=0x8100), Dot1Q(vlan=100)] if pair == 0 else [Ether(**tw.OUTER_MAC)]
     return [
         tw.chain(
-            Ether(**tw.OUTER_MAC),
+            *link,
             IP(src=src, dst=dst, id=n & 0xFFFF),
             UDP(sport=49152 + n % 1000, dport=4789),
             VXLAN(vni=42),

@@ -14,9 +14,10 @@ each worker (kernel: PACKET_STATISTICS through libpcap; queue: decoding fell beh
 run's capture_stats table. Then the highest rate each kept with zero drops, and the 1 -> 2 gain.
 
 The replay loops the capture with `--unique-ip`: each loop's addresses differ, so each loop's
-connections are new ones, as a broker's many clients would be, and the kernel's flow hash can spread
-them. (Without it every loop repeats the capture's 4 busy connections, and the hash puts 3 of them
-on one worker.) The machine's load (`uptime`) is printed: on a shared machine the figures move with it.
+connections are new ones, as a broker's many clients would be, and the fanout group's steering
+(by addresses and ports) can spread them. (Without it every loop repeats the capture's 4 busy
+connections, and 3 of them may land on one worker.) The machine's load (`uptime`) is printed: on a
+shared machine the figures move with it.
 """
 
 from __future__ import annotations

@@ -16,6 +16,11 @@ from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
+import tunnelwire as tw
+from scapy.layers.inet import TCP
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import Ether
+from scapy.utils import PcapWriter
 
 from kwsniff.capture import open_capture
 from kwsniff.capture.live import CaptureCounters
@@ -76,10 +81,9 @@ def rows(out: Path, table: str) -> list[str]:
     return sorted(found)
 
 
-def test_two_workers_on_a_replayed_mtu1500_capture_give_the_tables_of_read(
-    mtu1500_capture: tuple[Path, int], tmp_path: Path
-) -> None:
-    pcap, port = mtu1500_capture
+def replay_with_two_workers(pcap: Path, port: int, tmp_path: Path) -> tuple[Path, int]:
+    """`kwsniff read` of ``pcap`` into tmp_path/read, and its replay captured by `kwsniff capture
+    --workers 2` into tmp_path/live; and the packets tcpreplay sent."""
     read = subprocess.run(
         [sys.executable, "-m", "kwsniff", "read", str(pcap), "--out", str(tmp_path / "read"), "-q"],
         capture_output=True,
@@ -101,6 +105,21 @@ def test_two_workers_on_a_replayed_mtu1500_capture_give_the_tables_of_read(
     assert "Traceback" not in err
     stdout = proc.stdout.read().decode() if proc.stdout else ""
     assert "by 2 workers" in stdout, stdout
+    return live, sent.packets
+
+
+def packets_per_worker(live: Path) -> Counter[int]:
+    per_worker = Counter[int]()
+    for r in ds.dataset(live / "capture_stats").to_table().to_pylist():
+        per_worker[r["worker"]] += r["packets"]
+    return per_worker
+
+
+def test_two_workers_on_a_replayed_mtu1500_capture_give_the_tables_of_read(
+    mtu1500_capture: tuple[Path, int], tmp_path: Path
+) -> None:
+    pcap, port = mtu1500_capture
+    live, sent = replay_with_two_workers(pcap, port, tmp_path)
 
     for table in ("requests", "partitions", "errors", "groups"):
         assert rows(live, table) == rows(tmp_path / "read", table), table
@@ -110,10 +129,8 @@ def test_two_workers_on_a_replayed_mtu1500_capture_give_the_tables_of_read(
     assert len(conns) == ds.dataset(tmp_path / "read" / "connections").count_rows()
 
     stats = ds.dataset(live / "capture_stats").to_table().to_pylist()
-    per_worker = Counter[int]()
-    for r in stats:
-        per_worker[r["worker"]] += r["packets"]
-    assert sum(per_worker.values()) == sent.packets == pcap_packet_count(pcap)
+    per_worker = packets_per_worker(live)
+    assert sum(per_worker.values()) == sent == pcap_packet_count(pcap)
     assert sorted(per_worker) == [0, 1] and min(per_worker.values()) > 0  # both took a share
     assert sum(r["kernel_drops"] + r["queue_drops"] for r in stats) == 0
     # Each worker's periods are back to back from the same start, at the coordinator's rotations
@@ -126,6 +143,28 @@ def test_two_workers_on_a_replayed_mtu1500_capture_give_the_tables_of_read(
     assert bounds[0][0][0] == bounds[1][0][0]
     ends = [{end for _, end in periods[:-1]} for periods in bounds.values()]
     assert len(ends[0] ^ ends[1]) <= 1 and len(bounds[0]) >= 2, bounds  # at least one rotation
+
+
+def test_two_workers_spread_ipv6_connections_by_ports_and_keep_each_whole(tmp_path: Path) -> None:
+    """The sample's 7 connections over IPv6, all between fd00::1 and itself: only their ports tell
+    them apart, and the steering program's sum of addresses and ports, read at IPv6's offsets,
+    puts one of them on one worker and six on the other."""
+    sample = ROOT / "tests" / "data" / "captures" / "kafka_python.pcap"
+    pcap = tmp_path / "ipv6.pcap"
+    with PcapWriter(str(pcap), linktype=1, sync=False) as out:
+        for pkt in tw.resegment(sample):
+            tcp = pkt[TCP].copy()
+            tcp.chksum = None
+            frame = Ether(**tw.INNER_MAC) / IPv6(src="fd00::1", dst="fd00::1") / tcp
+            frame.time = pkt.time
+            out.write(frame)
+    live, sent = replay_with_two_workers(pcap, 19103, tmp_path)
+    for table in ("requests", "partitions", "errors"):
+        assert rows(live, table) == rows(tmp_path / "read", table), table
+    assert len(rows(live, "requests")) == 46  # as `read` of the IPv4 original
+    per_worker = packets_per_worker(live)
+    assert sum(per_worker.values()) == sent == pcap_packet_count(pcap)
+    assert len(per_worker) == 2 and min(per_worker.values()) > 0
 
 
 class ReplayedBatches:

@@ -2,11 +2,11 @@
 a veth pair in a network namespace this test creates passes the default kernel filter and gives the
 tables of the plain capture.
 
-The wrapped capture is the overlay between two pairs of nodes, and the outer UDP source port changes
-with every packet (a VTEP picks it per flow, RFC 7348 section 5): the kernel's own fanout hash would
-split its connections between the workers; the fanout group's steering program
-(kwsniff.capture.fanout) keeps each node pair's connections on one worker, and the two pairs give
-both workers a share."""
+The wrapped capture is the overlay between three pairs of nodes (IPv4, IPv4 with a VLAN tag, IPv6),
+and the outer UDP source port changes with every packet (a VTEP picks it per flow, RFC 7348
+section 5): the kernel's own fanout hash would split its connections between the workers; the
+fanout group's steering program (kwsniff.capture.fanout) keeps each node pair's connections on one
+worker, and the pairs give both workers a share."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import tunnelwire as tw
 from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Packet
@@ -38,8 +39,16 @@ from tests.realparts import (
 ROOT = Path(__file__).resolve().parent.parent
 REPLAY_PPS = 2000
 SETTLE_S = 1.0  # for the last replayed packets to be read before the capture is stopped
-# Two VTEP pairs (client node, broker node) the steering program sends to different workers of 2.
-NODE_PAIRS = (("192.0.2.1", "192.0.2.2"), ("198.51.100.1", "198.51.100.2"))
+# Three VTEP pairs (client node, broker node, 802.1Q-tagged), and the member of a 2-worker group the
+# steering program's sum of their addresses sends each to. The tagged IPv4 pair and the IPv6 pair
+# share member 1: were the tag not removed, or the IPv6 addresses not read, theirs would go to
+# member 0 (a load that fails or a frame not IP goes there) and the shares would differ.
+NODE_PAIRS = (
+    ("192.0.2.1", "192.0.2.2", True),
+    ("2001:db8::1", "2001:db8::2", False),
+    ("198.51.100.1", "198.51.100.2", False),
+)
+MEMBER = (1, 1, 0)
 
 
 def keyed(rows: list[dict[str, Any]], connections: list[dict[str, Any]]) -> list[str]:
@@ -59,24 +68,22 @@ def keyed(rows: list[dict[str, Any]], connections: list[dict[str, Any]]) -> list
 def node_pair(pkt: Packet) -> int:
     """The node pair of an inner packet's connection, chosen by its client port (the base capture's
     broker port is below every client's; its client ports are all even)."""
-    return max(pkt.original[TCP].sport, pkt.original[TCP].dport) // 2 % 2
+    return max(pkt.original[TCP].sport, pkt.original[TCP].dport) // 2 % len(NODE_PAIRS)
 
 
 def two_node_pairs(pkt: Packet, n: int) -> list[Packet]:
     """VXLAN between the node pair of the inner connection, the outer addresses swapped with the
-    direction, and a new outer source port every packet. The first pair's frames carry an 802.1Q tag
-    (a mirror port's VLAN), which the kernel removes before the steering program runs: were they
-    not seen as IP, they would go to worker 0 with the second pair's (the first pair's addresses
-    steer to the other member), and one worker would take all."""
-    pair = node_pair(pkt)
-    client_node, broker_node = NODE_PAIRS[pair]
+    direction, and a new outer source port every packet; a tagged pair's frames carry an 802.1Q tag
+    (a mirror port's VLAN), which the kernel removes before the steering program runs."""
+    client_node, broker_node, tagged = NODE_PAIRS[node_pair(pkt)]
     to_broker = pkt.original[TCP].sport > pkt.original[TCP].dport
     src, dst = (client_node, broker_node) if to_broker else (broker_node, client_node)
-    link = [Ether(**tw.OUTER_MAC, type=0x8100), Dot1Q(vlan=100)] if pair == 0 else [Ether(**tw.OUTER_MAC)]
+    link = [Ether(**tw.OUTER_MAC, type=0x8100), Dot1Q(vlan=100)] if tagged else [Ether(**tw.OUTER_MAC)]
+    outer = IPv6(src=src, dst=dst) if ":" in src else IP(src=src, dst=dst, id=n & 0xFFFF)
     return [
         tw.chain(
             *link,
-            IP(src=src, dst=dst, id=n & 0xFFFF),
+            outer,
             UDP(sport=49152 + n % 1000, dport=4789),
             VXLAN(vni=42),
             pkt,
@@ -110,9 +117,10 @@ def test_two_workers_on_a_mirror_target_decode_vxlan_like_the_plain_capture(tmp_
     assert sum(r["packets"] for r in stats) == sent.packets
     assert sum(r["kernel_drops"] + r["queue_drops"] for r in stats) == 0
     # Each node pair's packets went to one worker, so each worker's share is one pair's packets.
-    per_pair = Counter(node_pair(p) for p in inner)
+    per_member = Counter(MEMBER[node_pair(p)] for p in inner)
     per_worker = Counter[int]()
     for r in stats:
         per_worker[r["worker"]] += r["packets"]
-    assert sorted(per_worker.values()) == sorted(per_pair.values()), (per_worker, per_pair)
+    # Workers join the group in any order: a worker's number need not be its member index.
+    assert sorted(per_worker.values()) == sorted(per_member.values()), (per_worker, per_member)
     assert len(per_worker) == 2 and min(per_worker.values()) > 0

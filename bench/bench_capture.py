@@ -91,7 +91,9 @@ def run_rate(
     with open(err, "wb") as err_file:
         capture = subprocess.Popen(
             [*prefix, sys.executable, "-m", "kwsniff", "capture", "lo", "--out", str(out)]
-            + ["-p", str(broker.port), "--buffer-mb", "64", "--rotate-seconds", "30"],
+            + ["-p", str(broker.port), "--buffer-mb", "64", "--rotate-seconds", "30"]
+            # One process, as its figures in bench/README.md; bench_live.py measures --workers.
+            + ["--workers", "1"],
             stdout=subprocess.DEVNULL,
             stderr=err_file,
             env=env,

@@ -41,13 +41,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def stop_process(proc: subprocess.Popen[bytes], first_signal: int = signal.SIGTERM) -> int | None:
-    """Signal `proc` by PID, wait with a timeout, then kill; returns the exit code."""
+def stop_process(
+    proc: subprocess.Popen[bytes], first_signal: int = signal.SIGTERM, timeout_s: float = STOP_TIMEOUT_S
+) -> int | None:
+    """Signal `proc` by PID, wait ``timeout_s``, then kill; returns the exit code."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(first_signal)
         try:
-            proc.wait(timeout=STOP_TIMEOUT_S)
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=STOP_TIMEOUT_S)
@@ -452,3 +454,112 @@ def wait_for_listener(port: int, timeout_s: float = 20.0) -> None:
                 break
         time.sleep(0.05)
     time.sleep(0.3)
+
+
+# -- replaying a capture into a veth pair in a network namespace (live capture tests and bench) ------
+REPLAY_MTU = 9000  # room for a tunnel's headers around a 1500-byte packet
+CAPTURE_READY_TIMEOUT_S = 60.0  # `kwsniff capture` importing, and its workers starting, on a busy machine
+# For a stopped `kwsniff capture` to decode what its workers hold and commit, on a busy machine.
+CAPTURE_STOP_TIMEOUT_S = 120.0
+_TCPREPLAY_SENT = re.compile(r"Actual: (\d+) packets \((\d+) bytes\) sent in ([\d.]+) seconds")
+
+
+@dataclass
+class ReplayNet:
+    """A namespace holding a veth pair: frames sent on `send` arrive on `capture`."""
+
+    netns: str
+    send: str
+    capture: str
+
+
+@contextlib.contextmanager
+def replay_namespace(tag: str) -> Iterator[ReplayNet]:
+    """A network namespace of our own with a veth pair, both ends up, deleted (with the pair) at
+    the end. Frames replayed into one end are not for the namespace's addresses, so its IP stack
+    drops them and never answers: the capture side sees exactly the replayed frames."""
+    pid = os.getpid() % 100000
+    net = ReplayNet(f"kwsniff-{tag}-{os.getpid()}", f"kwr{pid}s", f"kwr{pid}c")
+    run = [*netns_prefix(net.netns), "ip", "link"]
+    subprocess.run(["ip", "netns", "add", net.netns], check=True, capture_output=True, timeout=30)
+    try:
+        subprocess.run(
+            [*run, "add", net.send, "mtu", str(REPLAY_MTU), "type", "veth", "peer", "name", net.capture]
+            + ["mtu", str(REPLAY_MTU)],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+        for iface in (net.send, net.capture):
+            subprocess.run([*run, "set", iface, "up"], check=True, capture_output=True, timeout=30)
+        yield net
+    finally:
+        # Deleting the namespace deletes the veth pair in it.
+        subprocess.run(["ip", "netns", "del", net.netns], capture_output=True, timeout=30)
+
+
+@dataclass
+class ReplayResult:
+    packets: int
+    bytes: int
+    seconds: float
+
+
+def tcpreplay(
+    net: ReplayNet,
+    pcap: str | os.PathLike[str],
+    *,
+    pps: int | None = None,
+    loop: int = 1,
+    duration_s: int | None = None,
+    unique_ip: bool = False,
+    timeout_s: float = 300.0,
+) -> ReplayResult:
+    """Replay ``pcap`` into ``net.send`` with tcpreplay, at ``pps`` packets/s (else at the capture's
+    own pace), ``loop`` times or for ``duration_s`` seconds, whichever ends first; stopped by PID
+    after ``timeout_s``. The file is loaded into memory first (``-K``), so reading it costs nothing
+    while sending. ``unique_ip``: the addresses change with every loop, so each loop's connections
+    are new ones (else every loop repeats the same connections). What tcpreplay says it sent."""
+    rate = ["--pps", str(pps)] if pps else []
+    limit = ["--duration", str(duration_s)] if duration_s else []
+    if unique_ip:
+        limit.append("--unique-ip")
+    command = [
+        *netns_prefix(net.netns),
+        "tcpreplay",
+        "-K",
+        "-i",
+        net.send,
+        "--loop",
+        str(loop),
+        *rate,
+        *limit,
+    ]
+    command.append(str(pcap))
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    finally:
+        stop_process(proc)  # type: ignore[arg-type]
+    text = out.decode(errors="replace")
+    found = _TCPREPLAY_SENT.search(text)
+    if proc.returncode != 0 or found is None:
+        raise RuntimeError(f"tcpreplay failed ({proc.returncode}): {text.strip()}")
+    return ReplayResult(int(found[1]), int(found[2]), float(found[3]))
+
+
+def start_kwsniff_capture(net: ReplayNet, args: Sequence[str], err_path: Path) -> subprocess.Popen[bytes]:
+    """`kwsniff capture` on ``net.capture`` inside the namespace, returned once it says it is
+    capturing (every worker in its fanout group); its stderr goes to ``err_path``. `ip netns exec`
+    execs the command, so the process we hold is kwsniff itself: stop it with stop_process and
+    CAPTURE_STOP_TIMEOUT_S."""
+    command = [*netns_prefix(net.netns), sys.executable, "-m", "kwsniff", "capture", net.capture, *args]
+    with err_path.open("wb") as err:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err)
+    deadline = time.monotonic() + CAPTURE_READY_TIMEOUT_S
+    while b"kwsniff: capturing on" not in err_path.read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_process(proc, signal.SIGKILL)
+            raise RuntimeError(f"kwsniff capture did not start: {err_path.read_text(errors='replace')}")
+        time.sleep(0.05)
+    return proc

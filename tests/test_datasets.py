@@ -259,8 +259,9 @@ def test_same_file_name_in_two_directories_across_appended_runs_gets_two_capture
 
 def test_two_live_captures_started_together_have_their_own_names(tmp_path: Path) -> None:
     out = tmp_path / "live"
+    # Two workers each: two fanout groups on one interface, one per run.
     args = ("capture", "lo", "-o", str(out), "--append", "--filter", "tcp port 1", "--duration", "1.5", "-q")
-    procs = [start(*args) for _ in range(2)]
+    procs = [start(*args, "--workers", "2") for _ in range(2)]
     try:
         for proc in procs:
             _, err = proc.communicate(timeout=WAIT_S)
@@ -270,11 +271,13 @@ def test_two_live_captures_started_together_have_their_own_names(tmp_path: Path)
             proc.kill()
             proc.wait()
     stats = ds.dataset(out / "capture_stats").to_table().column("capture").to_pylist()
-    assert len(stats) == len(set(stats)) == 2
+    assert len(set(stats)) == 2 and sorted(stats.count(c) for c in set(stats)) == [2, 2]  # a row per worker
     assert all(re.fullmatch(r"lo-\d{8}T\d{6}Z-[0-9a-f]{6}", c) for c in stats), stats
     # A live capture writes no `captures` table: its periods are in `capture_stats`.
     for table in (*(t for t in DEFAULT_TABLES if t != "captures"), "capture_stats"):
-        assert sorted(p.name for p in (out / table).iterdir()) == sorted(f"{c}-000001.parquet" for c in stats)
+        assert sorted(p.name for p in (out / table).iterdir()) == sorted(
+            f"{c}-w{w}-000001.parquet" for c in set(stats) for w in (0, 1)
+        )
     assert leftovers(out) == []
 
 

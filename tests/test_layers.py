@@ -29,6 +29,8 @@ LAYERS: list[set[str]] = [
     {"pipeline.connection"},
     {"pipeline.session"},
     {"pipeline", "pipeline.run", "pipeline.run_live", "pipeline.keylogs"},
+    {"pipeline.live_worker"},  # a process of `capture --workers`, built on run_live
+    {"pipeline.run_workers"},  # their coordinator
     {"spark"},  # the fleet pipeline (imports pyspark only when called)
     {"report"},  # analytics over the tables and their plots
     {"commands"},

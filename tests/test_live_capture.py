@@ -36,6 +36,7 @@ def start_capture(out: Path, port: int, pcap: Path, err_path: Path) -> subproces
     err = open(err_path, "wb")  # noqa: SIM115 - the child owns it
     proc = subprocess.Popen(
         [sys.executable, "-m", "kwsniff", "capture", "lo", "--out", str(out), "--broker-port", str(port)]
+        + ["--workers", "1"]
         + ["--rotate-seconds", "2", "--write-pcap", str(pcap)],
         stdout=subprocess.PIPE,
         stderr=err,

@@ -19,6 +19,7 @@ from typing import Any
 
 import dpkt
 import pyarrow.parquet as pq
+import pytest
 
 from kwsniff.capture import open_capture, open_stream
 from kwsniff.capture.live import CaptureCounters
@@ -343,12 +344,16 @@ def test_view_stats_from_rows() -> None:
     assert line.endswith(" errors NOT_LEADER_OR_FOLLOWER=2")
 
 
-def test_sigterm_and_duration_stop_cleanly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_and_duration_stop_cleanly(tmp_path: Path, workers: int) -> None:
+    """SIGTERM and --duration stop the capture, every worker included, and commit one period:
+    one capture_stats file (and row) per worker."""
     port = str(free_port())
     err = tmp_path / "err"
     with err.open("wb") as err_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kwsniff", "capture", "lo", "--out", str(tmp_path / "a"), "-p", port],
+            [sys.executable, "-m", "kwsniff", "capture", "lo", "--out", str(tmp_path / "a"), "-p", port]
+            + ["--workers", str(workers)],
             stdout=subprocess.PIPE,
             stderr=err_file,
         )
@@ -362,11 +367,25 @@ def test_sigterm_and_duration_stop_cleanly(tmp_path: Path) -> None:
         stop_process(proc, signal.SIGKILL)
     assert proc.returncode == 0, err.read_text()
     assert b"1 rotation periods" in stdout
-    assert len(list((tmp_path / "a" / "capture_stats").glob("*.parquet"))) == 1
-    timed = kwsniff("capture", "lo", "--out", str(tmp_path / "b"), "-p", port, "--duration", "1", "-q")
+    assert len(list((tmp_path / "a" / "capture_stats").glob("*.parquet"))) == workers
+    timed = kwsniff(
+        "capture",
+        "lo",
+        "--out",
+        str(tmp_path / "b"),
+        "-p",
+        port,
+        "--duration",
+        "1",
+        "-q",
+        "--workers",
+        str(workers),
+    )
     # -q prints only errors: no "capturing on" line, no view, no summary.
     assert (timed.returncode, timed.stdout, timed.stderr) == (0, "", "")
-    assert [r["packets"] for r in dataset(tmp_path / "b", "capture_stats")] == [0]
+    stats = dataset(tmp_path / "b", "capture_stats")
+    assert sorted((r["worker"], r["packets"]) for r in stats) == [(w, 0) for w in range(workers)]
+    assert not list(tmp_path.glob(".b.kwsniff-*")), "a spool or stage directory was left beside OUT"
 
 
 def test_view_and_metrics_count_every_row_of_the_errors_table() -> None:

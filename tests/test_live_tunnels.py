@@ -1,104 +1,126 @@
-"""`kwsniff capture` on a mirror target: VXLAN-wrapped Kafka sent to a veth in a network namespace this
-test creates passes the default kernel filter and gives the tables of the plain capture."""
+"""`kwsniff capture --workers 2` on a mirror target: a VXLAN-wrapped capture replayed by `tcpreplay` into
+a veth pair in a network namespace this test creates passes the default kernel filter and gives the
+tables of the plain capture.
+
+The wrapped capture is the overlay between three pairs of nodes (IPv4, IPv4 with a VLAN tag, IPv6),
+and the outer UDP source port changes with every packet (a VTEP picks it per flow, RFC 7348
+section 5): the kernel's own fanout hash would split its connections between the workers; the
+fanout group's steering program (kwsniff.capture.fanout) keeps each node pair's connections on one
+worker, and the pairs give both workers a share."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
-import pytest
 import tunnelwire as tw
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import Dot1Q, Ether
+from scapy.layers.vxlan import VXLAN
+from scapy.packet import Packet
 
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
 from kwsniff.tables.schemas import SCHEMAS
-from tests.realparts import stop_process
+from tests.realparts import (
+    CAPTURE_STOP_TIMEOUT_S,
+    replay_namespace,
+    start_kwsniff_capture,
+    stop_process,
+    tcpreplay,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
-NETNS = f"kwsniff-tun-{os.getpid()}"
-OUTSIDE, INSIDE = f"kwt{os.getpid() % 100000}o", f"kwt{os.getpid() % 100000}i"
-READY_TIMEOUT_S = 60.0
+REPLAY_PPS = 2000
+SETTLE_S = 1.0  # for the last replayed packets to be read before the capture is stopped
+# Three VTEP pairs (client node, broker node, 802.1Q-tagged), and the member of a 2-worker group the
+# steering program's sum of their addresses sends each to. The tagged IPv4 pair and the IPv6 pair
+# share member 1: were the tag not removed, or the IPv6 addresses not read, theirs would go to
+# member 0 (a load that fails or a frame not IP goes there) and the shares would differ.
+NODE_PAIRS = (
+    ("192.0.2.1", "192.0.2.2", True),
+    ("2001:db8::1", "2001:db8::2", False),
+    ("198.51.100.1", "198.51.100.2", False),
+)
+MEMBER = (1, 1, 0)
 
 
-def ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+def keyed(rows: list[dict[str, Any]], connections: list[dict[str, Any]]) -> list[str]:
+    """The rows, sorted, without the columns a replay changes: the capture's name, times (the
+    replay's pace) and conn_id (numbered per worker: its connection's addresses instead)."""
+    flows = {
+        c["conn_id"]: (c["client_ip"], c["client_port"], c["broker_ip"], c["broker_port"])
+        for c in connections
+    }
+    drop = ("capture", "conn_id", "ts_request", "ts_response", "latency_ms")
+    return sorted(
+        repr(sorted([*((k, v) for k, v in r.items() if k not in drop), ("flow", flows[r["conn_id"]])]))
+        for r in rows
+    )
 
 
-@pytest.fixture
-def veth() -> Iterator[None]:
-    """A veth pair: OUTSIDE here, INSIDE in a namespace of our own, both up with room for VXLAN."""
-    ip("netns", "add", NETNS)
-    try:
-        ip("link", "add", OUTSIDE, "mtu", "9000", "type", "veth", "peer", "name", INSIDE, "mtu", "9000")
-        ip("link", "set", INSIDE, "netns", NETNS)
-        ip("link", "set", OUTSIDE, "up")
-        ip("netns", "exec", NETNS, "ip", "link", "set", INSIDE, "up")
-        yield
-    finally:
-        subprocess.run(["ip", "link", "del", OUTSIDE], capture_output=True, timeout=30)
-        subprocess.run(["ip", "netns", "del", NETNS], capture_output=True, timeout=30)
+def node_pair(pkt: Packet) -> int:
+    """The node pair of an inner packet's connection, chosen by its client port (the base capture's
+    broker port is below every client's; its client ports are all even)."""
+    return max(pkt.original[TCP].sport, pkt.original[TCP].dport) // 2 % len(NODE_PAIRS)
 
 
-def capture_listening(pid: int) -> bool:
-    """Whether process ``pid`` holds a packet socket in the namespace (libpcap has opened INSIDE)."""
-    out = subprocess.run(
-        ["ip", "netns", "exec", NETNS, "ss", "-0", "-a", "-p"], capture_output=True, text=True, timeout=30
-    ).stdout
-    return f"pid={pid}," in out
+def two_node_pairs(pkt: Packet, n: int) -> list[Packet]:
+    """VXLAN between the node pair of the inner connection, the outer addresses swapped with the
+    direction, and a new outer source port every packet; a tagged pair's frames carry an 802.1Q tag
+    (a mirror port's VLAN), which the kernel removes before the steering program runs."""
+    client_node, broker_node, tagged = NODE_PAIRS[node_pair(pkt)]
+    to_broker = pkt.original[TCP].sport > pkt.original[TCP].dport
+    src, dst = (client_node, broker_node) if to_broker else (broker_node, client_node)
+    link = [Ether(**tw.OUTER_MAC, type=0x8100), Dot1Q(vlan=100)] if tagged else [Ether(**tw.OUTER_MAC)]
+    outer = IPv6(src=src, dst=dst) if ":" in src else IP(src=src, dst=dst, id=n & 0xFFFF)
+    return [
+        tw.chain(
+            *link,
+            outer,
+            UDP(sport=49152 + n % 1000, dport=4789),
+            VXLAN(vni=42),
+            pkt,
+        )
+    ]
 
 
-def test_capture_on_a_mirror_target_decodes_vxlan_like_the_plain_capture(veth: None, tmp_path: Path) -> None:
+def test_two_workers_on_a_mirror_target_decode_vxlan_like_the_plain_capture(tmp_path: Path) -> None:
     inner = tw.inners(tw.resegment(ROOT / "tests" / "data" / "captures" / tw.BASE_CAPTURE))
     plain = tw.write(tmp_path / "plain.pcap", [p.original for p in inner])
-    frames = [bytes(f) for f in tw.wrapped(inner, tw.vxlan())]
+    vxlan = tw.write(tmp_path / "vxlan.pcap", tw.wrapped(inner, two_node_pairs))
     out = tmp_path / "live"
-    command = [
-        sys.executable,
-        "-m",
-        "kwsniff",
-        "capture",
-        INSIDE,
-        "--out",
-        str(out),
-        "--count",
-        str(len(frames)),
-        "-q",
-    ]
-    proc = subprocess.Popen(
-        ["ip", "netns", "exec", NETNS, *command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not capture_listening(proc.pid) and proc.poll() is None:
-            # `ip netns exec` execs the command, so the capture keeps the pid we started.
-            assert time.monotonic() < deadline, "kwsniff capture did not open the interface"
-            time.sleep(0.2)
-        time.sleep(0.5)  # the filter is set after the socket opens
-        with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as sock:
-            sock.bind((OUTSIDE, 0))
-            for frame in frames:
-                sock.send(frame)
-                time.sleep(0.0005)  # the veth queue is shallow
-        proc.wait(timeout=120)
-    finally:
-        stop_process(proc)  # type: ignore[arg-type]
-    assert proc.returncode == 0, proc.stdout.read() if proc.stdout else ""
+    with replay_namespace("tun") as net:
+        proc = start_kwsniff_capture(net, ["--out", str(out), "--workers", "2"], tmp_path / "capture.err")
+        try:
+            sent = tcpreplay(net, vxlan, pps=REPLAY_PPS)
+            time.sleep(SETTLE_S)
+        finally:
+            code = stop_process(proc, timeout_s=CAPTURE_STOP_TIMEOUT_S)  # type: ignore[arg-type]
+    assert code == 0, (tmp_path / "capture.err").read_text()
+    assert sent.packets == len(inner)
     reference = ListSink()
     run_capture(plain, reference, SessionOptions())
+    conns = ds.dataset(out / "connections").to_table().to_pylist()
     for table in ("requests", "partitions", "errors"):
         rows = ds.dataset(out / table).to_table().to_pylist()
         expected = pa.Table.from_pylist(reference.tables[table], schema=SCHEMAS[table]).to_pylist()
-        drop = ("capture", "ts_request", "ts_response", "latency_ms")  # live times are the send times
-        assert sorted(repr({k: v for k, v in r.items() if k not in drop}) for r in rows) == sorted(
-            repr({k: v for k, v in r.items() if k not in drop}) for r in expected
-        ), table
-    conns = ds.dataset(out / "connections").to_table().to_pylist()
+        assert keyed(rows, conns) == keyed(expected, reference.tables["connections"]), table
     assert {c["tunnel"] for c in conns} == {"vxlan:vni=42"}
+    stats = ds.dataset(out / "capture_stats").to_table().to_pylist()
+    assert sum(r["packets"] for r in stats) == sent.packets
+    assert sum(r["kernel_drops"] + r["queue_drops"] for r in stats) == 0
+    # Each node pair's packets went to one worker, so each worker's share is one pair's packets.
+    per_member = Counter(MEMBER[node_pair(p)] for p in inner)
+    per_worker = Counter[int]()
+    for r in stats:
+        per_worker[r["worker"]] += r["packets"]
+    # Workers join the group in any order: a worker's number need not be its member index.
+    assert sorted(per_worker.values()) == sorted(per_member.values()), (per_worker, per_member)
+    assert len(per_worker) == 2 and min(per_worker.values()) > 0

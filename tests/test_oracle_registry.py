@@ -248,6 +248,7 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "kernel_drops": STATS,
         "if_drops": STATS,
         "queue_drops": STATS,
+        "worker": "test_live_fanout.py::test_two_workers_on_a_replayed_mtu1500_capture_give_the_tables_of_read",
     },
     "groups": {
         "capture": "test_groups_table.py::test_group_rows_match_tsharks_exchanges_per_connection",

@@ -7,7 +7,8 @@
 #     openssl (the TLS test makes a self-signed certificate), redis-server, memcached and postgresql
 #     (servers of other protocols whose traffic must never be taken for Kafka), a Java 17 JDK
 #     for PySpark's local Spark (the `kwsniff spark`/`report` tests) and javac for tests/java/, and iproute2 and ethtool (the
-#     network namespaces of tools/make_capture.py and bench/bench_capture.py);
+#     network namespaces of tools/make_capture.py and bench/bench_capture.py), and tcpreplay (the live
+#     capture tests and bench/bench_live.py replay captures into a veth pair);
 #  3. kwsniff itself, editable, with its `test` and `spark` extras, into .venv.
 # tshark and editcap decrypt TLS as the TLS tests' oracle. Run the tests with `.venv/bin/python -m pytest`.
 set -euo pipefail
@@ -57,11 +58,12 @@ command -v editcap >/dev/null 2>&1 || missing+=(wireshark-common)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 { command -v psql >/dev/null 2>&1 && compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; } || missing+=(postgresql)
 PATH="$PATH:/usr/sbin:/sbin" command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v tcpreplay >/dev/null 2>&1 || missing+=(tcpreplay)
 PATH="$PATH:/usr/sbin:/sbin" command -v ethtool >/dev/null 2>&1 || missing+=(ethtool)
 if [ ${#missing[@]} -gt 0 ]; then
   apt_install "${missing[@]}"
 else
-  step "Debian packages: all present (tcpdump, openssl, redis-server, memcached, java, tshark, postgresql, iproute2, ethtool, chromium)"
+  step "Debian packages: all present (tcpdump, openssl, redis-server, memcached, java, tshark, postgresql, iproute2, ethtool, tcpreplay, chromium)"
 fi
 if ! { command -v java >/dev/null 2>&1 && [ "$(java_major)" -ge 17 ] 2>/dev/null; }; then
   echo "install-test-deps: error: Java 17 or newer is needed (PySpark 4); java -version says: $(java -version 2>&1 | head -1)" >&2

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from struct import Struct
 from typing import Any
 
+from kwsniff.capture.fanout import PACKET_FANOUT, SOL_PACKET, fanout_option, set_steering
+
 POLL_S = 0.1  # longest wait before the capture thread checks for a stop request
 TIMEOUT_MS = 100  # libpcap's packet-buffer timeout: a TPACKET_V3 block is handed over at least this often
 BATCH = 1024  # packets per next_batch call
@@ -127,6 +129,38 @@ def open_interface(iface: str, bpf: str, snaplen: int, buffer_bytes: int) -> Any
         raise LiveCaptureError(f"bad capture filter {bpf!r}: {err}") from None
     handle.setnonblock(True)
     return handle
+
+
+def join_fanout(handle: Any, group: int) -> None:
+    """Join the packet socket under ``handle`` (libpcap's, already bound to its interface) to
+    fanout group ``group`` of its network namespace, steered flow by flow (kwsniff.capture.fanout):
+    from now on each packet goes to one member only. LiveCaptureError if the kernel refuses (a group
+    of another type, or no fanout)."""
+    import socket
+
+    fd = os.dup(handle.getfd())  # the socket object owns (and closes) the duplicate only
+    sock = socket.socket(fileno=fd)
+    try:
+        sock.setsockopt(SOL_PACKET, PACKET_FANOUT, fanout_option(group))
+        # Set at once: until a program is set the group sends every packet to its first member,
+        # and the workers drop what they hold from before all of them joined.
+        set_steering(sock)
+    except OSError as err:
+        raise LiveCaptureError(f"cannot join packet fanout group {group}: {err.strerror or err}") from None
+    finally:
+        sock.close()
+
+
+def drain(handle: Any, rounds: int = 10_000) -> int:
+    """Read and discard what the ring holds now (packets a worker took before its group was
+    complete, which another worker may have taken too); the number of packets discarded."""
+    dropped = 0
+    for _ in range(rounds):
+        _data, meta = handle.next_batch(BATCH)
+        if not meta:
+            break
+        dropped += len(meta) // _META.size
+    return dropped
 
 
 PCAP_ERROR_NO_SUCH_DEVICE = -5

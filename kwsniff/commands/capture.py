@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
 
-from kwsniff.capture.live import LiveCapture, LiveCaptureError, open_interface
+from kwsniff.capture.live import CaptureCounters, LiveCapture, LiveCaptureError, open_interface
 from kwsniff.commands import messages
 from kwsniff.commands.options import (
     BYTE_SIZE,
@@ -110,6 +114,12 @@ def default_filter(ports: frozenset[int], tunnels: dict | None = None) -> str:
     "--max-frame-size", type=BYTE_SIZE, default=100 * 1024 * 1024, show_default="100MiB", hidden=True
 )
 @click.option("--quiet", "-q", is_flag=True, help="Print only errors: no start line, live view or summary.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1, max=64),
+    help="Capture and decode in this many processes sharing the packets by flow (AF_PACKET fanout) "
+    "[default: one per core; 1 with --count]. 1: one process, a capture thread and a decode thread.",
+)
 def capture(
     iface: str,
     out: Path,
@@ -129,6 +139,7 @@ def capture(
     idle_timeout: float,
     max_frame_size: int,
     quiet: bool,
+    workers: int | None,
 ) -> None:
     """Capture Kafka traffic on IFACE into Parquet tables under --out, until Ctrl-C (or --duration/--count)."""
     # pyarrow and prometheus_client only when a capture starts: `kwsniff --help` stays light.
@@ -144,6 +155,10 @@ def capture(
     tables = (*(t for t in DEFAULT_TABLES if t != "captures"), "capture_stats")
     if overwrite and append:
         raise click.UsageError("--overwrite and --append exclude each other")
+    if workers is None:
+        workers = 1 if count else len(os.sched_getaffinity(0))
+    if count and workers > 1:
+        raise click.UsageError("--count needs --workers 1: workers share the packets, each counts its own")
     existing = (
         ExistingOutput.OVERWRITE if overwrite else ExistingOutput.APPEND if append else ExistingOutput.REFUSE
     )
@@ -175,6 +190,36 @@ def capture(
     # Unique even for two captures started in the same second: `<iface>-<UTC time>-<random>`.
     name = stream_name(iface)
     budget = MemoryBudget(decoding.memory_limit)
+    if workers > 1:
+        handle.close()  # it proved the interface and filter; each worker opens its own
+        from kwsniff.commands.capture_workers import WorkerRun, capture_with_workers
+
+        run = WorkerRun(
+            iface, bpf, snaplen, buffer_mb * 1024 * 1024, rotate_seconds, idle_timeout, write_pcap
+        )
+        # Each worker follows the key logs itself; reading them once here makes a key log that
+        # cannot be read one line, before any worker starts.
+        session = session_options(
+            decoding,
+            broker_ports=ports,
+            max_frame_size=max_frame_size,
+            idle_timeout_us=int(idle_timeout * 1_000_000),
+        )
+        session = dataclasses.replace(session, memory_limit=decoding.memory_limit // workers, keylog=None)
+        code = capture_with_workers(
+            run,
+            workers,
+            output,
+            name,
+            tables,
+            session,
+            decoding.keylog,
+            budget.cap(QUEUE) // workers,
+            metrics,
+            quiet,
+            functools.partial(_watch, iface, duration=duration, quiet=quiet),
+        )
+        sys.exit(code)
     live = LiveCapture(handle, count or 0, queue_bytes=budget.cap(QUEUE))
     stats = LiveStats(collect_pending=metrics is not None)
     # Clients append a connection's secrets as it opens: the key log is followed as it grows.
@@ -210,7 +255,17 @@ def capture(
     live.start()
     if not quiet:
         click.echo(f"kwsniff: capturing on {iface} (filter {bpf!r}) into {out}", err=True)
-    _watch(iface, live, decoder, stats, stop, started, duration, quiet)
+    _watch(
+        iface,
+        lambda: live.running and decoder.running,
+        live.snapshot,
+        decoder.open_connections,
+        stats,
+        stop,
+        started,
+        duration,
+        quiet,
+    )
     live.stop()
     live.join(JOIN_TIMEOUT_S)
     # The queue is bounded, so draining it ends; what is in it was captured and is decoded.
@@ -230,8 +285,9 @@ def capture(
 
 def _watch(
     iface: str,
-    live: LiveCapture,
-    decoder: LiveDecoder,
+    running: Callable[[], bool],
+    snapshot: Callable[[], CaptureCounters],
+    open_connections: Callable[[], int],
     stats: LiveStats,
     stop: threading.Event,
     started: float,
@@ -250,7 +306,7 @@ def _watch(
         live_view.start()
     last = time.monotonic()
     try:
-        while live.running and decoder.running:
+        while running():
             wait = min(0.2, duration - (time.monotonic() - started)) if duration else 0.2
             if stop.wait(max(0.0, wait)) or (duration and time.monotonic() - started >= duration):
                 return
@@ -258,12 +314,12 @@ def _watch(
             if now - last < interval or quiet:
                 continue
             window = stats.take_window()
-            view = (iface, now - started, window, now - last, stats.totals, live.snapshot())
+            view = (iface, now - started, window, now - last, stats.totals, snapshot())
             last = now
             if live_view is not None:
-                live_view.update(render(*view, decoder.open_connections()), refresh=True)
+                live_view.update(render(*view, open_connections()), refresh=True)
             else:
-                click.echo(log_line(*view, decoder.open_connections()), err=True)
+                click.echo(log_line(*view, open_connections()), err=True)
     finally:
         if live_view is not None:
             live_view.stop()

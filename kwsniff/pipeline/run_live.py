@@ -32,6 +32,8 @@ class LiveOptions:
     idle_s: float
     write_pcap: Path | None = None
     snaplen: int = 262144
+    worker: int = 0  # this decoder's worker number (capture_stats.worker)
+    file_name: str | None = None  # the Parquet files' name when it is not ``name`` (a worker's)
 
 
 class LiveDecoder:
@@ -56,7 +58,7 @@ class LiveDecoder:
         self.clock = clock
         self.sink = RotatingSink(
             options.out,
-            options.name,
+            options.file_name or options.name,
             options.tables,
             options.rotate_s,
             clock(),
@@ -154,5 +156,6 @@ class LiveDecoder:
                 "kernel_drops": now.kernel_drops - before.kernel_drops,
                 "if_drops": now.if_drops - before.if_drops,
                 "queue_drops": now.queue_drops - before.queue_drops,
+                "worker": self.options.worker,
             },
         )

@@ -59,6 +59,9 @@ class SessionOptions:
     fragment_bytes: int = FRAGMENT_BYTES  # IP fragments held for reassembly; the oldest go past it
     memory_limit: int = DEFAULT_MEMORY_LIMIT  # the run's budget (kwsniff.memory, docs/memory.md)
     idle_timeout_us: int = IDLE_TIMEOUT_US  # capture time without a packet before a connection ends
+    # (worker, workers): this session numbers connections worker+1, worker+1+workers, ..., so the
+    # workers of one live capture (`--workers`) never give two connections the same conn_id.
+    conn_ids: tuple[int, int] = (0, 1)
 
 
 @dataclass
@@ -229,7 +232,8 @@ class Session:
             self._evict_oldest(ts)
         self._flows_cell[0] = len(flows) // 2 * CONNECTION_COST + CONNECTION_COST
         self._next_id += 1
-        conn = Connection(self, self._next_id, client, broker, known, ts)
+        index, workers = self.options.conn_ids
+        conn = Connection(self, (self._next_id - 1) * workers + index + 1, client, broker, known, ts)
         self.flows[client + broker] = (conn, C2B)  # type: ignore[index]
         self.flows[broker + client] = (conn, B2C)  # type: ignore[index]
         return self.flows[(src, sport, dst, dport)]

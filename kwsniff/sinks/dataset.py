@@ -146,6 +146,16 @@ class Output:
             return set()
         return {p.name for p in _dataset_files(self.out / table)}
 
+    def spool(self) -> Staging:
+        """A directory beside OUT, held by this process, for files that other processes (live
+        capture workers) write before they are moved into :attr:`stage`. Its owner drops it; once
+        the owner is gone a later run's recovery removes it like any leftover."""
+        try:
+            with locked(self.out.parent):
+                return Staging(self.out)
+        except OSError as exc:
+            raise OutputError(f"--out {self.shown}: {exc.strerror or exc}") from None
+
     def commit(self, *, again: bool = False) -> None:
         """Publish the staged files as described above; ``again``: stage afresh for a later commit.
         OutputError if the switch fails (the old OUT is then as it was)."""

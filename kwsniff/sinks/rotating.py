@@ -64,10 +64,17 @@ class RotatingSink:
         """Close the period if it is over; True if it was."""
         if now - self.started < self.period_s:
             return False
+        self.rotate(now)
+        return True
+
+    def rotate(self, now: float) -> list[Path]:
+        """Close the period now, whatever its length, and open the next (live capture workers
+        rotate when the coordinating process says); the closed period's files."""
+        done = len(self.files)
         self._close_period(now)
         self.started = now
         self.current = self._open()
-        return True
+        return self.files[done:]
 
     def _close_period(self, now: float, last: bool = False) -> None:
         if self.on_rotate is not None:

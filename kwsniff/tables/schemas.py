@@ -280,6 +280,7 @@ CAPTURE_STATS = pa.schema(
         ("kernel_drops", pa.int64()),  # libpcap ps_drop during the period
         ("if_drops", pa.int64()),  # libpcap ps_ifdrop during the period
         ("queue_drops", pa.int64()),  # read from the kernel, dropped because decoding fell behind
+        ("worker", pa.int32()),  # the capture worker (`--workers`) whose socket these counters are
     ]
 )
 

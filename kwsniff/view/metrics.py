@@ -46,6 +46,13 @@ class Metrics:
             registry=r,
         )
         self.connections = Gauge("kwsniff_open_connections", "TCP connections being followed", registry=r)
+        self.worker_kernel_drops = Counter(
+            "kwsniff_worker_kernel_drops",
+            "Packets the kernel dropped from one capture worker's socket (--workers; PACKET_STATISTICS)",
+            ["worker"],
+            registry=r,
+        )
+        self._workers: list[CaptureCounters] = []
         self._last = CaptureCounters()
         self.server: Any = None
 
@@ -76,6 +83,13 @@ class Metrics:
         for error in errors:
             self.errors.labels(error).inc()
         self.connections.set(open_connections)
+
+    def update_workers(self, workers: list[CaptureCounters]) -> None:
+        """Each worker's counters (cumulative): its kernel drops, labelled with its number."""
+        last = self._workers + [CaptureCounters()] * (len(workers) - len(self._workers))
+        for index, (now, before) in enumerate(zip(workers, last, strict=True)):
+            self.worker_kernel_drops.labels(str(index)).inc(max(0, now.kernel_drops - before.kernel_drops))
+        self._workers = list(workers)
 
     def close(self) -> None:
         if self.server is not None:

@@ -1,0 +1,123 @@
+"""`kwsniff capture --workers N` (N > 1): the capture spread over worker processes by AF_PACKET fanout
+(kwsniff.pipeline.run_workers); the command's checks, live view and summary are capture.py's."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from kwsniff.commands import messages
+from kwsniff.pipeline.live_worker import WorkerSpec
+from kwsniff.pipeline.run import CaptureResult
+from kwsniff.pipeline.run_workers import WorkerPool, fanout_group, merge_results
+from kwsniff.pipeline.session import SessionOptions
+from kwsniff.sinks.dataset import Output
+from kwsniff.view.metrics import Metrics
+from kwsniff.view.stats import LiveStats
+from kwsniff.view.summary import human_size, print_summary
+
+
+@dataclass
+class WorkerRun:
+    """The capture options every worker shares."""
+
+    iface: str
+    bpf: str
+    snaplen: int
+    buffer_bytes: int  # each worker's ring
+    rotate_s: float
+    idle_s: float
+    write_pcap: Path | None
+
+
+def capture_with_workers(
+    run: WorkerRun,
+    workers: int,
+    output: Output,
+    name: str,
+    tables: tuple[str, ...],
+    session: SessionOptions,
+    keylog: tuple[Path, ...],
+    queue_bytes: int,
+    metrics: Metrics | None,
+    quiet: bool,
+    watch: Callable[..., None],
+) -> int:
+    """Runs the capture until a signal, --duration or a failure; the exit status."""
+    spool = output.spool()
+    try:
+        specs = [
+            WorkerSpec(
+                index=i,
+                workers=workers,
+                iface=run.iface,
+                bpf=run.bpf,
+                snaplen=run.snaplen,
+                buffer_bytes=run.buffer_bytes,
+                group=fanout_group(),
+                spool=spool.path,
+                name=name,
+                tables=tables,
+                session=session,
+                keylog=keylog,
+                idle_s=run.idle_s,
+                queue_bytes=queue_bytes,
+                write_pcap=run.write_pcap,
+            )
+            for i in range(workers)
+        ]
+        stats = LiveStats(collect_pending=metrics is not None)
+        pool = WorkerPool(specs, output, run.rotate_s, stats, metrics)
+        stop = threading.Event()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            stop.set()
+
+        # Set before the workers start: a Ctrl-C while they open their sockets stops them cleanly.
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        started = time.monotonic()
+        failure = pool.start()
+        if failure is not None:
+            messages.error(failure)
+            return 1
+        if not quiet:
+            click.echo(
+                f"kwsniff: capturing on {run.iface} with {workers} workers (filter {run.bpf!r}) into "
+                f"{output.shown}",
+                err=True,
+            )
+        watch(lambda: pool.running, pool.snapshot, pool.open_connections, stats, stop, started)
+        pool.stop()
+        pool.join()
+    finally:
+        spool.drop()
+    if metrics is not None:
+        metrics.close()
+    for error in pool.errors:
+        messages.error(f"{run.iface}: {error}")
+    if not pool.results or len(pool.results) < workers:
+        return 1
+    result = merge_results(pool.results, name, time.monotonic() - started)
+    if not quiet:
+        _summary(result, pool, output.shown)
+    return 1 if pool.errors else 0
+
+
+def _summary(result: CaptureResult, pool: WorkerPool, out: Path) -> None:
+    print_summary(result, out, dict(pool.counts))
+    c = pool.snapshot()
+    per_worker = ", ".join(f"worker {i} {w.kernel_drops:,}" for i, w in enumerate(pool.per_worker()))
+    click.echo(
+        f"  capture: {c.captured:,} packets ({human_size(c.captured_bytes)}) by {len(pool.processes)} workers;"
+        f" packets dropped before decoding (their bytes are among the gaps above): by the kernel"
+        f" {c.kernel_drops:,} ({per_worker}), by the interface {c.if_drops:,}, by kwsniff's queues"
+        f" {c.queue_drops:,}; {pool.seq} rotation periods"
+    )

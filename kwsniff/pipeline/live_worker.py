@@ -1,0 +1,246 @@
+"""One worker process of a live capture spread over cores (`kwsniff capture --workers N`).
+
+Each worker opens its own libpcap handle on the interface and joins it to the run's AF_PACKET
+fanout group (steered by kwsniff.capture.fanout's BPF program, flow-symmetric: both directions of a
+connection reach the same worker, and a tunnel's connections that of its outer addresses), then
+decodes its share with the same :class:`LiveDecoder` as a single-process capture. Its Parquet files
+go to a spool directory the coordinator (:mod:`kwsniff.pipeline.run_workers`) moves into the
+dataset's stage, so every worker's rows of a period are committed together.
+
+Messages to the coordinator (one queue shared by the workers), each a tuple starting with the kind
+and the worker's number: ``ready``, ``error`` (one line), ``stats`` (counters, open connections and
+the few fields of the rows the live view and metrics count), ``period`` (files of a closed period),
+``done`` (the last files, row counts and the worker's :class:`CaptureResult`). From the coordinator
+(one queue per worker): ``("start", now)``, ``("rotate", now)`` and ``("brokers", endpoints)``.
+
+Brokers a worker learns (`read`'s auto-detection: an endpoint whose connection proved Kafka) go to
+the coordinator with its stats and from there to the other workers, so a connection to that
+endpoint hashed to another worker is trusted there too, mid-stream ones included. SIGTERM, sent to the worker's PID,
+stops it; SIGINT is ignored (Ctrl-C reaches the whole process group, the coordinator decides).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import queue
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kwsniff.capture.live import LiveCapture, LiveCaptureError, drain, join_fanout, open_interface
+from kwsniff.pipeline.keylogs import KeyLogError, follow_keylog
+from kwsniff.pipeline.run import capture_result
+from kwsniff.pipeline.run_live import LiveDecoder, LiveOptions
+from kwsniff.pipeline.session import SessionOptions
+from kwsniff.view.stats import LiveStats
+
+PUBLISH_EVERY_S = 0.5  # how often a worker sends its counters and rows to the coordinator
+START_TIMEOUT_S = 60.0  # a worker told nothing this long after it is ready gives up
+# The fields of each table's rows that LiveStats counts: all the view and metrics need.
+VIEW_FIELDS = {
+    "requests": ("api_name", "api_key", "latency_ms", "throttle_time_ms", "client_id"),
+    "errors": ("error_name", "error_code"),
+    "partitions": ("api_name", "record_bytes", "topic", "topic_id"),
+    "connections": ("gaps", "gap_bytes"),
+}
+
+
+@dataclass
+class WorkerSpec:
+    """What a worker needs, sent to it at start (picklable)."""
+
+    index: int
+    workers: int
+    iface: str
+    bpf: str
+    snaplen: int
+    buffer_bytes: int
+    group: int  # the fanout group id
+    spool: Path  # where its Parquet files are written
+    name: str  # the capture's name (the `capture` column), the same for every worker
+    tables: tuple[str, ...]
+    session: SessionOptions  # without keylog: each worker follows the key log files itself
+    keylog: tuple[Path, ...]
+    idle_s: float
+    queue_bytes: int
+    write_pcap: Path | None
+
+
+class RowRelay(LiveStats):
+    """A LiveStats that keeps, instead of counting them, the view's fields of each row, for the
+    coordinator's LiveStats to count: the view and metrics then see every worker's rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[tuple[str, dict[str, Any]]] = []
+
+    def row(self, table: str, row: dict[str, Any]) -> None:
+        fields = VIEW_FIELDS.get(table)
+        if fields is None or (table == "partitions" and not row.get("record_bytes")):
+            return
+        get = row.get
+        kept = {k: get(k) for k in fields}
+        with self.lock:
+            self.rows.append((table, kept))
+
+    def take_rows(self) -> list[tuple[str, dict[str, Any]]]:
+        with self.lock:
+            rows, self.rows = self.rows, []
+        return rows
+
+
+class WorkerDecoder(LiveDecoder):
+    """A LiveDecoder that rotates when the coordinator says and reports to it."""
+
+    def __init__(self, *args: Any, index: int, events: Any, control: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.index = index
+        self.events = events
+        self.control = control
+        self._last_sent = 0.0
+        self.reported = 0  # of sink.files, those sent in `period` messages
+        self.shared: set[tuple[bytes, int]] = set()  # learned brokers the other workers were told of
+
+    def _publish(self) -> None:
+        while True:
+            try:
+                message = self.control.get_nowait()
+            except queue.Empty:
+                break
+            if message[0] == "rotate":
+                files = self.sink.rotate(message[1])
+                self.reported = len(self.sink.files)
+                self.events.put(("period", self.index, [str(f) for f in files]))
+            elif message[0] == "brokers":  # learned by another worker from its connections
+                for endpoint in message[1]:
+                    self.session.learn_broker(endpoint)
+                    self.shared.add(endpoint)
+        now = time.monotonic()
+        if now - self._last_sent >= PUBLISH_EVERY_S:
+            self._last_sent = now
+            self.send_stats()
+
+    def send_stats(self) -> None:
+        assert isinstance(self.stats, RowRelay)
+        rows = self.stats.take_rows()
+        learned = self.session.brokers - self.shared
+        self.shared |= learned
+        counters = self.capture.snapshot()
+        self.events.put(("stats", self.index, counters, self.open_connections(), rows, sorted(learned)))
+
+
+def worker_main(spec: WorkerSpec, events: Any, control: Any) -> None:
+    """The body of a worker process (multiprocessing's target): anything unforeseen is one line to
+    the coordinator, not a traceback on the terminal."""
+    try:
+        _work(spec, events, control)
+    except Exception as err:  # noqa: BLE001
+        events.put(("error", spec.index, f"{type(err).__name__}: {err}"))
+
+
+def _work(spec: WorkerSpec, events: Any, control: Any) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    try:
+        handle = open_interface(spec.iface, spec.bpf, spec.snaplen, spec.buffer_bytes)
+        try:
+            join_fanout(handle, spec.group)
+        except LiveCaptureError:
+            handle.close()
+            raise
+    except LiveCaptureError as err:
+        events.put(("error", spec.index, str(err)))
+        return
+    events.put(("ready", spec.index, os.getpid()))
+    start = _wait_for_start(control, stop)
+    if start is None:
+        handle.close()
+        events.put(("done", spec.index, [], {}, None))
+        return
+    # Until every worker had joined, this socket took every packet, which others may have taken
+    # too: what it holds from before the start is dropped, so no packet is decoded twice.
+    drain(handle)
+    try:
+        session = dataclasses.replace(spec.session, conn_ids=(spec.index, spec.workers))
+        if spec.keylog:
+            session = dataclasses.replace(session, keylog=follow_keylog(spec.keylog))
+        _capture(spec, handle, session, start, events, control, stop)
+    except (KeyLogError, OSError) as err:
+        events.put(("error", spec.index, str(err)))
+
+
+def _wait_for_start(control: Any, stop: threading.Event) -> float | None:
+    """The coordinator's start time (every worker's first period starts then), or None: stop."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    parent = os.getppid()
+    while not stop.is_set() and time.monotonic() < deadline and os.getppid() == parent:
+        with contextlib.suppress(queue.Empty):
+            message = control.get(timeout=0.2)
+            if message[0] == "start":
+                return float(message[1])
+    return None
+
+
+def _capture(
+    spec: WorkerSpec,
+    handle: Any,
+    session: SessionOptions,
+    start: float,
+    events: Any,
+    control: Any,
+    stop: threading.Event,
+) -> None:
+    live = LiveCapture(handle, 0, queue_bytes=spec.queue_bytes)
+    relay = RowRelay()
+    pcap = spec.write_pcap
+    options = LiveOptions(
+        spec.spool,
+        spec.name,
+        spec.tables,
+        rotate_s=float("inf"),  # the coordinator rotates
+        idle_s=spec.idle_s,
+        write_pcap=pcap.with_name(f"{pcap.stem}-w{spec.index}{pcap.suffix}") if pcap else None,
+        snaplen=spec.snaplen,
+        worker=spec.index,
+        # The file names say the worker, the rows do not: one capture, one `capture` value.
+        file_name=f"{spec.name}-w{spec.index}",
+    )
+    decoder = WorkerDecoder(live, session, options, relay, index=spec.index, events=events, control=control)
+    decoder.sink.started = start  # the first period's start, as every worker's
+    started = time.monotonic()
+    decoder.start()
+    live.start()
+    parent = os.getppid()
+    while not stop.wait(0.2) and live.running and decoder.running:
+        if os.getppid() != parent:  # the coordinator is gone: stop and keep what was decoded
+            break
+    live.stop()
+    live.join()
+    decoder.join()
+    decoder.send_stats()
+    done = [str(f) for f in decoder.sink.files[decoder.reported :]]
+    if decoder.error is not None or decoder.result is None:
+        events.put(
+            ("error", spec.index, f"decoding stopped: {type(decoder.error).__name__}: {decoder.error}")
+        )
+    result = None
+    if decoder.result is not None:
+        c = live.snapshot()
+        result = capture_result(
+            decoder.session,
+            decoder.result,
+            name=spec.name,
+            path=spec.name,
+            file_bytes=c.captured_bytes,
+            seconds=time.monotonic() - started,
+            truncated=False,
+        )
+    if live.error:
+        events.put(("error", spec.index, live.error))
+    events.put(("done", spec.index, done, dict(decoder.sink.counts), result))

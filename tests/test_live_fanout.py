@@ -1,0 +1,222 @@
+"""`kwsniff capture --workers 2` on a veth in a network namespace this test creates, fed by `tcpreplay`
+of a real MTU 1500 Kafka capture (librdkafka and kafka-python producers and tailing consumers, made
+by tools/make_capture.py), gives the tables `kwsniff read` gives of the same file, row for row:
+the kernel's fanout hash kept each connection, both directions, in one worker."""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+import tunnelwire as tw
+from scapy.layers.inet import TCP
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import Ether
+from scapy.utils import PcapWriter
+
+from kwsniff.capture import open_capture
+from kwsniff.capture.live import CaptureCounters
+from kwsniff.pipeline.live_worker import RowRelay, WorkerDecoder
+from kwsniff.pipeline.run_live import LiveOptions
+from kwsniff.pipeline.session import Session, SessionOptions
+from kwsniff.rows import ListSink
+from kwsniff.tables import DEFAULT_TABLES
+from kwsniff.view.stats import LiveStats, StatsSink
+from tests.realparts import (
+    CAPTURE_STOP_TIMEOUT_S,
+    pcap_packet_count,
+    replay_namespace,
+    start_kwsniff_capture,
+    stop_process,
+    tcpreplay,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+REPLAY_PPS = 5000  # far below what one worker keeps up with: no drop may explain a difference
+SETTLE_S = 1.0  # for the last replayed packets to be read before the capture is stopped
+# Columns that differ by nature between a replay and the file: the capture's name, times (the
+# replay's own pace) and conn_id (numbered per worker; rows are matched by their connection's
+# addresses instead).
+UNCOMPARED = ("capture", "conn_id", "ts_request", "ts_response", "latency_ms")
+
+
+@pytest.fixture(scope="module")
+def mtu1500_capture(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """A ~3 MB real capture of the bench's MTU 1500 shape (about 12 connections and 80
+    requests), and its broker port."""
+    path = tmp_path_factory.mktemp("mtu1500") / "tailing.pcap"
+    made = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "make_capture.py"), str(path), "--workload", "bench-tailing"]
+        + ["--mb", "3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stderr
+    summary = json.loads(made.stdout.strip().splitlines()[-1])
+    assert summary["largest_frame"] <= 1514
+    return path, int(summary["bootstrap"].rsplit(":", 1)[1])
+
+
+def rows(out: Path, table: str) -> list[str]:
+    """The table's rows, each with its connection's addresses in place of the uncompared columns,
+    sorted: equal lists are equal tables whatever the file layout and numbering."""
+    flows = {
+        c["conn_id"]: (c["client_ip"], c["client_port"], c["broker_ip"], c["broker_port"])
+        for c in ds.dataset(out / "connections").to_table().to_pylist()
+    }
+    found = []
+    for row in ds.dataset(out / table).to_table().to_pylist():
+        kept: dict[str, Any] = {k: v for k, v in row.items() if k not in UNCOMPARED}
+        kept["flow"] = flows[row["conn_id"]]
+        found.append(repr(sorted(kept.items())))
+    return sorted(found)
+
+
+def replay_with_two_workers(pcap: Path, port: int, tmp_path: Path) -> tuple[Path, int]:
+    """`kwsniff read` of ``pcap`` into tmp_path/read, and its replay captured by `kwsniff capture
+    --workers 2` into tmp_path/live; and the packets tcpreplay sent."""
+    read = subprocess.run(
+        [sys.executable, "-m", "kwsniff", "read", str(pcap), "--out", str(tmp_path / "read"), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert read.returncode == 0, read.stderr
+    live = tmp_path / "live"
+    args = ["--out", str(live), "-p", str(port), "--workers", "2", "--rotate-seconds", "0.5"]
+    with replay_namespace("fanout") as net:
+        proc = start_kwsniff_capture(net, args, tmp_path / "capture.err")
+        try:
+            sent = tcpreplay(net, pcap, pps=REPLAY_PPS)
+            time.sleep(SETTLE_S)
+        finally:
+            code = stop_process(proc, timeout_s=CAPTURE_STOP_TIMEOUT_S)  # type: ignore[arg-type]
+    err = (tmp_path / "capture.err").read_text()
+    assert code == 0, err
+    assert "Traceback" not in err
+    stdout = proc.stdout.read().decode() if proc.stdout else ""
+    assert "by 2 workers" in stdout, stdout
+    return live, sent.packets
+
+
+def packets_per_worker(live: Path) -> Counter[int]:
+    per_worker = Counter[int]()
+    for r in ds.dataset(live / "capture_stats").to_table().to_pylist():
+        per_worker[r["worker"]] += r["packets"]
+    return per_worker
+
+
+def test_two_workers_on_a_replayed_mtu1500_capture_give_the_tables_of_read(
+    mtu1500_capture: tuple[Path, int], tmp_path: Path
+) -> None:
+    pcap, port = mtu1500_capture
+    live, sent = replay_with_two_workers(pcap, port, tmp_path)
+
+    for table in ("requests", "partitions", "errors", "groups"):
+        assert rows(live, table) == rows(tmp_path / "read", table), table
+    assert len(rows(live, "requests")) >= 40  # the workload's requests, answered and not
+    conns = ds.dataset(live / "connections").to_table().to_pylist()
+    assert len(conns) == len({c["conn_id"] for c in conns})  # no conn_id given twice
+    assert len(conns) == ds.dataset(tmp_path / "read" / "connections").count_rows()
+
+    stats = ds.dataset(live / "capture_stats").to_table().to_pylist()
+    per_worker = packets_per_worker(live)
+    assert sum(per_worker.values()) == sent == pcap_packet_count(pcap)
+    assert sorted(per_worker) == [0, 1] and min(per_worker.values()) > 0  # both took a share
+    assert sum(r["kernel_drops"] + r["queue_drops"] for r in stats) == 0
+    # Each worker's periods are back to back from the same start, at the coordinator's rotations
+    # (a worker stopped before it saw the last one has one period fewer).
+    bounds = {
+        w: sorted((r["period_start"], r["period_end"]) for r in stats if r["worker"] == w) for w in (0, 1)
+    }
+    for periods in bounds.values():
+        assert all(a[1] == b[0] for a, b in zip(periods, periods[1:], strict=False)), periods
+    assert bounds[0][0][0] == bounds[1][0][0]
+    ends = [{end for _, end in periods[:-1]} for periods in bounds.values()]
+    assert len(ends[0] ^ ends[1]) <= 1 and len(bounds[0]) >= 2, bounds  # at least one rotation
+
+
+def test_two_workers_spread_ipv6_connections_by_ports_and_keep_each_whole(tmp_path: Path) -> None:
+    """The sample's 7 connections over IPv6, all between fd00::1 and itself: only their ports tell
+    them apart, and the steering program's sum of addresses and ports, read at IPv6's offsets,
+    puts one of them on one worker and six on the other."""
+    sample = ROOT / "tests" / "data" / "captures" / "kafka_python.pcap"
+    pcap = tmp_path / "ipv6.pcap"
+    with PcapWriter(str(pcap), linktype=1, sync=False) as out:
+        for pkt in tw.resegment(sample):
+            tcp = pkt[TCP].copy()
+            tcp.chksum = None
+            frame = Ether(**tw.INNER_MAC) / IPv6(src="fd00::1", dst="fd00::1") / tcp
+            frame.time = pkt.time
+            out.write(frame)
+    live, sent = replay_with_two_workers(pcap, 19103, tmp_path)
+    for table in ("requests", "partitions", "errors"):
+        assert rows(live, table) == rows(tmp_path / "read", table), table
+    assert len(rows(live, "requests")) == 46  # as `read` of the IPv4 original
+    per_worker = packets_per_worker(live)
+    assert sum(per_worker.values()) == sent == pcap_packet_count(pcap)
+    assert len(per_worker) == 2 and min(per_worker.values()) > 0
+
+
+class ReplayedBatches:
+    """A capture thread's side of the queue, filled from a capture file."""
+
+    def __init__(self, path: Path) -> None:
+        self.queue: queue.Queue[Any] = queue.Queue()
+        with open_capture(path) as reader:
+            read = list(reader.packets())
+        self.linktype = read[0][1]
+        self.packets = [(ts, data) for ts, _, data in read]
+        for i in range(0, len(self.packets), 50):
+            self.queue.put((self.linktype, self.packets[i : i + 50]))
+        self.queue.put(None)
+
+    def snapshot(self) -> CaptureCounters:
+        return CaptureCounters(captured=len(self.packets))
+
+
+def test_a_worker_relays_the_views_rows_and_shares_the_brokers_it_learns(tmp_path: Path) -> None:
+    """What a worker sends its coordinator gives the live view the totals a single process has, and
+    the brokers it learned (no --broker-port matches: learned from the handshakes) go out once,
+    while those another worker learned are trusted here without being sent back."""
+    sample = ROOT / "tests" / "data" / "captures" / "kafka_python.pcap"
+    options = SessionOptions(broker_ports=frozenset({1}))
+    single = LiveStats()
+    reference = Session("fake", StatsSink(ListSink(), single), options)
+    capture = ReplayedBatches(sample)
+    for ts, data in capture.packets:
+        reference.packet(ts, capture.linktype, data)
+    reference.finish()
+    assert reference.brokers  # the sample's broker, learned
+
+    events: queue.Queue[Any] = queue.Queue()
+    control: queue.Queue[Any] = queue.Queue()
+    elsewhere = (bytes([10, 0, 0, 9]), 19999)
+    control.put(("brokers", [elsewhere]))
+    tables = (*(t for t in DEFAULT_TABLES if t != "captures"), "capture_stats")
+    live = LiveOptions(tmp_path / "spool", "fake", tables, float("inf"), 0.0, worker=1)
+    decoder = WorkerDecoder(capture, options, live, RowRelay(), index=1, events=events, control=control)  # type: ignore[arg-type]
+    decoder.start()
+    decoder.join(60)
+    assert decoder.error is None
+    decoder.send_stats()
+    sent = [events.get_nowait() for _ in range(events.qsize())]
+    stats = [m for m in sent if m[0] == "stats"]
+    learned = [e for m in stats for e in m[5]]
+    assert sorted(learned) == sorted(reference.brokers)  # each once, the shared one not echoed
+    assert elsewhere in decoder.session.brokers
+    relayed = LiveStats()
+    for m in stats:
+        for table, row in m[4]:
+            relayed.row(table, row)
+    assert relayed.totals == single.totals
+    assert sum(relayed.totals.requests.values()) == sum(reference.rows.status.values()) > 0

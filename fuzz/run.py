@@ -1,7 +1,8 @@
 """Run every fuzz target for a bounded time: ``python fuzz/run.py --seconds 20``.
 
 Each target runs in its own subprocess (libFuzzer's -max_total_time) over a scratch copy of its seed
-corpus, so the committed corpus never changes. Prints executions per target; exits 1 if any target
+corpus, so the committed corpus never changes; ``--jobs N`` runs N targets at a time (one core each:
+each still gets its whole time). Prints executions per target; exits 1 if any target
 found a crash, a hang or a memory blow-up, naming the saved input (replay it with
 ``python fuzz/target.py NAME FILE``).
 """
@@ -13,6 +14,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -55,12 +57,15 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=20, help="fuzzing time per target")
     parser.add_argument("--target", action="append", choices=sorted(TARGETS), help="only these (repeatable)")
     parser.add_argument("--artifacts", type=Path, help="where crashing inputs go (default: a temp dir)")
+    parser.add_argument("--jobs", type=int, default=1, help="targets run at a time (give each a core)")
     args = parser.parse_args()
     artifacts = args.artifacts or Path(tempfile.mkdtemp(prefix="kwsniff-fuzz-findings-"))
     artifacts.mkdir(parents=True, exist_ok=True)
     failed = []
-    for name in args.target or list(TARGETS):
-        clean, executions, tail = run_target(name, args.seconds, artifacts)
+    names = args.target or list(TARGETS)
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        results = pool.map(lambda name: run_target(name, args.seconds, artifacts), names)
+    for name, (clean, executions, tail) in zip(names, results, strict=True):
         print(f"{name:10} {executions:>10,} executions in {args.seconds} s  {'ok' if clean else 'FINDING'}")
         if not clean:
             failed.append(name)

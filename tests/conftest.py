@@ -1,4 +1,5 @@
-"""Shared fixtures: a real tansu broker on loopback and a helper that captures a workload's traffic."""
+"""Shared fixtures: a real tansu broker on loopback and a helper that captures a workload's traffic;
+and how pytest-xdist shares the tests between its workers."""
 
 from __future__ import annotations
 
@@ -10,6 +11,26 @@ from typing import Any
 
 import pytest
 from realparts import CapturedTraffic, start_broker, tcpdump_capture
+
+# pyproject's addopts run the suite on two workers (`-n 2 --dist loadgroup`; `-n 0` runs it in one
+# process). A group runs whole on one worker: each module is its own group, so a module's fixtures (a
+# broker, a capture, a cluster) are made once. These modules share a group because one watches what the
+# other changes: the machine's network namespaces.
+SHARED_GROUPS = {"test_bench_edges": "netns", "test_live_tunnels": "netns"}
+# Modules that take minutes go first, longest first, so that neither worker is left alone with one at
+# the end (the scheduler hands out groups in collection order; --no-loadscope-reorder keeps it).
+SLOW_FIRST = ("test_datasets_kill", "test_spark_cluster", "test_tls_kafka")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    for item in items:
+        module = item.path.stem
+        item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(module, module)))
+    rank = {module: i for i, module in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: the rest keep their order
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 # Installs what the test suite needs on a fresh Debian 12 machine, saying each step as it goes:
 #  1. a virtual environment `.venv` made by the first `python3` on PATH (Python >= 3.11). Debian's
 #     own python3 refuses `pip install` outside one (PEP 668) and needs the python3-venv package to
-#     make one, installed here when `python3 -m venv` fails;
+#     make one (it holds ensurepip), installed here when ensurepip is missing;
 #  2. from Debian: tcpdump (the tests capture real traffic against a real broker on loopback),
 #     openssl (the TLS test makes a self-signed certificate), redis-server, memcached and postgresql
 #     (servers of other protocols whose traffic must never be taken for Kafka), a Java 17 JDK
@@ -17,15 +17,13 @@ cd "$(dirname "$0")/.."
 step() { printf '==> %s\n' "$*"; }
 sudo=""
 [ "$(id -u)" = 0 ] || sudo="sudo"
-apt_updated=""
+# One apt-get update and one install of everything missing. Recommends are left out: they would bring
+# a mail server, cron and D-Bus (postgresql -> sysstat, logrotate -> bsd-mailx) that no test uses.
 apt_install() {
-  if [ -z "$apt_updated" ]; then
-    step "apt-get update"
-    $sudo apt-get update -qq
-    apt_updated=1
-  fi
-  step "apt-get install $*"
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+  step "apt-get update"
+  $sudo apt-get update -qq
+  step "apt-get install --no-install-recommends $*"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
 python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
@@ -33,16 +31,11 @@ python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
   exit 1
 }
 
-if [ ! -x .venv/bin/python ]; then
-  step "python3 -m venv .venv ($(command -v python3), $(python3 -V 2>&1))"
-  if ! python3 -m venv .venv >/dev/null 2>&1; then
-    rm -rf .venv # a half-made one, without pip
-    apt_install python3-venv
-    python3 -m venv .venv
-  fi
-fi
-
 missing=()
+# Debian's python3 makes a venv with pip only when python3-venv (which holds ensurepip) is installed.
+if [ ! -x .venv/bin/python ] && ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+  missing+=(python3-venv)
+fi
 command -v tcpdump >/dev/null 2>&1 || missing+=(tcpdump)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
@@ -64,6 +57,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt_install "${missing[@]}"
 else
   step "Debian packages: all present (tcpdump, openssl, redis-server, memcached, java, tshark, postgresql, iproute2, ethtool, tcpreplay, chromium)"
+fi
+if [ ! -x .venv/bin/python ]; then
+  step "python3 -m venv .venv ($(command -v python3), $(python3 -V 2>&1))"
+  rm -rf .venv # a half-made one, without pip
+  python3 -m venv .venv
 fi
 if ! { command -v java >/dev/null 2>&1 && [ "$(java_major)" -ge 17 ] 2>/dev/null; }; then
   echo "install-test-deps: error: Java 17 or newer is needed (PySpark 4); java -version says: $(java -version 2>&1 | head -1)" >&2

@@ -296,7 +296,9 @@ def run_group(
         "KWSNIFF_MUTATE_ONLY": json.dumps(named or {}),
     }
     env.pop(ENV, None)
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "mutate_columns", *files]
+    # `-n 0`: the plugin runs the test loop itself, in this one process (pyproject's addopts use xdist).
+    command = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider"]
+    command += ["-p", "mutate_columns", *files]
     done = subprocess.run(
         command, cwd=REPO, env=env, capture_output=True, text=True, timeout=budget * (len(names) + 2)
     )

@@ -16,7 +16,7 @@ from realparts import CapturedTraffic, start_broker, tcpdump_capture
 # process). A group runs whole on one worker: each module is its own group, so a module's fixtures (a
 # broker, a capture, a cluster) are made once. These modules share a group because one watches what the
 # other changes: the machine's network namespaces.
-SHARED_GROUPS = {"test_bench_edges": "netns", "test_live_tunnels": "netns"}
+SHARED_GROUPS = {"test_bench_edges": "netns", "test_live_tunnels": "netns", "test_live_fanout": "netns"}
 # Modules that take minutes go first, longest first, so that neither worker is left alone with one at
 # the end (the scheduler hands out groups in collection order; --no-loadscope-reorder keeps it).
 SLOW_FIRST = ("test_datasets_kill", "test_spark_cluster", "test_tls_kafka")

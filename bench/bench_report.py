@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -27,11 +28,17 @@ CAPTURES = sorted((ROOT / "tests/data/captures").glob("*.pcap")) + [ROOT / "samp
 COPIES_PER_FILE = 400
 
 
+CPU: list[float] = []  # CPU seconds (user + system) of each timed kwsniff process, in order
+
+
 def kwsniff(*args: str) -> float:
     # Byte-code caching on, as in an installed kwsniff: without it every run compiles ~3 s of source.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "kwsniff", *args], capture_output=True, text=True, env=env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     if done.returncode != 0:
         sys.exit(f"kwsniff {' '.join(args)} failed: {done.stderr[-2000:]}")
     return time.perf_counter() - start
@@ -73,6 +80,7 @@ def replicate(base: Path, out: Path, target_bytes: int) -> int:
 
 def median_of(runs: int, *args: str) -> tuple[float, list[float]]:
     times = [kwsniff(*args) for _ in range(runs)]
+    print(f"  CPU seconds per run (machine shared, 2 cores): {[round(c, 2) for c in CPU[-runs:]]}")
     return statistics.median(times), times
 
 
@@ -96,6 +104,7 @@ def main() -> None:
         rows = sum(pq.ParquetFile(p).metadata.num_rows for p in big.rglob("*.parquet"))
         print(
             f"tables: {size_of(big) / 1e9:.2f} GB, {copies:,} copies of {len(CAPTURES)} captures, {rows:,} rows"
+            f" ({rows / (size_of(big) / 1e9):,.0f} rows per GB)"
         )
         t, runs = median_of(args.runs, "report", str(big))
         print(f"{args.gb:g} GB on duckdb: median {t:.2f} s of {[round(r, 2) for r in runs]} (target 30 s)")

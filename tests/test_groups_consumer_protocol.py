@@ -7,6 +7,7 @@ sent (its own log, encoded by kio), and what the clients report through their as
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from realparts import (
     create_topics,
     free_port,
@@ -26,6 +28,7 @@ from realparts import (
     wait_for_listener,
 )
 
+from kwsniff.cli import main
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
@@ -91,6 +94,7 @@ class Run:
     sent: list[dict[str, Any]]  # the coordinator's log
     members: dict[str, Member]
     member_ids: dict[str, str]
+    tables: Path  # the capture read by `kwsniff read`
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +134,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     run_capture(pcap, sink, SessionOptions())
     rows = [r for r in sink.tables["groups"] if r["api_key"] == 68]
     sent = [json.loads(line) for line in log.read_text().splitlines()]
-    yield Run(rows, sent, {"consumer-a": a, "consumer-b": b}, member_ids)
+    tables = tmp / "tables"
+    args = ["read", str(pcap), "--out", str(tables), "--broker-port", str(proxy_port), "--quiet"]
+    done = CliRunner().invoke(main, args)
+    assert done.exit_code == 0, done.output
+    yield Run(rows, sent, {"consumer-a": a, "consumer-b": b}, member_ids, tables)
 
 
 def _describe(bootstrap: str) -> None:
@@ -210,3 +218,65 @@ def test_assignments_are_what_the_clients_callbacks_reported(run: Run) -> None:
                 t for t, owned in member.changes if owned == row["assignment"] and t >= row["ts_response"]
             )
             assert row["ts_response"] <= callback <= owning["ts_request"]
+
+
+def _iso(us: int) -> str:
+    t = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=us)
+    return t.isoformat().replace("+00:00", "Z")
+
+
+def test_report_reconciliation_times_are_the_decoded_heartbeats(run: Run) -> None:
+    """`kwsniff report --section reconciliation` on the same capture: per response carrying a new
+    assignment (the join's included), the time to the first later heartbeat owning exactly it, and
+    from the member's join to its first assignment; computed here from the decoded rows, whose
+    bracketing of the client's own callback the test above checks."""
+    expected = []
+    for name in ("consumer-a", "consumer-b"):
+        member_id = run.member_ids[name]
+        rows = [r for r in run.rows if r["member_id"] == member_id]
+        ts_join = next(r["ts_request"] for r in rows if r["event"] == "join")
+        first = True
+        for index, row in enumerate(rows):
+            if row["assignment"] is None:
+                continue
+            owning = next(
+                (
+                    r
+                    for r in rows[index + 1 :]
+                    if r["owned_partitions"] == row["assignment"] and r["ts_request"] > row["ts_response"]
+                ),
+                None,
+            )
+            # The client's callback ran between the assignment and the owning heartbeat.
+            callbacks = [t for t, owned in run.members[name].changes if owned == row["assignment"]]
+            assert owning is None or any(row["ts_response"] <= t <= owning["ts_request"] for t in callbacks)
+            expected.append(
+                {
+                    "member_id": member_id,
+                    "protocol": "consumer",
+                    "epoch": row["member_epoch_response"],
+                    "assignment": row["assignment"],
+                    "ts_assigned": _iso(row["ts_response"]),
+                    "ts_owned": None if owning is None else _iso(owning["ts_request"]),
+                    "reconciliation_ms": None
+                    if owning is None
+                    else (owning["ts_request"] - row["ts_response"]) / 1e3,
+                    "unassigned_ms": (row["ts_response"] - ts_join) / 1e3 if first else None,
+                }
+            )
+            first = False
+    expected.sort(key=lambda r: (r["member_id"], r["ts_assigned"]))
+    done = CliRunner().invoke(
+        main, ["report", str(run.tables), "--format", "json", "--section", "reconciliation"]
+    )
+    assert done.exit_code == 0, done.output
+    got = json.loads(done.output)["reconciliation"]
+    assert [{k: v for k, v in r.items() if k not in ("capture", "group_id")} for r in got] == expected
+    assert {r["group_id"] for r in got} == {GROUP}
+    # A's three assignments (join, epoch 2, epoch 3) and B's one, each owned by a later heartbeat.
+    assert [(r["epoch"], r["assignment"]) for r in got if r["member_id"] == run.member_ids["consumer-a"]] == [
+        (1, ALL),
+        (2, f"{TOPIC}:0,1"),
+        (3, ALL),
+    ]
+    assert all(r["reconciliation_ms"] is not None for r in got)

@@ -8,6 +8,7 @@ ListOffsets v0), and frames the test assembles itself.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import struct
@@ -279,6 +280,19 @@ def test_upgrade_section_lists_each_client_and_version_kafka_4_refuses(
         )
     assert got == expected
     assert expected[1]["requests"] == expected[3]["requests"] == 1  # retries=0: one Produce each
+    # The same rows through `kwsniff report`, as JSON (UTC times, ISO 8601 with Z).
+    done = CliRunner().invoke(main, ["report", str(out), "--format", "json", "--section", "upgrade"])
+    assert done.exit_code == 0, done.output
+
+    def iso(t: dt.datetime) -> str:
+        return t.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+
+    assert json.loads(done.output) == {
+        "upgrade": [
+            {**row, "first_seen": iso(row["first_seen"]), "last_seen": iso(row["last_seen"])}
+            for row in expected
+        ]
+    }
 
 
 # -- ZooKeeper-era inter-broker requests, assembled ------------------------------------------------

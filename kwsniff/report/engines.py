@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,7 +111,12 @@ def to_spark(sql: str) -> str:
     import sqlglot
 
     out = sqlglot.transpile(sql, read="duckdb", write="spark")[0]
+    # sqlglot writes quantile_disc as PERCENTILE_DISC(x, p); Spark takes the standard's ordered-set form.
+    out = _PERCENTILE_DISC.sub(r"PERCENTILE_DISC(\2) WITHIN GROUP (ORDER BY \1)", out)
     return out.replace("EPOCH_US(", "UNIX_MICROS(")
+
+
+_PERCENTILE_DISC = re.compile(r"PERCENTILE_DISC\(([\w.`]+), ([0-9.]+)\)")
 
 
 class SparkEngine:

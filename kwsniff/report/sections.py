@@ -1,6 +1,6 @@
 """Every section of `kwsniff report`: its name (the JSON key, `--section`), title and one SQL query.
 
-A new section is one line in SECTIONS: ``Section("upgrade", "Upgrade", UPGRADE_SQL)``, its SQL written in
+A new section is one line in SECTIONS, e.g. ``Section("upgrade", "...", UPGRADE_SQL)``, its SQL written in
 DuckDB's dialect over the views of kwsniff.report.views (the tables by name); `--section`, JSON, CSV,
 text, HTML and the both-engines test pick it up from there. docs/report.md says
 what each answers.
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from kwsniff.report import sections_groups as g
 from kwsniff.report import sections_lag as lag
 from kwsniff.report import sections_traffic as t
+from kwsniff.report.upgrade import UPGRADE_SQL, ZOOKEEPER_SQL
 
 
 @dataclass(frozen=True)
@@ -42,5 +43,11 @@ SECTIONS = [
     Section("throttled", "Throttled clients", t.THROTTLED),
     Section("throughput", "Records and bytes produced per topic per minute", t.THROUGHPUT),
     Section("churn", "Connection churn per minute", t.CHURN),
+    Section("upgrade", "Before upgrading to Kafka 4: clients using what a release refuses", UPGRADE_SQL),
+    Section(
+        "upgrade_zookeeper",
+        "Brokers sending ZooKeeper-era inter-broker requests (removed in Kafka 4.0, KIP-833)",
+        ZOOKEEPER_SQL,
+    ),
 ]
 BY_NAME = {s.name: s for s in SECTIONS}

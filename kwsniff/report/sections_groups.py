@@ -60,7 +60,9 @@ WITH hb AS (SELECT * FROM groups WHERE protocol IN ('consumer', 'streams', 'shar
 assigned AS (
   SELECT capture, group_id, member_id, protocol, member_epoch_response AS epoch, assignment,
          ts_response AS ts_assigned
-  FROM hb WHERE event = 'assignment' AND ts_response IS NOT NULL
+  FROM hb WHERE ts_response IS NOT NULL
+    -- A join's response may already carry the member's first assignment (KIP-848).
+    AND (event = 'assignment' OR (event = 'join' AND assignment IS NOT NULL))
 ),
 joined AS (SELECT capture, group_id, member_id, ts_request AS ts_join FROM hb WHERE event = 'join'),
 matched AS (

@@ -13,14 +13,12 @@ def millis(later: str, earlier: str) -> str:
 
 
 def ranked(source: str, keys: str, value: str) -> str:
-    """``source`` rows numbered by ``value`` within ``keys`` (for nearest-rank percentiles: exact and
-    the same on both engines, where DuckDB's and Spark's own percentile functions differ)."""
-    return (
-        f"SELECT *, ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {value}) AS _rn, "
-        f"COUNT(*) OVER (PARTITION BY {keys}) AS _n FROM ({source}) AS _s WHERE {value} IS NOT NULL"
-    )
+    """``source`` rows whose ``value`` is known, for :func:`pct` grouped by ``keys``."""
+    del keys  # the caller's GROUP BY: percentiles are aggregates, no window over the whole table
+    return f"SELECT * FROM ({source}) AS _s WHERE {value} IS NOT NULL"
 
 
 def pct(p: float, value: str) -> str:
-    """The nearest-rank ``p`` percentile of ``value`` over rows made by :func:`ranked`."""
-    return f"MAX(CASE WHEN _rn = GREATEST(1, CAST(CEIL({p} * _n) AS BIGINT)) THEN {value} END)"
+    """The nearest-rank ``p`` percentile of ``value`` (the value at rank ceil(p·n)): DuckDB's
+    quantile_disc, Spark's percentile_disc (engines.to_spark), the SQL standard's PERCENTILE_DISC."""
+    return f"QUANTILE_DISC({value}, {p})"

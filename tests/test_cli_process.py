@@ -98,8 +98,8 @@ def test_report_plots_without_matplotlib_names_the_extra(monkeypatch: pytest.Mon
     done = CliRunner().invoke(main, ["report", str(ROOT / "no-such-tables"), "--plots", "plots"])
     assert (done.exit_code, done.stdout) == (2, "")
     assert done.stderr == (
-        "kwsniff: error: kwsniff report --plots needs the spark extra: "
-        "pip install 'kwsniff[spark]' (missing: matplotlib)\n"
+        "kwsniff: error: kwsniff report --plots needs the report extra: "
+        "pip install 'kwsniff[report]' (missing: matplotlib)\n"
     )
 
 

@@ -16,7 +16,7 @@ import pytest
 from tests.test_repository import REPO, quick_start
 
 INSTALL_TIMEOUT_S = 600  # pip builds the wheel and installs from its cache or index; bounded
-EXTRA_LINE = "kwsniff: error: kwsniff {} needs the spark extra: pip install 'kwsniff[spark]' (missing: {})\n"
+EXTRA_LINE = "kwsniff: error: kwsniff {} needs the {} extra: pip install 'kwsniff[{}]' (missing: {})\n"
 
 
 def clean_env(clone: Path) -> dict[str, str]:
@@ -60,20 +60,23 @@ def test_the_first_quick_start_command_writes_the_tables_from_a_clean_clone(
 
 
 @pytest.mark.parametrize(
-    ("command", "args", "what", "missing"),
+    ("command", "args", "what", "extra", "missing"),
     [
-        ("spark", ["x.pcap"], "spark", "pyspark, pandas"),
-        ("spark", ["sample_pcaps/quickstart.pcap", "--out", "fleet"], "spark", "pyspark, pandas"),
-        # `report` itself runs on DuckDB (a base dependency); Spark and the plots need the extra.
-        ("report", ["kafka-tables", "--master", "local[1]"], "report --master", "pyspark, pandas"),
-        ("report", ["kafka-tables", "--plots", "plots"], "report --plots", "matplotlib"),
+        ("spark", ["x.pcap"], "spark", "spark", "pyspark, pandas"),
+        ("spark", ["sample_pcaps/quickstart.pcap", "--out", "fleet"], "spark", "spark", "pyspark, pandas"),
+        # `report` itself runs on DuckDB (a base dependency); Spark needs the spark extra, the plots
+        # (--plots, --html) the report extra.
+        ("report", ["kafka-tables", "--master", "local[1]"], "report --master", "spark", "pyspark, pandas"),
+        ("report", ["kafka-tables", "--plots", "plots"], "report --plots", "report", "matplotlib"),
+        ("report", ["kafka-tables", "--html", "r.html"], "report --html", "report", "matplotlib"),
     ],
 )
-def test_without_the_spark_extra_spark_and_report_say_so_in_one_line(
+def test_without_their_extra_spark_and_report_plots_say_so_in_one_line(
     clone: tuple[Path, subprocess.CompletedProcess[str]],
     command: str,
     args: list[str],
     what: str,
+    extra: str,
     missing: str,
 ) -> None:
     path, installed = clone
@@ -86,8 +89,12 @@ def test_without_the_spark_extra_spark_and_report_say_so_in_one_line(
         text=True,
         timeout=60,
     )
-    assert (done.returncode, done.stdout, done.stderr) == (2, "", EXTRA_LINE.format(what, missing))
-    assert not (path / "fleet").exists() and not (path / "plots").exists()
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2,
+        "",
+        EXTRA_LINE.format(what, extra, extra, missing),
+    )
+    assert not any((path / name).exists() for name in ("fleet", "plots", "r.html"))
 
 
 def test_without_the_extra_spark_help_still_works(

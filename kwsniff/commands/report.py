@@ -89,7 +89,7 @@ def report(
         require("kwsniff report --master", "spark", ("pyspark", "pandas"))
     for option, given in (("--plots", plots), ("--html", html_file)):
         if given is not None:
-            require(f"kwsniff report {option}", "spark", ("matplotlib",))
+            require(f"kwsniff report {option}", "report", ("matplotlib",))
     if not tables.is_dir():
         messages.error(f"{tables}: not a directory of kwsniff tables")
         sys.exit(1)

@@ -179,6 +179,10 @@ def test_command_lines_spark_then_report(tmp_path: Path) -> None:
         str(out),
         "--master",
         "local[1]",
+        # The sections the text and the four plots below are drawn from, each a Spark job; every
+        # section on Spark: tests/test_report_sections.py.
+        *("--section", "rebalances", "--section", "lag", "--section", "throughput"),
+        *("--section", "produce_latency", "--section", "latency"),
         "--plots",
         str(plots),
     ]

@@ -2,7 +2,8 @@
 // tests/test_groups_java_consumer.py. Prints one JSON line per rebalance callback: the time (µs),
 // the partitions the member owns after it, its member id and epoch (groupMetadata().generationId()
 // is the member epoch under the consumer protocol). Stops once it has owned the whole topic
-// `rounds` times, after polling one more second so its last heartbeat acknowledges that.
+// `rounds` times, after polling three more seconds so its last heartbeat acknowledges that (a loaded
+// machine can hold a 300 ms heartbeat back for over a second).
 //   java -cp JARS Kip848Consumer.java BOOTSTRAP GROUP TOPIC PARTITIONS ROUNDS
 import java.time.Duration;
 import java.util.*;
@@ -48,7 +49,7 @@ public class Kip848Consumer {
             long deadline = System.currentTimeMillis() + 60_000, stop = Long.MAX_VALUE;
             while (System.currentTimeMillis() < Math.min(deadline, stop)) {
                 consumer.poll(Duration.ofMillis(100));
-                if (full[0] >= rounds && stop == Long.MAX_VALUE) stop = System.currentTimeMillis() + 1000;
+                if (full[0] >= rounds && stop == Long.MAX_VALUE) stop = System.currentTimeMillis() + 3000;
             }
         }
     }

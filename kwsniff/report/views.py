@@ -3,7 +3,7 @@ where an older table lacks one) and a few derived views shared by sections, in D
 
 from __future__ import annotations
 
-# The groups columns of the KIP-848/share/streams decoding (/work/tasks/groups-contract.md): the report
+# The groups columns of the KIP-848/share/streams decoding (docs/groups.md "Columns"): the report
 # reads them whether or not the tables it is given were written by a kwsniff that fills them.
 GROUPS_CONTRACT = (
     ("protocol", "VARCHAR"),

@@ -12,8 +12,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kwsniff"
 
 # Bottom up. A module may import from its own layer package and from any layer listed before it.
 LAYERS: list[set[str]] = [
-    # The package root (__version__), the defaults every layer shares and the memory budget.
-    {"kwsniff", "defaults", "memory"},
+    # The package root (__version__), the defaults every layer shares, the memory budget and the
+    # cache of compiled decoder code.
+    {"kwsniff", "defaults", "memory", "codecache"},
     {"capture"},
     {"net"},
     {"tcp"},

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from kwsniff import codecache
 from kwsniff.capture.live import CaptureCounters, LiveCapture, LiveCaptureError, open_interface
 from kwsniff.commands import messages
 from kwsniff.commands.options import (
@@ -148,6 +149,8 @@ def capture(
     from kwsniff.view.metrics import Metrics
 
     arrow_without_pandas()
+    # The decoders this capture compiles are kept for the next run (kwsniff.codecache).
+    codecache.use_directory(codecache.cache_dir(os.environ))
 
     ports = broker_ports(broker_port)
     bpf = bpf if bpf is not None else default_filter(ports, decoding.tunnels)

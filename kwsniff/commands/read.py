@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from kwsniff import codecache
 from kwsniff.capture import STDIN, CaptureError, open_capture
 from kwsniff.commands import messages
 from kwsniff.commands.exits import EXIT_STRICT
@@ -186,6 +187,8 @@ def read(
     except OutputError as exc:
         messages.error(str(exc))
         sys.exit(1)
+    # The decoders this run compiles are kept for the next one (kwsniff.codecache).
+    codecache.use_directory(codecache.cache_dir(os.environ))
     signals = StopSignals()
     row_buffer_bytes = MemoryBudget(decoding.memory_limit).cap(ROWS)
     try:

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from kwsniff.codecache import compile_module
 from kwsniff.protocol import wire
 from kwsniff.protocol.decode_error import DecodeError
 
@@ -399,6 +400,6 @@ def compile_message(
     source, constants = message_source(fields, version, flexible, records_view)
     namespace: dict[str, Any] = dict(_RUNTIME)
     namespace.update(constants)
-    exec(compile(source, f"<kwsniff decoder {label}>", "exec"), namespace)
+    exec(compile_module(source, f"<kwsniff decoder {label}>"), namespace)
     decode: Callable[[bytes | memoryview], dict[str, Any]] = namespace["decode"]
     return decode

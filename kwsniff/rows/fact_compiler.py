@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kwsniff.codecache import compile_module
+
 # Field names by convention across the specs.
 TOPIC_NAME_KEYS = ("topic", "topic_name", "name")
 PARTITION_KEYS = ("partition_index", "partition", "index", "partition_id")
@@ -179,7 +181,7 @@ def compile_partition_walker(
     source = "\n".join(writer.functions)
     source += f"\ndef walk(msg, out, options):\n    {root}(msg, {{}}, out, options)\n"
     namespace: dict[str, Any] = {"_record_facts": record_facts, "_API_KEY": api_key}
-    exec(compile(source, f"<kwsniff partitions {label}>", "exec"), namespace)
+    exec(compile_module(source, f"<kwsniff partitions {label}>"), namespace)
     walk: Callable[[dict[str, Any], dict[Any, Any], Any], None] = namespace["walk"]
     return walk
 
@@ -227,6 +229,6 @@ def compile_error_finder(
         return None
     source = "\n".join(writer.functions) + f"\ndef errors(msg, out):\n    {root}(msg, (), out)\n"
     namespace: dict[str, Any] = {}
-    exec(compile(source, f"<kwsniff errors {label}>", "exec"), namespace)
+    exec(compile_module(source, f"<kwsniff errors {label}>"), namespace)
     errors: Callable[[dict[str, Any], list[Any]], None] = namespace["errors"]
     return errors

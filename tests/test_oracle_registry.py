@@ -48,6 +48,8 @@ KIP848_SENT = "test_groups_consumer_protocol.py::test_every_heartbeat_decodes_to
 KIP848_CALLBACKS = (
     "test_groups_consumer_protocol.py::test_assignments_are_what_the_clients_callbacks_reported"
 )
+SHARE_PARTS = "test_share_wire.py::test_share_partitions_carry_acquired_and_acknowledged_offsets"
+MAX_WAIT = "test_share_wire.py::test_fetch_and_share_fetch_requests_carry_max_wait_ms"
 CLASSIC_CONFIG = (
     "test_groups_classic_protocol.py::test_join_requests_carry_the_clients_configuration_and_subscription"
 )
@@ -73,6 +75,7 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "first_error_code": "test_errors_table.py::test_requests_count_and_name_errors_below_the_top_level",
         "first_error_name": "test_errors_table.py::test_requests_count_and_name_errors_below_the_top_level",
         "acks": RC + "test_acks0_requests_answered_by_tansu_are_ok",
+        "max_wait_ms": MAX_WAIT,
         "record_count": "test_partitions_table.py::test_request_record_counts_equal_what_the_clients_sent_and_read",
         "record_bytes": "test_partitions_table.py::test_record_bytes_are_the_sizes_of_the_record_sets_sent",
         "status": RC + "test_acks0_requests_answered_by_tansu_are_ok",
@@ -213,6 +216,17 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "leader_id": PT + "test_topic_ids_learned_before_the_fetch_name_its_rows_at_once",
         "leader_epoch": PT + "test_topic_ids_learned_before_the_fetch_name_its_rows_at_once",
         "member_epoch": WIRE_OFFSETS,
+        "acquired_records": SHARE_PARTS,
+        "redelivered_records": SHARE_PARTS,
+        "max_delivery_count": SHARE_PARTS,
+        "acquired_first_offset": SHARE_PARTS,
+        "acquired_last_offset": SHARE_PARTS,
+        "acquisition_lock_timeout_ms": SHARE_PARTS,
+        "accepted_records": SHARE_PARTS,
+        "released_records": SHARE_PARTS,
+        "rejected_records": SHARE_PARTS,
+        "acknowledged_first_offset": SHARE_PARTS,
+        "acknowledged_last_offset": SHARE_PARTS,
         "removed_in": UPGRADE + "test_produced_message_formats_v0_and_v1_are_flagged_on_their_partitions",
     },
     "records": {

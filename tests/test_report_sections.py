@@ -20,7 +20,7 @@ from test_share_wire import share_capture
 from kwsniff.cli import main
 from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
 from kwsniff.report.run import answer
-from kwsniff.report.sections import SECTIONS
+from kwsniff.report.sections import BY_NAME, SECTIONS
 from kwsniff.report.views import GROUPS_CONTRACT
 from kwsniff.tables.schemas import SCHEMAS
 
@@ -256,3 +256,54 @@ def test_json_is_one_object_of_sections_and_filters_keep_matching_rows(out: Path
     assert len(lines) == 2 and lines[1].split(",")[3] == str(most)
     late = ["report", str(out), "--format", "json", "--section", "rebalances", "--since", "2030-01-01"]
     assert json.loads(CliRunner().invoke(main, late).stdout) == {"rebalances": []}
+
+
+def long_polls(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [
+        (r["api_name"], r["client_id"], r["polls"], r["empty"], r["wait_ms"], r["wait_source"])
+        for r in rows
+        if r["api_name"] == "Fetch" and r["client_id"].startswith("qs-consumer")
+    ]
+
+
+def test_long_polls_judge_each_fetch_against_the_max_wait_ms_it_sent(duck: dict) -> None:
+    """The quick start's consumers keep their clients' default wait: kafka-python's fetch_max_wait_ms
+    and librdkafka's fetch.wait.max.ms (CONFIGURATION.md), both 500 ms."""
+    from kafka import KafkaConsumer
+
+    default = KafkaConsumer.DEFAULT_CONFIG["fetch_max_wait_ms"]
+    assert default == 500
+    assert long_polls(duck["long_polls"]) == [
+        ("Fetch", "qs-consumer-confluent", 3, 1, 500.0, "max_wait_ms"),
+        ("Fetch", "qs-consumer-kafka-python", 5, 4, 500.0, "max_wait_ms"),
+    ]
+
+
+def test_long_polls_guess_the_wait_from_empty_polls_in_tables_without_max_wait_ms(
+    out: Path, tmp_path: Path
+) -> None:
+    """Tables written before `requests.max_wait_ms`: the wait is the median latency of the empty
+    polls, flagged as a guess."""
+    old = tmp_path / "old"
+    for table in ("requests", "groups", "connections"):
+        (old / table).mkdir(parents=True)
+        for path in (out / table).rglob("quickstart*.parquet"):
+            data = pq.read_table(path)
+            if table == "requests":
+                data = data.drop_columns(["max_wait_ms"])
+            pq.write_table(data, old / table / path.name)
+    rows = answer(DuckEngine(old, Filters()), Filters(), [BY_NAME["long_polls"]])["long_polls"]
+    requests = pq.read_table(old / "requests").to_pylist()
+    guesses = []
+    for client in ("qs-consumer-confluent", "qs-consumer-kafka-python"):
+        empty = sorted(
+            r["latency_ms"]
+            for r in requests
+            if r["api_key"] == 1 and r["record_count"] == 0 and r["client_id"] == client
+        )
+        guesses.append(empty[math.ceil(len(empty) / 2) - 1])  # nearest rank
+    assert long_polls(rows) == [
+        ("Fetch", "qs-consumer-confluent", 3, 1, guesses[0], "empty polls (guess)"),
+        ("Fetch", "qs-consumer-kafka-python", 5, 4, guesses[1], "empty polls (guess)"),
+    ]
+    assert 500 < guesses[1] < 510  # the empty polls did wait out the 500 ms

@@ -133,6 +133,7 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "sasl_outcome": "test_sasl.py::test_raw_tokens_after_a_v0_handshake_are_counted_not_decoded_and_later_requests_decode",
         "sasl_tokens": "test_sasl.py::test_raw_tokens_after_a_v0_handshake_are_counted_not_decoded_and_later_requests_decode",
         "sasl_authenticated": "test_sasl.py::test_raw_tokens_after_a_v0_handshake_are_counted_not_decoded_and_later_requests_decode",
+        "sasl_principal": "test_sasl.py::test_real_clients_scram_user_is_the_connections_principal",
         "stream_bytes_to_broker": DPKT_FLOWS,
         "gap_bytes_to_broker": "test_accounting.py::test_out_of_order_bytes_past_the_cap_give_up_the_hole_as_a_gap",
         "skipped_bytes_to_broker": "test_accounting.py::test_resync_after_garbage_counts_the_skipped_bytes",

@@ -36,11 +36,11 @@ client_group AS (
   FROM rows WHERE role = 'consumer' AND group_id IS NOT NULL GROUP BY capture, client_id, client_ip, topic
 ),
 software AS (
-  SELECT client_id, client_ip, MAX(sasl_mechanism) AS sasl_mechanism,
+  SELECT client_id, client_ip, MAX(sasl_mechanism) AS sasl_mechanism, MAX(sasl_principal) AS sasl_principal,
          MAX(client_software_name) AS software_name, MAX(client_software_version) AS software_version
   FROM exchanges GROUP BY client_id, client_ip
 )
-SELECT r.client_id, r.client_ip, s.sasl_mechanism, s.software_name, s.software_version, r.role, r.topic,
+SELECT r.client_id, r.client_ip, s.sasl_mechanism, s.sasl_principal, s.software_name, s.software_version, r.role, r.topic,
        CASE WHEN r.role = 'consumer' THEN COALESCE(r.group_id, g.group_id) ELSE r.group_id END AS group_id,
        COALESCE(SUM(r.record_count), 0) AS records, COALESCE(SUM(r.record_bytes), 0) AS bytes,
        COUNT(*) AS requests, MIN(r.ts_request) AS first_seen, MAX(r.ts_request) AS last_seen
@@ -48,7 +48,7 @@ FROM rows r
 LEFT JOIN client_group g ON g.capture = r.capture AND g.client_id = r.client_id
   AND g.client_ip = r.client_ip AND g.topic = r.topic
 LEFT JOIN software s ON s.client_id = r.client_id AND s.client_ip = r.client_ip
-GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
+GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
 ORDER BY client_id, client_ip, role, topic, group_id
 """
 

@@ -109,6 +109,9 @@ CONNECTIONS = pa.schema(
         ("sasl_outcome", pa.string()),
         ("sasl_tokens", pa.int64()),
         ("sasl_authenticated", pa.bool_()),
+        # The identity the client's first SASL token claims (kwsniff.kafka.sasl.principal: PLAIN
+        # authcid, SCRAM user, OAUTHBEARER JWT `sub`; null for GSSAPI); never a password or proof.
+        ("sasl_principal", pa.string()),
         # Tunnels the connection was seen in, comma-separated, each a path outermost first
         # ("vxlan:vni=42", "gre:key=7/vxlan:vni=1"); null for plain traffic.
         ("tunnel", pa.string()),

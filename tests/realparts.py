@@ -131,8 +131,10 @@ def start_broker(
     netns: str | None = None,
     log_dir: str | None = None,
     advertised_port: int | None = None,
+    extra: Sequence[str] = (),
 ) -> Broker:
-    """Start tansu (in-memory storage) on 127.0.0.1 and return once it accepts connections."""
+    """Start tansu (in-memory storage) on 127.0.0.1 and return once it accepts connections;
+    ``extra`` are more broker options (``--authentication``: SASL SCRAM required)."""
     if port is None:
         port = free_port() if netns is None else 19092
     url = f"tcp://{LOOPBACK}:{port}"
@@ -148,6 +150,7 @@ def start_broker(
         url if advertised_port is None else f"tcp://{LOOPBACK}:{advertised_port}",
         "--storage-engine",
         "memory://tansu/",
+        *extra,
     ]
     log_fd, log_name = tempfile.mkstemp(prefix=f"tansu-{port}-", suffix=".log", dir=log_dir)
     with os.fdopen(log_fd, "wb") as log:

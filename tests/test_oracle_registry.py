@@ -48,6 +48,8 @@ KIP848_SENT = "test_groups_consumer_protocol.py::test_every_heartbeat_decodes_to
 KIP848_CALLBACKS = (
     "test_groups_consumer_protocol.py::test_assignments_are_what_the_clients_callbacks_reported"
 )
+SHARE_PARTS = "test_share_wire.py::test_share_partitions_carry_acquired_and_acknowledged_offsets"
+MAX_WAIT = "test_share_wire.py::test_fetch_and_share_fetch_requests_carry_max_wait_ms"
 CLASSIC_CONFIG = (
     "test_groups_classic_protocol.py::test_join_requests_carry_the_clients_configuration_and_subscription"
 )
@@ -73,6 +75,7 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "first_error_code": "test_errors_table.py::test_requests_count_and_name_errors_below_the_top_level",
         "first_error_name": "test_errors_table.py::test_requests_count_and_name_errors_below_the_top_level",
         "acks": RC + "test_acks0_requests_answered_by_tansu_are_ok",
+        "max_wait_ms": MAX_WAIT,
         "record_count": "test_partitions_table.py::test_request_record_counts_equal_what_the_clients_sent_and_read",
         "record_bytes": "test_partitions_table.py::test_record_bytes_are_the_sizes_of_the_record_sets_sent",
         "status": RC + "test_acks0_requests_answered_by_tansu_are_ok",
@@ -130,6 +133,7 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "sasl_outcome": "test_sasl.py::test_raw_tokens_after_a_v0_handshake_are_counted_not_decoded_and_later_requests_decode",
         "sasl_tokens": "test_sasl.py::test_raw_tokens_after_a_v0_handshake_are_counted_not_decoded_and_later_requests_decode",
         "sasl_authenticated": "test_sasl.py::test_raw_tokens_after_a_v0_handshake_are_counted_not_decoded_and_later_requests_decode",
+        "sasl_principal": "test_sasl.py::test_real_clients_scram_user_is_the_connections_principal",
         "stream_bytes_to_broker": DPKT_FLOWS,
         "gap_bytes_to_broker": "test_accounting.py::test_out_of_order_bytes_past_the_cap_give_up_the_hole_as_a_gap",
         "skipped_bytes_to_broker": "test_accounting.py::test_resync_after_garbage_counts_the_skipped_bytes",
@@ -213,6 +217,17 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "leader_id": PT + "test_topic_ids_learned_before_the_fetch_name_its_rows_at_once",
         "leader_epoch": PT + "test_topic_ids_learned_before_the_fetch_name_its_rows_at_once",
         "member_epoch": WIRE_OFFSETS,
+        "acquired_records": SHARE_PARTS,
+        "redelivered_records": SHARE_PARTS,
+        "max_delivery_count": SHARE_PARTS,
+        "acquired_first_offset": SHARE_PARTS,
+        "acquired_last_offset": SHARE_PARTS,
+        "acquisition_lock_timeout_ms": SHARE_PARTS,
+        "accepted_records": SHARE_PARTS,
+        "released_records": SHARE_PARTS,
+        "rejected_records": SHARE_PARTS,
+        "acknowledged_first_offset": SHARE_PARTS,
+        "acknowledged_last_offset": SHARE_PARTS,
         "removed_in": UPGRADE + "test_produced_message_formats_v0_and_v1_are_flagged_on_their_partitions",
     },
     "records": {

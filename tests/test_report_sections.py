@@ -15,11 +15,12 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from test_share_wire import share_capture
 
 from kwsniff.cli import main
 from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
 from kwsniff.report.run import answer
-from kwsniff.report.sections import SECTIONS
+from kwsniff.report.sections import BY_NAME, SECTIONS
 from kwsniff.report.views import GROUPS_CONTRACT
 from kwsniff.tables.schemas import SCHEMAS
 
@@ -93,7 +94,10 @@ def built_groups_table() -> pa.Table:
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tables")
-    done = CliRunner().invoke(main, ["read", "-q", *map(str, CAPTURES), "--out", str(out), "--overwrite"])
+    # Share-group deliveries (KIP-932), kio-encoded: test_share_wire.py tells their story.
+    share = share_capture(tmp_path_factory.mktemp("share") / "share.pcap")
+    inputs = [*map(str, CAPTURES), str(share)]
+    done = CliRunner().invoke(main, ["read", "-q", *inputs, "--out", str(out), "--overwrite"])
     assert done.exit_code == 0, done.output
     # Tables written before the contract's columns, and one file with them: both read as one table.
     pq.write_table(built_groups_table(), out / "groups" / "kip848-built.parquet")
@@ -143,8 +147,36 @@ def test_a_group_rebalancing_more_than_three_times_a_minute_is_a_storm(duck: dic
     assert [(r["group_id"], r["protocol"], r["window_start"], r["rebalances"]) for r in duck["storms"]] == [
         ("s1", "share", at(0).replace(second=0), 5)
     ]
-    assert [(r["group_id"], r["members"], r["heartbeats"], r["max_epoch"]) for r in duck["share_groups"]] == [
-        ("s1", 1, 5, 5)
+    assert [
+        (r["group_id"], r["members"], r["heartbeats"], r["max_epoch"])
+        for r in duck["share_groups"]
+        if r["group_id"] == "s1"
+    ] == [("s1", 1, 5, 5)]
+
+
+SHARE_GROUP_COLUMNS = (
+    "group_id", "members", "share_fetches", "share_acknowledges", "acquired", "redelivered",
+    "redelivery_rate", "max_delivery_count", "accepted", "released", "rejected", "release_rate",
+    "reject_rate", "ack_p50_ms", "ack_max_ms", "lock_timeouts",
+)  # fmt: skip
+SHARE_DELIVERY_COLUMNS = (
+    "member_id", "topic", "partition", "acquisitions", "acquired", "redelivered", "max_delivery_count",
+    "accepted", "released", "rejected", "ack_p50_ms", "ack_max_ms", "lock_timeouts",
+    "timed_out_redelivered", "timed_out_unacknowledged",
+)  # fmt: skip
+
+
+def test_share_group_redelivery_release_reject_rates_and_lock_timeouts(duck: dict) -> None:
+    """The story of test_share_wire.py: 24 offsets lent (6 a second time), 15 given back (1 released,
+    1 rejected), acknowledged 199.9 ms (m1) and 299.9 ms (m2 twice) after their acquisition; m1's
+    orders:1 lock ran out and went to m2; m2's orders:0 10-12 lock ran out unacknowledged."""
+    groups = [tuple(r[c] for c in SHARE_GROUP_COLUMNS) for r in duck["share_groups"] if r["group_id"] == "sg"]
+    assert groups == [("sg", 2, 3, 1, 24, 6, 6 / 24, 2, 13, 1, 1, 1 / 15, 1 / 15, 299.9, 299.9, 2)]
+    assert [tuple(r[c] for c in SHARE_DELIVERY_COLUMNS) for r in duck["share_deliveries"]] == [
+        ("m1", "orders", 0, 1, 10, 0, 1, 7, 1, 1, 199.9, 199.9, 0, 0, 0),
+        ("m1", "orders", 1, 1, 5, 0, 1, 0, 0, 0, None, None, 1, 1, 0),
+        ("m2", "orders", 0, 2, 4, 1, 2, 1, 0, 0, 299.9, 299.9, 1, 0, 1),
+        ("m2", "orders", 1, 1, 5, 5, 2, 5, 0, 0, 299.9, 299.9, 0, 0, 0),
     ]
 
 
@@ -224,3 +256,54 @@ def test_json_is_one_object_of_sections_and_filters_keep_matching_rows(out: Path
     assert len(lines) == 2 and lines[1].split(",")[3] == str(most)
     late = ["report", str(out), "--format", "json", "--section", "rebalances", "--since", "2030-01-01"]
     assert json.loads(CliRunner().invoke(main, late).stdout) == {"rebalances": []}
+
+
+def long_polls(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [
+        (r["api_name"], r["client_id"], r["polls"], r["empty"], r["wait_ms"], r["wait_source"])
+        for r in rows
+        if r["api_name"] == "Fetch" and r["client_id"].startswith("qs-consumer")
+    ]
+
+
+def test_long_polls_judge_each_fetch_against_the_max_wait_ms_it_sent(duck: dict) -> None:
+    """The quick start's consumers keep their clients' default wait: kafka-python's fetch_max_wait_ms
+    and librdkafka's fetch.wait.max.ms (CONFIGURATION.md), both 500 ms."""
+    from kafka import KafkaConsumer
+
+    default = KafkaConsumer.DEFAULT_CONFIG["fetch_max_wait_ms"]
+    assert default == 500
+    assert long_polls(duck["long_polls"]) == [
+        ("Fetch", "qs-consumer-confluent", 3, 1, 500.0, "max_wait_ms"),
+        ("Fetch", "qs-consumer-kafka-python", 5, 4, 500.0, "max_wait_ms"),
+    ]
+
+
+def test_long_polls_guess_the_wait_from_empty_polls_in_tables_without_max_wait_ms(
+    out: Path, tmp_path: Path
+) -> None:
+    """Tables written before `requests.max_wait_ms`: the wait is the median latency of the empty
+    polls, flagged as a guess."""
+    old = tmp_path / "old"
+    for table in ("requests", "groups", "connections"):
+        (old / table).mkdir(parents=True)
+        for path in (out / table).rglob("quickstart*.parquet"):
+            data = pq.read_table(path)
+            if table == "requests":
+                data = data.drop_columns(["max_wait_ms"])
+            pq.write_table(data, old / table / path.name)
+    rows = answer(DuckEngine(old, Filters()), Filters(), [BY_NAME["long_polls"]])["long_polls"]
+    requests = pq.read_table(old / "requests").to_pylist()
+    guesses = []
+    for client in ("qs-consumer-confluent", "qs-consumer-kafka-python"):
+        empty = sorted(
+            r["latency_ms"]
+            for r in requests
+            if r["api_key"] == 1 and r["record_count"] == 0 and r["client_id"] == client
+        )
+        guesses.append(empty[math.ceil(len(empty) / 2) - 1])  # nearest rank
+    assert long_polls(rows) == [
+        ("Fetch", "qs-consumer-confluent", 3, 1, guesses[0], "empty polls (guess)"),
+        ("Fetch", "qs-consumer-kafka-python", 5, 4, guesses[1], "empty polls (guess)"),
+    ]
+    assert 500 < guesses[1] < 510  # the empty polls did wait out the 500 ms

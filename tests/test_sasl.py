@@ -3,16 +3,19 @@ and secrets that never reach a table (Kafka protocol guide, "SASL Authentication
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import struct
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
+import pytest
+from click.testing import CliRunner
 from kafkawire import (
     API_VERSIONS_V0_RESPONSE,
     LINKTYPE_RAW_IPV4,
@@ -24,8 +27,10 @@ from kafkawire import (
     string,
     write_pcap,
 )
-from realparts import CapturedTraffic
+from realparts import CapturedTraffic, start_broker, tcpdump_capture
 
+from kwsniff.cli import main
+from kwsniff.kafka.sasl import principal
 from kwsniff.pipeline.session import Session, SessionOptions, accounting_difference
 from kwsniff.rows import ListSink
 
@@ -318,3 +323,138 @@ def test_kafka_python_sasl_plain_against_the_real_broker(
     capture_traffic: Callable[..., CapturedTraffic], tmp_path: Path
 ) -> None:
     check_refused_plain(capture_traffic, sasl_with_kafka_python, tmp_path)
+
+
+# --- the principal a client claims ---------------------------------------------------------------
+SCRAM_USER = "ops,team=1"  # RFC 5802 escapes "," and "=" in the user name as =2C and =3D
+
+
+def scram_with_confluent(bootstrap: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(
+        {
+            "bootstrap.servers": bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": SCRAM_USER,
+            "sasl.password": PASSWORD,
+            "reconnect.backoff.ms": 500,
+            "reconnect.backoff.max.ms": 500,
+            "log_level": 0,
+        }
+    )
+    # tansu knows no such user: the client's first SCRAM message is sent, the broker refuses it.
+    with contextlib.suppress(Exception):
+        admin.list_topics(timeout=1.5)
+
+
+def scram_with_kafka_python(bootstrap: str) -> None:
+    from kafka import KafkaAdminClient
+
+    with contextlib.suppress(Exception):
+        KafkaAdminClient(
+            bootstrap_servers=bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="SCRAM-SHA-256",
+            sasl_plain_username=SCRAM_USER,
+            sasl_plain_password=PASSWORD,
+            bootstrap_timeout_ms=1500,
+            reconnect_backoff_ms=500,
+        ).close()
+
+
+@pytest.fixture(scope="module")
+def scram_broker() -> Iterator[Any]:
+    """tansu requiring SASL (it speaks SCRAM only, and knows no user until one is created)."""
+    with start_broker(extra=["--authentication"]) as running:
+        yield running
+
+
+@pytest.mark.parametrize("workload", [scram_with_confluent, scram_with_kafka_python])
+def test_real_clients_scram_user_is_the_connections_principal(
+    scram_broker: Any, workload: Callable[[str], None], tmp_path: Path
+) -> None:
+    pcap = tmp_path / "scram.pcap"
+    with tcpdump_capture(pcap, scram_broker.port) as stats:
+        workload(scram_broker.bootstrap)
+    traffic = CapturedTraffic(pcap=pcap, port=scram_broker.port, result=None, tcpdump=stats)
+    tables, shown = read_tables(traffic, tmp_path / "tables")
+    sasl_conns = [c for c in tables["connections"] if c["sasl_mechanism"] is not None]
+    assert sasl_conns
+    assert {(c["sasl_mechanism"], c["sasl_principal"]) for c in sasl_conns} == {("SCRAM-SHA-256", SCRAM_USER)}
+    # The broker turns the unknown user away (kafka-python: SASL_AUTHENTICATION_FAILED); what the
+    # principal says is who the client claimed to be, whatever the broker made of it.
+    assert PASSWORD not in shown
+
+
+def jwt(claims: dict[str, Any]) -> bytes:
+    def part(value: dict[str, Any]) -> bytes:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=")
+
+    return part({"alg": "none"}) + b"." + part(claims) + b".c2ln"
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "first_token", "expected"),
+    [
+        ("PLAIN", b"\x00alice\x00" + PASSWORD.encode(), "alice"),
+        ("PLAIN", b"admin\x00alice\x00" + PASSWORD.encode(), "alice"),  # authzid apart
+        ("PLAIN", b"alice" + PASSWORD.encode(), None),  # not the three NUL-separated fields
+        ("SCRAM-SHA-256", b"n,,n=ops=2Cteam=3D1,r=fyko+d2lbbFgONRv9qkxdawL", "ops,team=1"),
+        ("SCRAM-SHA-512", b"n,a=admin,n=bob,r=abc", "bob"),
+        ("SCRAM-SHA-512", b"c=biws,r=abc,p=proof", None),
+        (
+            "OAUTHBEARER",
+            b"n,,\x01auth=Bearer " + jwt({"sub": "svc-orders", "exp": 1}) + b"\x01\x01",
+            "svc-orders",
+        ),
+        ("OAUTHBEARER", b"n,,\x01auth=Bearer opaque-token\x01\x01", None),  # not a JWT
+        ("OAUTHBEARER", b"n,,\x01auth=Bearer a.bm90IGpzb24.c\x01\x01", None),  # payload not JSON
+        ("GSSAPI", b"\x60\x82\x01\x00kerberos", None),  # the principal is inside an encrypted ticket
+    ],
+)
+def test_the_first_client_token_names_the_principal_and_never_the_secret(
+    mechanism: str, first_token: bytes, expected: str | None
+) -> None:
+    assert principal(mechanism, first_token) == expected
+
+
+def test_principal_from_raw_v0_tokens_and_from_sasl_authenticate_v1_and_v2() -> None:
+    raw = run(v0_session([(0, PLAIN_TOKEN), (1, b"")]).packets)
+    assert [c["sasl_principal"] for c in raw.tables["connections"]] == ["alice"]
+    for version, body in (
+        (1, token(b"n,,n=carol,r=nonce1")),
+        # Flexible v2: the header's empty tagged fields, then COMPACT_BYTES (length + 1) and the body's.
+        (2, b"\x00" + bytes([len(b"n,,n=carol,r=nonce1") + 1]) + b"n,,n=carol,r=nonce1" + b"\x00"),
+    ):
+        f = Flow().handshake()
+        f.send(0, request(17, 1, 1, string("SCRAM-SHA-256"), client_id="c"))
+        f.send(1, response(1, handshake_response(0, "SCRAM-SHA-256")))
+        f.send(0, request(36, version, 2, body, client_id="c"))
+        f.close()
+        assert [c["sasl_principal"] for c in run(f.packets).tables["connections"]] == ["carol"], version
+
+
+def test_inventory_names_each_client_with_its_sasl_principal(tmp_path: Path) -> None:
+    """A PLAIN client (v0 raw tokens) that then lists the groups: an admin in the inventory, under
+    the principal it authenticated as."""
+    f = Flow().handshake()
+    f.send(0, request(17, 0, 1, string("PLAIN"), client_id="ops-tool"))
+    f.send(1, response(1, handshake_response(0, "PLAIN")))
+    f.send(0, token(PLAIN_TOKEN))
+    f.send(1, token(b""))
+    f.send(0, request(16, 0, 2, client_id="ops-tool"))  # ListGroups v0
+    f.send(1, response(2, struct.pack(">hi", 0, 0)))
+    f.close()
+    pcap = write_pcap(tmp_path / "plain.pcap", f.packets)
+    out = tmp_path / "tables"
+    done = CliRunner().invoke(main, ["read", "-q", str(pcap), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    report = CliRunner().invoke(main, ["report", str(out), "--section", "inventory", "--format", "json"])
+    assert report.exit_code == 0, report.output
+    rows = json.loads(report.output)["inventory"]
+    assert [(r["client_id"], r["role"], r["sasl_mechanism"], r["sasl_principal"]) for r in rows] == [
+        ("ops-tool", "admin", "PLAIN", "alice")
+    ]
+    assert PASSWORD not in report.output

@@ -58,6 +58,7 @@ FILES: dict[str, list[str]] = {
         "tests/test_cli_read.py",
         "tests/test_realparts_smoke.py",
         "tests/test_groups_wire.py",
+        "tests/test_share_wire.py",
         "tests/test_upgrade.py",
     ],
     "connections": [
@@ -85,6 +86,7 @@ FILES: dict[str, list[str]] = {
         "tests/test_records_counts.py",
         "tests/test_hostile.py",
         "tests/test_groups_wire.py",
+        "tests/test_share_wire.py",
         "tests/test_upgrade.py",
     ],
     "records": [

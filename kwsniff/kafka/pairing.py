@@ -15,7 +15,7 @@ from typing import Any
 
 from kwsniff.defaults import MAX_FRAME_SIZE
 from kwsniff.kafka.framing import GAP, TRUNCATED_AT_END, FrameSplitter
-from kwsniff.kafka.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslProgress
+from kwsniff.kafka.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslProgress, authenticate_token
 from kwsniff.protocol import DecodeError, error_name, parse_request_header, parse_response_header
 from kwsniff.protocol.headers import is_plausible_request_version
 
@@ -167,6 +167,8 @@ class Conversation:
         if self.sasl_tokens_mode:
             # The client is done with tokens once it sends something that reads as a request again.
             if not plausible_request(memoryview(len(frame).to_bytes(4, "big") + bytes(frame[:16]))):
+                if not self.sasl.claimed:
+                    self.sasl.client_token(bytes(frame))
                 self.sasl.token(0, len(frame) + 4)
                 return
             self._end_sasl_tokens()
@@ -191,7 +193,10 @@ class Conversation:
         self.requests += 1
         if api_key == SASL_HANDSHAKE:
             self.sasl.handshake_request(api_version, _mechanism(frame, hlen))
-        elif self.sasl.started and api_key != SASL_AUTHENTICATE:
+        elif api_key == SASL_AUTHENTICATE:
+            if not self.sasl.claimed:
+                self.sasl.client_token(authenticate_token(memoryview(frame)[hlen:], api_version))
+        elif self.sasl.started:
             self.sasl.request_after()
         self.handler.request(req, memoryview(frame)[hlen:])
         old = self.pending.get(corr)

@@ -9,6 +9,8 @@ clients skipped the handshake and opened with a GSSAPI token straight away.
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
 SASL_HANDSHAKE = 17
@@ -87,6 +89,90 @@ def _redact(value: Any, fields: tuple[str, ...]) -> None:
             _redact(item, fields)
 
 
+# -- the principal a client claims (its first token); never the secret beside it -------------------
+MAX_PRINCIPAL = 256  # characters kept of a claimed name
+
+
+def principal(mechanism: str | None, token: bytes) -> str | None:
+    """The identity a client's first SASL token claims, or None where it names none readably.
+
+    PLAIN (RFC 4616): ``authzid NUL authcid NUL passwd``: the authcid, the password never read.
+    SCRAM (RFC 5802): client-first ``gs2-header n=USER,r=NONCE``, with ``=2C`` and ``=3D`` unescaped.
+    OAUTHBEARER (RFC 7628): the ``sub`` claim of the bearer token when it is a JWT whose payload is
+    readable JSON (signature not checked: the broker's word is `sasl_outcome`).
+    GSSAPI: None; the Kerberos principal is inside an encrypted ticket."""
+    if mechanism == "PLAIN":
+        parts = token.split(b"\0")
+        return _text(parts[1]) if len(parts) == 3 else None
+    if mechanism is not None and mechanism.startswith("SCRAM-"):
+        return _scram_user(token)
+    if mechanism == "OAUTHBEARER":
+        return _jwt_subject(token)
+    return None
+
+
+def _text(raw: bytes) -> str | None:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text[:MAX_PRINCIPAL] if text else None
+
+
+def _scram_user(token: bytes) -> str | None:
+    # gs2-header: a channel-binding flag ("n", "y" or "p=..."), then an optional "a=authzid", then
+    # the client-first-message-bare "n=USER,r=NONCE". RFC 5802 escapes "," and "=" in USER as =2C
+    # and =3D, but not every client does (kafka-python 2.x sends the name as it is), so the name
+    # runs to the nonce attribute, not to the first comma.
+    fields = token.split(b",", 2)
+    if len(fields) < 3 or not fields[2].startswith(b"n="):
+        return None
+    bare = fields[2][2:]
+    end = bare.find(b",r=")
+    user = _text(bare if end < 0 else bare[:end])
+    return None if user is None else user.replace("=2C", ",").replace("=3D", "=")
+
+
+def _jwt_subject(token: bytes) -> str | None:
+    # "n,a=authzid,\x01auth=Bearer <token>\x01...\x01\x01"; a JWT is header.payload.signature.
+    for pair in token.split(b"\x01"):
+        if pair[:12].lower() == b"auth=bearer ":
+            parts = pair[12:].strip().split(b".")
+            if len(parts) != 3:
+                return None
+            try:
+                claims = json.loads(base64.urlsafe_b64decode(parts[1] + b"=" * (-len(parts[1]) % 4)))
+            except (ValueError, UnicodeDecodeError):
+                return None
+            sub = claims.get("sub") if isinstance(claims, dict) else None
+            return sub[:MAX_PRINCIPAL] if isinstance(sub, str) and sub else None
+    return None
+
+
+def authenticate_token(body: memoryview | bytes, version: int) -> bytes | None:
+    """The auth_bytes of a SaslAuthenticate request body (SaslAuthenticateRequest.json: BYTES in
+    v0-v1, COMPACT_BYTES from the flexible v2); None when cut."""
+    if version < 2:
+        if len(body) < 4:
+            return None
+        size, start = int.from_bytes(body[0:4], "big", signed=True), 4
+    else:
+        size, shift, start = 0, 0, 0
+        while start < len(body) and start < 5:
+            byte = body[start]
+            size |= (byte & 0x7F) << shift
+            shift += 7
+            start += 1
+            if not byte & 0x80:
+                break
+        else:
+            return None
+        size -= 1  # compact lengths are stored plus one
+    if size < 0 or start + size > len(body):
+        return None
+    return bytes(body[start : start + size])
+
+
 class SaslProgress:
     """The SASL exchange of one connection, from its handshake to the first request after it."""
 
@@ -100,6 +186,8 @@ class SaslProgress:
         "token_bytes",
         "authenticated",
         "started",
+        "principal",
+        "claimed",
     )
 
     def __init__(self) -> None:
@@ -112,6 +200,14 @@ class SaslProgress:
         self.token_bytes = [0, 0]  # per direction (client to broker, broker to client), prefixes included
         self.authenticated = False
         self.started = False
+        self.principal: str | None = None  # the identity the first client token claims
+        self.claimed = False  # the first client token was read
+
+    def client_token(self, token: bytes | None) -> None:
+        """A client's SASL token: the first names the principal (later ones are proofs)."""
+        if not self.claimed and token is not None:
+            self.claimed = True
+            self.principal = principal(self.mechanism, token)
 
     def handshake_request(self, version: int, mechanism: str | None) -> None:
         self.started = True

@@ -514,6 +514,7 @@ class Connection:
             "sasl_outcome": sasl.outcome if sasl else None,
             "sasl_tokens": sasl.tokens if sasl else 0,
             "sasl_authenticated": sasl.authenticated if sasl else False,
+            "sasl_principal": sasl.principal if sasl else None,
             "tunnel": ",".join(self.tunnels) or None,
             "duplicate_packets": self.duplicate_packets,
             "expired": self.expired,

@@ -34,7 +34,14 @@ SECTIONS = [
     Section("rebalance_members", "Rebalances per member (classic)", g.REBALANCE_MEMBERS),
     Section("reconciliation", "Reconciliation (KIP-848 consumer, streams, share)", g.RECONCILIATION),
     Section("storms", "Rebalance storms", g.STORMS),
-    Section("share_groups", "Share groups", g.SHARE_GROUPS),
+    Section(
+        "share_groups", "Share groups (KIP-932): redelivery, release and reject rates, locks", g.SHARE_GROUPS
+    ),
+    Section(
+        "share_deliveries",
+        "Share deliveries per member and partition: acquire to acknowledge, lock timeouts",
+        g.SHARE_DELIVERIES,
+    ),
     Section("latency", "Latency percentiles (ms), long polls apart", t.LATENCY),
     Section("long_polls", "Long polls against their wait (Fetch, ShareFetch, JoinGroup)", t.LONG_POLLS),
     Section("produce_latency", "Produce latency per topic (ms)", t.PRODUCE_LATENCY),

@@ -36,11 +36,11 @@ client_group AS (
   FROM rows WHERE role = 'consumer' AND group_id IS NOT NULL GROUP BY capture, client_id, client_ip, topic
 ),
 software AS (
-  SELECT client_id, client_ip, MAX(sasl_mechanism) AS sasl_mechanism,
+  SELECT client_id, client_ip, MAX(sasl_mechanism) AS sasl_mechanism, MAX(sasl_principal) AS sasl_principal,
          MAX(client_software_name) AS software_name, MAX(client_software_version) AS software_version
   FROM exchanges GROUP BY client_id, client_ip
 )
-SELECT r.client_id, r.client_ip, s.sasl_mechanism, s.software_name, s.software_version, r.role, r.topic,
+SELECT r.client_id, r.client_ip, s.sasl_mechanism, s.sasl_principal, s.software_name, s.software_version, r.role, r.topic,
        CASE WHEN r.role = 'consumer' THEN COALESCE(r.group_id, g.group_id) ELSE r.group_id END AS group_id,
        COALESCE(SUM(r.record_count), 0) AS records, COALESCE(SUM(r.record_bytes), 0) AS bytes,
        COUNT(*) AS requests, MIN(r.ts_request) AS first_seen, MAX(r.ts_request) AS last_seen
@@ -48,7 +48,7 @@ FROM rows r
 LEFT JOIN client_group g ON g.capture = r.capture AND g.client_id = r.client_id
   AND g.client_ip = r.client_ip AND g.topic = r.topic
 LEFT JOIN software s ON s.client_id = r.client_id AND s.client_ip = r.client_ip
-GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
+GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
 ORDER BY client_id, client_ip, role, topic, group_id
 """
 
@@ -139,12 +139,13 @@ GROUP BY 1, 2, 3, 4, 5
 ORDER BY kind DESC, errors DESC, error_name, api_name, topic, client_id
 """
 
-# The wait a long poll may take: JoinGroup's is the group's rebalance timeout (from the request);
-# a Fetch's max_wait_ms is not in the tables, so it is read off the polls that came back empty,
-# which waited it out (their median latency).
+# The wait a long poll may take: a Fetch's or ShareFetch's max_wait_ms and JoinGroup's rebalance
+# timeout, both from the request. Tables written before `requests.max_wait_ms` existed have it null:
+# then the wait is guessed from the polls that came back empty, which waited it out (their median
+# latency), and `wait_source` says `empty polls (guess)`.
 LONG_POLLS = f"""
 WITH polls AS (
-  SELECT r.api_name, r.client_id, r.latency_ms, r.record_count,
+  SELECT r.api_name, r.client_id, r.latency_ms, r.record_count, r.max_wait_ms,
          g.rebalance_timeout_ms
   FROM requests r LEFT JOIN groups g
     ON g.capture = r.capture AND g.conn_id = r.conn_id AND g.correlation_id = r.correlation_id
@@ -152,13 +153,17 @@ WITH polls AS (
 ),
 empty_wait AS (
   SELECT api_name, client_id, {pct(0.5, "latency_ms")} AS empty_ms
-  FROM ({ranked("SELECT * FROM polls WHERE record_count = 0", "api_name, client_id", "latency_ms")}) AS t
+  FROM ({ranked("SELECT * FROM polls WHERE record_count = 0 AND max_wait_ms IS NULL", "api_name, client_id", "latency_ms")}) AS t
   GROUP BY api_name, client_id
 ),
 judged AS (
-  SELECT p.*, COALESCE(CAST(p.rebalance_timeout_ms AS DOUBLE), w.empty_ms) AS wait_ms,
+  SELECT p.*,
+         CASE WHEN p.rebalance_timeout_ms IS NOT NULL THEN CAST(p.rebalance_timeout_ms AS DOUBLE)
+              WHEN p.max_wait_ms IS NOT NULL THEN CAST(p.max_wait_ms AS DOUBLE)
+              ELSE w.empty_ms END AS wait_ms,
          CASE WHEN p.rebalance_timeout_ms IS NOT NULL THEN 'rebalance_timeout_ms'
-              WHEN w.empty_ms IS NOT NULL THEN 'empty polls' END AS wait_source
+              WHEN p.max_wait_ms IS NOT NULL THEN 'max_wait_ms'
+              WHEN w.empty_ms IS NOT NULL THEN 'empty polls (guess)' END AS wait_source
   FROM polls p LEFT JOIN empty_wait w ON w.api_name = p.api_name AND w.client_id IS NOT DISTINCT FROM p.client_id
 )
 SELECT api_name, client_id, COUNT(*) AS polls, SUM(CASE WHEN record_count = 0 THEN 1 ELSE 0 END) AS empty,

@@ -53,7 +53,8 @@ def table_columns() -> dict[str, list[tuple[str, str]]]:
 # the broker's acknowledgement was seen, i.e. when those offsets became readable.
 DERIVED = {
     "exchanges": """
-        SELECT r.*, c.client_ip, c.sasl_mechanism, c.client_software_name, c.client_software_version
+        SELECT r.*, c.client_ip, c.sasl_mechanism, c.sasl_principal, c.client_software_name,
+               c.client_software_version
         FROM requests r LEFT JOIN connections c ON c.capture = r.capture AND c.conn_id = r.conn_id""",
     "produced": """
         SELECT p.capture, p.topic, p.partition, p.first_offset, p.last_offset, r.ts_request, r.ts_response AS ts_ack

@@ -310,6 +310,7 @@ class ExchangeRows(ConversationHandler):
             "first_error_code": respi.get("first_error_code"),
             "first_error_name": respi.get("first_error_name"),
             "acks": reqi.get("acks"),
+            "max_wait_ms": reqi.get("max_wait_ms"),
             "record_count": reqi.get("record_count", respi.get("record_count")),
             "record_bytes": reqi.get("record_bytes", respi.get("record_bytes")),
             "status": status,

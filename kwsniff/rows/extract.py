@@ -23,6 +23,7 @@ from kwsniff.rows.partitions import (
     record_totals,
     topic_ids,
 )
+from kwsniff.rows.share import SHARE_APIS, SHARE_FETCH, acknowledgements, acquisitions
 
 _CONTEXT_KEYS = {
     "group_id": "group_id",
@@ -37,6 +38,9 @@ def request_summary(
     info: dict[str, Any] = {}
     if api_key == PRODUCE:
         info["acks"] = msg.get("acks")
+    elif api_key in LONG_POLLS:
+        # How long the broker may hold the poll for data: its latency is judged against this.
+        info["max_wait_ms"] = msg.get("max_wait_ms")
     if type(msg.get("group_id")) is str:
         info["group_id"] = msg["group_id"]
     if api_key in _MEMBER_EPOCHS:
@@ -45,6 +49,8 @@ def request_summary(
         _producer(msg, info, "")
     parts = partition_facts(api_key, api_version, REQUEST, msg, options)
     if parts:
+        if api_key in SHARE_APIS:
+            acknowledgements(msg, parts)
         info["partitions"] = parts
         record_totals(info, parts)
     return info
@@ -60,6 +66,8 @@ def response_summary(
         info["error_code"] = msg["error_code"]
     parts = partition_facts(api_key, api_version, RESPONSE, msg, options)
     if parts:
+        if api_key == SHARE_FETCH:
+            acquisitions(msg, parts)
         info["partitions"] = parts
         record_totals(info, parts)
     if api_key in TOPIC_ID_SOURCES:
@@ -70,6 +78,8 @@ def response_summary(
 
 
 OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT = 8, 9, 28
+FETCH = 1
+LONG_POLLS = frozenset({FETCH, SHARE_FETCH})
 _MEMBER_EPOCHS = frozenset({OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT})
 # Requests that send a producer id and epoch, and responses that return them (KIP-890: EndTxn v5+
 # answers with the epoch the next transaction must use).

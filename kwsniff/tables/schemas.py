@@ -37,6 +37,8 @@ REQUESTS = pa.schema(
         ("first_error_code", pa.int16()),
         ("first_error_name", pa.string()),
         ("acks", pa.int16()),
+        # Fetch and ShareFetch: how long the client lets the broker hold the poll for data.
+        ("max_wait_ms", pa.int32()),
         ("record_count", pa.int64()),
         ("record_bytes", pa.int64()),
         ("status", pa.string()),
@@ -107,6 +109,9 @@ CONNECTIONS = pa.schema(
         ("sasl_outcome", pa.string()),
         ("sasl_tokens", pa.int64()),
         ("sasl_authenticated", pa.bool_()),
+        # The identity the client's first SASL token claims (kwsniff.kafka.sasl.principal: PLAIN
+        # authcid, SCRAM user, OAUTHBEARER JWT `sub`; null for GSSAPI); never a password or proof.
+        ("sasl_principal", pa.string()),
         # Tunnels the connection was seen in, comma-separated, each a path outermost first
         # ("vxlan:vni=42", "gre:key=7/vxlan:vni=1"); null for plain traffic.
         ("tunnel", pa.string()),
@@ -180,6 +185,21 @@ PARTITIONS = pa.schema(
         # OffsetCommit/TxnOffsetCommit generation_id_or_member_epoch (a classic group's generation,
         # a consumer group's member epoch from v9, KIP-848), OffsetFetch v9+ member_epoch.
         ("member_epoch", pa.int32()),
+        # Share groups (KIP-932, kwsniff/rows/share.py; docs/groups.md "Share groups"). ShareFetch
+        # responses: the offsets acquired for the member, those delivered before (DeliveryCount > 1),
+        # the highest DeliveryCount, the acquired range and the lock timeout (v1+). ShareFetch and
+        # ShareAcknowledge requests: the offsets accepted, released and rejected, and their range.
+        ("acquired_records", pa.int64()),
+        ("redelivered_records", pa.int64()),
+        ("max_delivery_count", pa.int16()),
+        ("acquired_first_offset", pa.int64()),
+        ("acquired_last_offset", pa.int64()),
+        ("acquisition_lock_timeout_ms", pa.int32()),
+        ("accepted_records", pa.int64()),
+        ("released_records", pa.int64()),
+        ("rejected_records", pa.int64()),
+        ("acknowledged_first_offset", pa.int64()),
+        ("acknowledged_last_offset", pa.int64()),
         # Produce record sets in message format v0 or v1 (magic 0/1): "4.0", the release whose brokers
         # refuse them (KIP-724); null for magic 2 and on every other API.
         ("removed_in", pa.string()),

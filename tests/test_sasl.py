@@ -109,6 +109,91 @@ def test_scram_takes_two_round_trips_of_raw_tokens() -> None:
     assert "p=v0X8v3Bz2T0CJGbJQyF0X+HI4Ts=" not in repr(sink.tables)
 
 
+SCRAM_FIRST = b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL"
+SCRAM_SERVER_FIRST = b"r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,s=QSXCR+Q6sek8bf92,i=4096"
+SCRAM_FINAL = b"c=biws,r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,p=v0X8v3Bz2T0CJGbJQyF0X+HI4Ts="
+
+
+@pytest.mark.parametrize(
+    ("server_final", "outcome", "authenticated"),
+    [
+        (b"e=invalid-proof", "failed: invalid-proof", False),
+        (b"e=unknown-user,ext=1", "failed: unknown-user", False),  # extensions after a comma
+        (b"v=rmF9pqV8S7suAoZWja4dJRkFsKQ=", "ok", True),
+    ],
+)
+def test_a_raw_v0_scram_server_final_message_decides_the_outcome(
+    server_final: bytes, outcome: str, authenticated: bool
+) -> None:
+    # After a SaslHandshake v0 there is no error code: a refusal is only the server-final "e=".
+    tokens = [(0, SCRAM_FIRST), (1, SCRAM_SERVER_FIRST), (0, SCRAM_FINAL), (1, server_final)]
+    f = Flow().handshake()
+    f.send(0, request(17, 0, 2, string("SCRAM-SHA-256")))
+    f.send(1, response(2, handshake_response(0, "SCRAM-SHA-256")))
+    for d, data in tokens:
+        f.send(d, token(data))
+    if authenticated:
+        f.send(0, request(3, 0, 3, METADATA_V0_REQUEST))
+        f.send(1, response(3, METADATA_V0_RESPONSE))
+    f.close()
+    (conn,) = run(f.packets).tables["connections"]
+    assert sasl_columns(conn) == ("SCRAM-SHA-256", outcome, 4, authenticated)
+
+
+def authenticate_response(version: int, error: int, auth: bytes) -> bytes:
+    """SaslAuthenticateResponse.json: v0 error/message/bytes, v1 adds session_lifetime_ms, v2 is
+    flexible (compact string and bytes, tagged fields; the response header v1 has its own)."""
+    if version == 2:
+        # Header tags, error, "NONE" as tansu sends it, auth bytes, lifetime, body tags.
+        return b"\x00" + struct.pack(">h", error) + b"\x05NONE" + bytes([len(auth) + 1]) + auth + bytes(9)
+    body = struct.pack(">hh", error, -1) + token(auth)
+    return body + struct.pack(">q", 0) if version == 1 else body
+
+
+def authenticate_request(version: int, auth: bytes) -> bytes:
+    return b"\x00" + bytes([len(auth) + 1]) + auth + b"\x00" if version == 2 else token(auth)
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+@pytest.mark.parametrize(
+    ("server_final", "outcome"),
+    [(b"e=unknown-user", "failed: unknown-user"), (b"v=rmF9pqV8S7suAoZWja4dJRkFsKQ=", "ok")],
+)
+def test_a_sasl_authenticate_scram_server_final_with_error_code_0_decides_the_outcome(
+    version: int, server_final: bytes, outcome: str
+) -> None:
+    f = Flow().handshake()
+    f.send(0, request(17, 1, 1, string("SCRAM-SHA-256"), client_id="c"))
+    f.send(1, response(1, handshake_response(0, "SCRAM-SHA-256")))
+    for corr, (client, server) in enumerate(
+        ((SCRAM_FIRST, SCRAM_SERVER_FIRST), (SCRAM_FINAL, server_final)), 2
+    ):
+        f.send(0, request(36, version, corr, authenticate_request(version, client), client_id="c"))
+        f.send(1, response(corr, authenticate_response(version, 0, server)))
+    f.close()  # no request after: only the server-final message tells
+    sink = run(f.packets)
+    (conn,) = sink.tables["connections"]
+    assert sasl_columns(conn) == ("SCRAM-SHA-256", outcome, 0, False)
+    assert conn["sasl_principal"] == "alice"
+    assert statuses(sink) == [
+        ("SaslHandshake", 1, "ok"),
+        ("SaslAuthenticate", 2, "ok"),
+        ("SaslAuthenticate", 3, "ok"),
+    ]
+    assert "p=v0X8v3Bz2T0CJGbJQyF0X+HI4Ts=" not in repr(sink.tables)
+
+
+def test_an_error_code_outranks_the_server_final_message() -> None:
+    f = Flow().handshake()
+    f.send(0, request(17, 1, 1, string("SCRAM-SHA-512")))
+    f.send(1, response(1, handshake_response(0, "SCRAM-SHA-512")))
+    f.send(0, request(36, 1, 2, token(SCRAM_FIRST)))
+    f.send(1, response(2, authenticate_response(1, 58, b"e=other-error")))
+    f.close()
+    (conn,) = run(f.packets).tables["connections"]
+    assert sasl_columns(conn) == ("SCRAM-SHA-512", "failed: SASL_AUTHENTICATION_FAILED", 0, False)
+
+
 def test_a_connection_that_ends_during_the_token_exchange_is_unfinished() -> None:
     f = Flow().handshake()
     f.send(0, request(17, 0, 2, string("PLAIN")))
@@ -371,9 +456,18 @@ def scram_broker() -> Iterator[Any]:
         yield running
 
 
-@pytest.mark.parametrize("workload", [scram_with_confluent, scram_with_kafka_python])
+@pytest.mark.parametrize(
+    ("workload", "outcome"),
+    [
+        # librdkafka escapes the name (=2C, =3D); tansu then answers the client-final message with
+        # error code 0 and the refusal inside the SCRAM server-final message: "e=unknown-user".
+        (scram_with_confluent, "failed: unknown-user"),
+        # kafka-python sends the name unescaped; tansu rejects the client-first message outright.
+        (scram_with_kafka_python, "failed: SASL_AUTHENTICATION_FAILED"),
+    ],
+)
 def test_real_clients_scram_user_is_the_connections_principal(
-    scram_broker: Any, workload: Callable[[str], None], tmp_path: Path
+    scram_broker: Any, workload: Callable[[str], None], outcome: str, tmp_path: Path
 ) -> None:
     pcap = tmp_path / "scram.pcap"
     with tcpdump_capture(pcap, scram_broker.port) as stats:
@@ -382,9 +476,16 @@ def test_real_clients_scram_user_is_the_connections_principal(
     tables, shown = read_tables(traffic, tmp_path / "tables")
     sasl_conns = [c for c in tables["connections"] if c["sasl_mechanism"] is not None]
     assert sasl_conns
-    assert {(c["sasl_mechanism"], c["sasl_principal"]) for c in sasl_conns} == {("SCRAM-SHA-256", SCRAM_USER)}
-    # The broker turns the unknown user away (kafka-python: SASL_AUTHENTICATION_FAILED); what the
-    # principal says is who the client claimed to be, whatever the broker made of it.
+    # The broker turns the unknown user away; what the principal says is who the client claimed to
+    # be, whatever the broker made of it.
+    assert {
+        (c["sasl_mechanism"], c["sasl_principal"], c["sasl_outcome"], c["sasl_authenticated"])
+        for c in sasl_conns
+    } == {("SCRAM-SHA-256", SCRAM_USER, outcome, False)}
+    auths = [r for r in tables["requests"] if r["api_name"] == "SaslAuthenticate"]
+    # Both clients reconnect (their count depends on timing); each connection sends one
+    # SaslAuthenticate per round it reached: two for librdkafka, one for kafka-python.
+    assert len(auths) == len(sasl_conns) * (2 if outcome == "failed: unknown-user" else 1)
     assert PASSWORD not in shown
 
 

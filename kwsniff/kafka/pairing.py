@@ -15,7 +15,13 @@ from typing import Any
 
 from kwsniff.defaults import MAX_FRAME_SIZE
 from kwsniff.kafka.framing import GAP, TRUNCATED_AT_END, FrameSplitter
-from kwsniff.kafka.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslProgress, authenticate_token
+from kwsniff.kafka.sasl import (
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    SaslProgress,
+    authenticate_response_token,
+    authenticate_token,
+)
 from kwsniff.protocol import DecodeError, error_name, parse_request_header, parse_response_header
 from kwsniff.protocol.headers import is_plausible_request_version
 
@@ -215,6 +221,7 @@ class Conversation:
             len(frame) < 4 or int.from_bytes(frame[0:4], "big", signed=True) not in self.pending
         ):
             self.sasl.token(1, len(frame) + 4)
+            self.sasl.server_token(bytes(frame))
             return
         if len(frame) < 4:
             self.handler.undecodable_frame(
@@ -241,7 +248,7 @@ class Conversation:
             return
         resp = Response(hlen, ts_first, ts_last, len(frame) + 4, offset, correlation_id=corr)
         if req.api_key == SASL_HANDSHAKE or req.api_key == SASL_AUTHENTICATE:
-            self._sasl_response(req, frame[hlen : hlen + 2])
+            self._sasl_response(req, memoryview(frame)[hlen:])
         self.handler.response(req, resp, memoryview(frame)[hlen:])
         status = DECODE_ERROR if (req.error or resp.error) else OK
         self.handler.exchange(req, resp, status)
@@ -296,15 +303,16 @@ class Conversation:
         resp.error = f"response: cut by {_CUT_BY.get(reason, reason)} after {got} of {size} bytes"
         self.handler.exchange(req, resp, DECODE_ERROR)
 
-    def _sasl_response(self, req: Request, error: memoryview | bytes) -> None:
+    def _sasl_response(self, req: Request, body: memoryview) -> None:
         # Both responses start with an int16 error code in every version.
-        if len(error) < 2:
+        if len(body) < 2:
             return
-        code = int.from_bytes(error, "big", signed=True)
+        code = int.from_bytes(body[0:2], "big", signed=True)
         if code:
             self.sasl.failed(error_name(code))
         elif req.api_key == SASL_AUTHENTICATE:
             self.sasl.rounds_ok += 1
+            self.sasl.server_token(authenticate_response_token(body, req.api_version))
         elif req.api_version == 0:
             self.start_sasl_tokens()
 

@@ -152,25 +152,64 @@ def _jwt_subject(token: bytes) -> str | None:
 def authenticate_token(body: memoryview | bytes, version: int) -> bytes | None:
     """The auth_bytes of a SaslAuthenticate request body (SaslAuthenticateRequest.json: BYTES in
     v0-v1, COMPACT_BYTES from the flexible v2); None when cut."""
-    if version < 2:
-        if len(body) < 4:
-            return None
-        size, start = int.from_bytes(body[0:4], "big", signed=True), 4
+    return _bytes_at(body, 0, version >= 2)
+
+
+def authenticate_response_token(body: memoryview | bytes, version: int) -> bytes | None:
+    """The auth_bytes of a SaslAuthenticate response body (SaslAuthenticateResponse.json:
+    error_code INT16, error_message nullable STRING, then auth_bytes; compact forms from the flexible
+    v2); None when cut."""
+    compact = version >= 2
+    start = 2
+    if compact:
+        length, start = _uvarint(body, start)
+        size = length - 1  # compact lengths are stored plus one; 0 is null
     else:
-        size, shift, start = 0, 0, 0
-        while start < len(body) and start < 5:
-            byte = body[start]
-            size |= (byte & 0x7F) << shift
-            shift += 7
-            start += 1
-            if not byte & 0x80:
-                break
-        else:
-            return None
-        size -= 1  # compact lengths are stored plus one
-    if size < 0 or start + size > len(body):
+        size = int.from_bytes(body[2:4], "big", signed=True) if len(body) >= 4 else -2
+        start = 4
+    if size < -1 or start < 0:
+        return None
+    return _bytes_at(body, start + max(size, 0), compact)
+
+
+def _uvarint(body: memoryview | bytes, start: int) -> tuple[int, int]:
+    """An unsigned varint at ``start`` and the offset after it; (0, -1) when cut or too long."""
+    value, shift = 0, 0
+    for pos in range(start, min(len(body), start + 5)):
+        value |= (body[pos] & 0x7F) << shift
+        shift += 7
+        if not body[pos] & 0x80:
+            return value, pos + 1
+    return 0, -1
+
+
+def _bytes_at(body: memoryview | bytes, start: int, compact: bool) -> bytes | None:
+    if compact:
+        size, start = _uvarint(body, start)
+        size -= 1
+    elif len(body) >= start + 4:
+        size, start = int.from_bytes(body[start : start + 4], "big", signed=True), start + 4
+    else:
+        return None
+    if start < 0 or size < 0 or start + size > len(body):
         return None
     return bytes(body[start : start + size])
+
+
+# RFC 5802 section 7: server-final-message = (server-error / verifier) ["," extensions], with
+# server-error = "e=" server-error-value (invalid-proof, unknown-user, other-error...).
+MAX_SCRAM_ERROR = 64  # characters kept of a server-error-value
+
+
+def scram_server_final(token: bytes) -> tuple[str, str] | None:
+    """("e", server-error-value) or ("v", "") for a SCRAM server-final message, else None (the
+    server-first message starts with "r=", and the verifier itself is not kept)."""
+    if token.startswith(b"e="):
+        value = token[2:].split(b",", 1)[0].decode("utf-8", "replace")[:MAX_SCRAM_ERROR]
+        return "e", value or "other-error"
+    if token.startswith(b"v="):
+        return "v", ""
+    return None
 
 
 class SaslProgress:
@@ -188,6 +227,7 @@ class SaslProgress:
         "started",
         "principal",
         "claimed",
+        "verified",
     )
 
     def __init__(self) -> None:
@@ -202,12 +242,27 @@ class SaslProgress:
         self.started = False
         self.principal: str | None = None  # the identity the first client token claims
         self.claimed = False  # the first client token was read
+        self.verified = False  # a SCRAM server-final verifier ("v=") was seen
 
     def client_token(self, token: bytes | None) -> None:
         """A client's SASL token: the first names the principal (later ones are proofs)."""
         if not self.claimed and token is not None:
             self.claimed = True
             self.principal = principal(self.mechanism, token)
+
+    def server_token(self, token: bytes | None) -> None:
+        """A broker's SASL token. SCRAM brokers may refuse inside it: the server-final message says
+        ``e=unknown-user`` while the SaslAuthenticate error code is 0 (tansu 0.6 does), and after a
+        v0 handshake there is no error code at all (RFC 5802 section 7; KIP-43)."""
+        if token is None or self.mechanism is None or not self.mechanism.startswith("SCRAM-"):
+            return
+        final = scram_server_final(token)
+        if final is None:
+            return
+        if final[0] == "e":
+            self.failed(final[1])
+        else:
+            self.verified = True
 
     def handshake_request(self, version: int, mechanism: str | None) -> None:
         self.started = True
@@ -235,6 +290,8 @@ class SaslProgress:
             return None
         if self.error is not None:
             return f"failed: {self.error}"
-        if self.authenticated or self.rounds_ok >= _ROUNDS.get(self.mechanism or "", 1 << 30):
+        if self.authenticated or self.verified:
+            return OK
+        if self.rounds_ok >= _ROUNDS.get(self.mechanism or "", 1 << 30):
             return OK
         return UNFINISHED

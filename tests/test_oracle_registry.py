@@ -130,7 +130,7 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "tls_version": "test_tls.py::test_a_real_tls_connection_on_a_broker_port_is_counted_as_encrypted",
         "tls_sni": "test_tls.py::test_a_real_tls_connection_on_a_broker_port_is_counted_as_encrypted",
         "sasl_mechanism": "test_sasl.py::test_raw_tokens_after_a_v0_handshake_are_counted_not_decoded_and_later_requests_decode",
-        "sasl_outcome": "test_sasl.py::test_raw_tokens_after_a_v0_handshake_are_counted_not_decoded_and_later_requests_decode",
+        "sasl_outcome": "test_sasl.py::test_real_clients_scram_user_is_the_connections_principal",
         "sasl_tokens": "test_sasl.py::test_raw_tokens_after_a_v0_handshake_are_counted_not_decoded_and_later_requests_decode",
         "sasl_authenticated": "test_sasl.py::test_raw_tokens_after_a_v0_handshake_are_counted_not_decoded_and_later_requests_decode",
         "sasl_principal": "test_sasl.py::test_real_clients_scram_user_is_the_connections_principal",

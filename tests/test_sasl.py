@@ -17,7 +17,9 @@ import pyarrow.dataset as ds
 import pytest
 from click.testing import CliRunner
 from kafkawire import (
+    ACK,
     API_VERSIONS_V0_RESPONSE,
+    FIN,
     LINKTYPE_RAW_IPV4,
     METADATA_V0_REQUEST,
     METADATA_V0_RESPONSE,
@@ -201,14 +203,34 @@ def test_an_error_code_outranks_the_server_final_message() -> None:
     assert sasl_columns(conn) == ("SCRAM-SHA-512", "failed: SASL_AUTHENTICATION_FAILED", 0, False)
 
 
-def test_a_connection_that_ends_during_the_token_exchange_is_unfinished() -> None:
+@pytest.mark.parametrize(
+    ("closer", "tokens", "outcome"),
+    [
+        # The client gave up (or the capture ended): no verdict.
+        (0, [(0, PLAIN_TOKEN)], "unfinished"),
+        # A v0 broker refuses credentials by closing the connection: no error code exists there.
+        (1, [(0, PLAIN_TOKEN)], "failed: closed by broker"),
+        # ... also after the SCRAM client-final message, instead of a server-final "e=".
+        (1, [(0, SCRAM_FIRST), (1, SCRAM_SERVER_FIRST), (0, SCRAM_FINAL)], "failed: closed by broker"),
+        # The broker answered the last token, then closed: not a refusal (nor, without a request
+        # after it, proof of success: raw tokens carry no verdict but SCRAM's server-final).
+        (1, [(0, PLAIN_TOKEN), (1, b"")], "unfinished"),
+    ],
+)
+def test_a_connection_that_ends_during_the_token_exchange(
+    closer: int, tokens: list[tuple[int, bytes]], outcome: str
+) -> None:
+    mechanism = "PLAIN" if tokens[0][1] == PLAIN_TOKEN else "SCRAM-SHA-256"
     f = Flow().handshake()
-    f.send(0, request(17, 0, 2, string("PLAIN")))
-    f.send(1, response(2, handshake_response(0, "PLAIN")))
-    f.send(0, token(PLAIN_TOKEN))
-    f.close()  # a v0 broker rejects a bad password by closing the connection
+    f.send(0, request(17, 0, 2, string(mechanism)))
+    f.send(1, response(2, handshake_response(0, mechanism)))
+    for d, data in tokens:
+        f.send(d, token(data))
+    f.emit(closer, FIN | ACK)
+    f.emit(1 - closer, FIN | ACK)
+    f.emit(closer, ACK)
     (conn,) = run(f.packets).tables["connections"]
-    assert sasl_columns(conn) == ("PLAIN", "unfinished", 1, False)
+    assert sasl_columns(conn) == (mechanism, outcome, len(tokens), False)
 
 
 def test_sasl_authenticate_tokens_are_redacted_in_kept_messages() -> None:

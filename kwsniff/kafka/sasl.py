@@ -18,6 +18,7 @@ SASL_AUTHENTICATE = 36
 
 OK = "ok"
 UNFINISHED = "unfinished"
+CLOSED_BY_BROKER = "closed by broker"
 
 # SaslAuthenticate round trips a mechanism needs before the broker has accepted the client.
 _ROUNDS = {"PLAIN": 1, "OAUTHBEARER": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2}
@@ -263,6 +264,13 @@ class SaslProgress:
             self.failed(final[1])
         else:
             self.verified = True
+
+    def broker_closed(self) -> None:
+        """The broker closed the connection first. While a client's raw token (after a v0
+        handshake) waits for its answer, that is how a broker refuses it: there is no error code
+        to send outside SaslAuthenticate (KIP-43, KIP-152)."""
+        if self.error is None and not self.authenticated and self.token_count[0] > self.token_count[1]:
+            self.failed(CLOSED_BY_BROKER)
 
     def handshake_request(self, version: int, mechanism: str | None) -> None:
         self.started = True

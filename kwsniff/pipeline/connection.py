@@ -110,6 +110,7 @@ class Connection:
         "ts_last",
         "fin",
         "rst",
+        "closer",
         "closed",
         "synced",
         "tunnels",
@@ -151,6 +152,7 @@ class Connection:
         self.ts_last = ts
         self.fin = [False, False]
         self.rst = False
+        self.closer: int | None = None  # the direction whose FIN or RST came first
         self.closed = False
         self.synced = (False, False)
         self.tunnels: list[str] = []  # where the connection was seen, e.g. "vxlan:vni=42"
@@ -188,10 +190,14 @@ class Connection:
         if flags & FIN:
             rs.fin(ts, (seq + len(payload) + missing) & 0xFFFFFFFF)
             self.fin[d] = True
+            if self.closer is None:
+                self.closer = d
             if self.fin[1 - d]:
                 self.close(ts)
         if flags & RST:
             self.rst = True
+            if self.closer is None:
+                self.closer = d
             self.close(ts)
 
     def seen_in(self, tunnel: str) -> None:
@@ -386,6 +392,8 @@ class Connection:
         self.wire_bytes.reverse()
         self.lost_bytes.reverse()
         self.fin.reverse()
+        if self.closer is not None:
+            self.closer = 1 - self.closer
         self.owner.swap_directions(self)
 
     def _start_kafka(self, sasl_mechanism: str | None = None, proven: bool = False) -> None:
@@ -547,6 +555,8 @@ class Connection:
         if self.kafka is None and (self.prebuf_len[C2B] or self.prebuf_len[B2C]):
             self._detect(final=True)
         if self.conv is not None:
+            if self.closer == B2C:
+                self.conv.sasl.broker_closed()
             self.conv.close(ts)
             self._review_evidence()
         self.owner.closed(self)

@@ -1,13 +1,17 @@
 """Time `kwsniff report` (DuckDB, the default) on the quick-start tables and on ~1 GB of tables.
 
-    python bench/bench_report.py                  # quick start + 1 GB, medians of 3 runs
-    python bench/bench_report.py --gb 0.2 --spark # smaller, and once on Spark (local[2]) for the ratio
+    python bench/bench_report.py                          # quick start + 1 GB, medians of 3 runs
+    python bench/bench_report.py --before HEAD~1 --gb 0.05 # same answers as a revision? both timed, alternating
+    python bench/bench_report.py --gb 0.2 --spark         # smaller, and once on Spark (local[2])
 
 The 1 GB are real tables replicated: the repository's captures (tests/data/captures, the quick
-start) read once by `kwsniff read`, then written again and again as distinct captures (`name@k`),
-each copy's times shifted by a minute, until the Parquet files reach ``--gb`` on disk. Each run is a
-fresh `kwsniff report` process (Python and DuckDB start-up included), its output discarded.
-Targets (issue 18): ≤ 5 s on the quick start, ≤ 30 s on 1 GB, on a 2-core machine.
+start) read once by `kwsniff read`, then written again and again by DuckDB as distinct captures
+(`name@k`), each copy's times shifted by k minutes, until the Parquet files reach ``--gb`` on disk.
+They are kept (bench/captures/report-tables-GBgb, `_built.json` marks them complete) and reused.
+Each run is a fresh `kwsniff report` process (Python and DuckDB start-up included), its text output
+discarded. With ``--before REV`` every section's JSON rows must equal that revision's (rows sorted,
+floats to 12 digits) before anything is timed. Targets (issue 18): ≤ 5 s on the quick start, ≤ 30 s
+on 1 GB, on a 2-core machine.
 """
 
 from __future__ import annotations

@@ -1,21 +1,26 @@
 """Time `kwsniff report` (DuckDB, the default) on the quick-start tables and on ~1 GB of tables.
 
-    python bench/bench_report.py                  # quick start + 1 GB, medians of 3 runs
-    python bench/bench_report.py --gb 0.2 --spark # smaller, and once on Spark (local[2]) for the ratio
+    python bench/bench_report.py                          # quick start + 1 GB, medians of 3 runs
+    python bench/bench_report.py --before HEAD~1 --gb 0.05 # same answers as a revision? both timed, alternating
+    python bench/bench_report.py --gb 0.2 --spark         # smaller, and once on Spark (local[2])
 
 The 1 GB are real tables replicated: the repository's captures (tests/data/captures, the quick
-start) read once by `kwsniff read`, then written again and again as distinct captures (`name@k`),
-each copy's times shifted by a minute, until the Parquet files reach ``--gb`` on disk. Each run is a
-fresh `kwsniff report` process (Python and DuckDB start-up included), its output discarded.
-Targets (issue 18): ≤ 5 s on the quick start, ≤ 30 s on 1 GB, on a 2-core machine.
+start) read once by `kwsniff read`, then written again and again by DuckDB as distinct captures
+(`name@k`), each copy's times shifted by k minutes, until the Parquet files reach ``--gb`` on disk.
+They are kept (bench/captures/report-tables-GBgb, `_built.json` marks them complete) and reused.
+Each run is a fresh `kwsniff report` process (Python and DuckDB start-up included), its text output
+discarded. With ``--before REV`` every section's JSON rows must equal that revision's (rows sorted,
+floats to 12 digits) before anything is timed. Targets (issue 18): ≤ 5 s on the quick start, ≤ 30 s
+on 1 GB, on a 2-core machine.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
+import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -31,9 +36,15 @@ COPIES_PER_FILE = 400
 CPU: list[float] = []  # CPU seconds (user + system) of each timed kwsniff process, in order
 
 
-def kwsniff(*args: str) -> float:
+def kwsniff(*args: str, code: Path | None = None) -> float:
+    """Wall seconds of one `kwsniff ARGS` process, run from ``code`` (a checkout) or this one."""
+    return _run(args, code)[0]
+
+
+def _run(args: tuple[str, ...], code: Path | None) -> tuple[float, str]:
     # Byte-code caching on, as in an installed kwsniff: without it every run compiles ~3 s of source.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(code or ROOT)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "kwsniff", *args], capture_output=True, text=True, env=env)
@@ -41,7 +52,30 @@ def kwsniff(*args: str) -> float:
     CPU.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     if done.returncode != 0:
         sys.exit(f"kwsniff {' '.join(args)} failed: {done.stderr[-2000:]}")
-    return time.perf_counter() - start
+    return time.perf_counter() - start, done.stdout
+
+
+def canonical(report: str) -> dict[str, list[str]]:
+    """A JSON report with each section's rows sorted (ties of a section's ORDER BY may come in any
+    order) and floats to 12 significant digits (parallel sums of doubles differ in the last bits)."""
+
+    def rounded(v: object) -> object:
+        return float(f"{v:.12g}") if isinstance(v, float) else v
+
+    return {
+        name: sorted(json.dumps({k: rounded(v) for k, v in row.items()}, sort_keys=True) for row in rows)
+        for name, rows in json.loads(report).items()
+    }
+
+
+def same_answers(tables: Path, before: Path) -> None:
+    """Every section's JSON rows equal on this checkout and on ``before``; exits naming those that differ."""
+    now = canonical(_run(("report", str(tables), "--format", "json"), None)[1])
+    then = canonical(_run(("report", str(tables), "--format", "json"), before)[1])
+    differ = [name for name in then if now.get(name) != then[name]]
+    if differ or list(now) != list(then):
+        sys.exit(f"{tables}: sections differ from the before-version: {differ or 'section list'}")
+    print(f"  same JSON rows as before in all {len(now)} sections ({sum(map(len, now.values())):,} rows)")
 
 
 def size_of(directory: Path) -> int:
@@ -49,39 +83,71 @@ def size_of(directory: Path) -> int:
 
 
 def replicate(base: Path, out: Path, target_bytes: int) -> int:
-    """Copies of ``base``'s tables under ``out`` until their files reach ``target_bytes``; the count."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
-    import pyarrow.parquet as pq
+    """Copies of ``base``'s tables under ``out`` until their files reach ``target_bytes``; the count.
 
-    tables = {t.name: ds.dataset(t).to_table() for t in base.iterdir() if t.is_dir()}
+    Copy k of a capture is the capture `name@k`, every timestamp shifted by k minutes. DuckDB
+    writes them (a cross join with a range of k), COPIES_PER_FILE copies per file and table."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
     copies, chunk = 0, 0
     while size_of(out) < target_bytes:
-        for name, table in tables.items():
-            parts = []
-            for k in range(copies, copies + COPIES_PER_FILE):
-                shift = pa.scalar(dt.timedelta(minutes=k), pa.duration("us"))
-                copy = table.set_column(
-                    table.schema.get_field_index("capture"),
-                    "capture",
-                    pc.binary_join_element_wise(table["capture"], pa.scalar(f"@{k}"), ""),
-                )
-                for i, field in enumerate(copy.schema):
-                    if pa.types.is_timestamp(field.type):
-                        copy = copy.set_column(i, field, pc.add(copy[field.name], shift))
-                parts.append(copy)
-            (out / name).mkdir(parents=True, exist_ok=True)
-            pq.write_table(pa.concat_tables(parts), out / name / f"copies-{chunk:04d}.parquet")
+        for table in sorted(t.name for t in base.iterdir() if t.is_dir()):
+            source = f"read_parquet('{base / table}/**/*.parquet', union_by_name = true)"
+            columns = con.sql(f"DESCRIBE SELECT * FROM {source}").fetchall()
+            select = ", ".join(
+                "capture || '@' || k AS capture"
+                if name == "capture"
+                else f'"{name}" + TO_MINUTES(k) AS "{name}"'
+                if kind.startswith("TIMESTAMP")
+                else f'"{name}"'
+                for name, kind, *_ in columns
+            )
+            (out / table).mkdir(parents=True, exist_ok=True)
+            con.execute(
+                f"COPY (SELECT {select} FROM {source}, range({copies}, {copies + COPIES_PER_FILE}) AS c(k)) "
+                f"TO '{out / table}/copies-{chunk:04d}.parquet' (FORMAT parquet)"
+            )
         copies += COPIES_PER_FILE
         chunk += 1
     return copies
 
 
-def median_of(runs: int, *args: str) -> tuple[float, list[float]]:
-    times = [kwsniff(*args) for _ in range(runs)]
-    print(f"  CPU seconds per run (machine shared, 2 cores): {[round(c, 2) for c in CPU[-runs:]]}")
-    return statistics.median(times), times
+def timed(runs: int, tables: Path, label: str, before: Path | None) -> None:
+    """Median wall and CPU of ``runs`` reports, alternating with the before-version when given."""
+    load = os.getloadavg()[0]
+    wall: dict[str, list[float]] = {"now": [], "before": []}
+    cpu: dict[str, list[float]] = {"now": [], "before": []}
+    for _ in range(runs):
+        for who, code in (("now", None), ("before", before)):
+            if who == "before" and before is None:
+                continue
+            wall[who].append(kwsniff("report", str(tables), code=code))
+            cpu[who].append(CPU[-1])
+    for who in ("now", "before") if before else ("now",):
+        print(
+            f"{label} ({who}): wall median {statistics.median(wall[who]):.2f} s of "
+            f"{[round(w, 2) for w in wall[who]]}, CPU median {statistics.median(cpu[who]):.2f} s of "
+            f"{[round(c, 2) for c in cpu[who]]}"
+        )
+    if before:
+        ratio = statistics.median(wall["before"]) / statistics.median(wall["now"])
+        cpu_ratio = statistics.median(cpu["before"]) / statistics.median(cpu["now"])
+        print(f"{label}: before/now {ratio:.1f}x wall, {cpu_ratio:.1f}x CPU")
+    print(f"  load average 1 min: {load:.2f} before, {os.getloadavg()[0]:.2f} after")
+
+
+def cached_tables(gb: float, where: Path, base: Path) -> tuple[Path, int]:
+    """The replicated tables of ``gb`` under ``where`` (built once, then reused: ~10 min per GB)."""
+    done = where / "_built.json"
+    if done.is_file() and json.loads(done.read_text())["gb"] == gb:
+        return where, json.loads(done.read_text())["copies"]
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir(parents=True)
+    copies = replicate(base, where, int(gb * 1e9))
+    done.write_text(json.dumps({"gb": gb, "copies": copies, "captures": [str(c) for c in CAPTURES]}))
+    return where, copies
 
 
 def main() -> None:
@@ -91,26 +157,51 @@ def main() -> None:
     parser.add_argument("--gb", type=float, default=1.0, help="size of the replicated tables on disk")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--spark", action="store_true", help="also run once with --master local[2]")
+    parser.add_argument(
+        "--tables",
+        type=Path,
+        help="keep the replicated tables here [default: bench/captures/report-tables-GBgb]",
+    )
+    parser.add_argument(
+        "--before",
+        metavar="REV",
+        help="git revision to compare with: same JSON rows required, timed alternately with this checkout",
+    )
+    parser.add_argument("--skip-big", action="store_true", help="time the quick start only")
     args = parser.parse_args()
     import pyarrow.parquet as pq
 
     with tempfile.TemporaryDirectory(prefix="kwsniff-bench-report-") as tmp:
-        quick, base, big = Path(tmp) / "quick", Path(tmp) / "base", Path(tmp) / "big"
+        quick, base = Path(tmp) / "quick", Path(tmp) / "base"
+        before = None
+        if args.before:
+            before = Path(tmp) / "before"
+            before.mkdir()
+            archive = subprocess.run(
+                ["git", "-C", str(ROOT), "archive", args.before, "kwsniff"], capture_output=True, check=True
+            )
+            subprocess.run(["tar", "-x", "-C", str(before)], input=archive.stdout, check=True)
         kwsniff("read", "-q", str(ROOT / "sample_pcaps/quickstart.pcap"), "--out", str(quick))
-        kwsniff("read", "-q", *map(str, CAPTURES), "--out", str(base))
-        t, runs = median_of(args.runs, "report", str(quick))
-        print(f"quick start: median {t:.2f} s of {[round(r, 2) for r in runs]} (target 5 s)")
-        copies = replicate(base, big, int(args.gb * 1e9))
+        if before:
+            same_answers(quick, before)
+        timed(args.runs, quick, "quick start (target 5 s)", before)
+        if args.skip_big:
+            return
+        where = args.tables or ROOT / f"bench/captures/report-tables-{args.gb:g}gb"
+        if not (where / "_built.json").is_file():
+            kwsniff("read", "-q", *map(str, CAPTURES), "--out", str(base))
+        big, copies = cached_tables(args.gb, where, base)
         rows = sum(pq.ParquetFile(p).metadata.num_rows for p in big.rglob("*.parquet"))
         print(
-            f"tables: {size_of(big) / 1e9:.2f} GB, {copies:,} copies of {len(CAPTURES)} captures, {rows:,} rows"
-            f" ({rows / (size_of(big) / 1e9):,.0f} rows per GB)"
+            f"tables {big}: {size_of(big) / 1e9:.2f} GB, {copies:,} copies of {len(CAPTURES)} captures,"
+            f" {rows:,} rows ({rows / (size_of(big) / 1e9):,.0f} rows per GB)"
         )
-        t, runs = median_of(args.runs, "report", str(big))
-        print(f"{args.gb:g} GB on duckdb: median {t:.2f} s of {[round(r, 2) for r in runs]} (target 30 s)")
+        if before:
+            same_answers(big, before)
+        timed(args.runs, big, f"{args.gb:g} GB (target 30 s)", before)
         if args.spark:
             s = kwsniff("report", str(big), "--master", "local[2]")
-            print(f"{args.gb:g} GB on spark local[2]: {s:.2f} s, {s / t:.1f}x the DuckDB median")
+            print(f"{args.gb:g} GB on spark local[2]: {s:.2f} s")
 
 
 if __name__ == "__main__":

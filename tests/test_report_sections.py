@@ -19,7 +19,8 @@ from test_share_wire import share_capture
 
 from kwsniff.cli import main
 from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
-from kwsniff.report.run import answer
+from kwsniff.report.output import sort_rows
+from kwsniff.report.run import answer, answer_top, keep
 from kwsniff.report.sections import BY_NAME, SECTIONS
 from kwsniff.report.views import GROUPS_CONTRACT
 from kwsniff.tables.schemas import SCHEMAS
@@ -115,6 +116,27 @@ def test_every_section_gives_the_same_rows_on_duckdb_and_spark(out: Path, duck: 
     for name, rows in duck.items():
         assert on_spark[name] == rows, name
     assert all(duck[n] for n in ("inventory", "lag", "stopped", "rebalances", "reconciliation", "storms"))
+
+
+@pytest.mark.parametrize(
+    ("filters", "sort_by"),
+    [
+        (Filters(), None),
+        (Filters(), "offset_lag"),
+        (Filters(topic="orders"), "requests"),
+        (Filters(client="qs-consumer-kafka-python", group="quickstart-group"), "lag_seconds"),
+    ],
+)
+def test_a_cut_answer_is_the_first_rows_of_the_whole_answer_and_its_count(
+    out: Path, duck: dict, filters: Filters, sort_by: str | None
+) -> None:
+    # What a text report (or --top N) shows is cut inside DuckDB: the same rows as the whole
+    # answer kept, sorted (stably, nulls last) and cut in Python, and the same count.
+    cut = answer_top(DuckEngine(out, Filters()), filters, SECTIONS, 3, sort_by)
+    for name, rows in duck.items():
+        whole = sort_rows(keep(rows, filters), sort_by)
+        assert cut[name] == (whole[:3], len(whole)), name
+    assert sum(total for _, total in cut.values()) > 3 * 3
 
 
 def test_an_unknown_section_is_one_line_naming_the_sections(out: Path) -> None:

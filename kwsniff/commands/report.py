@@ -99,7 +99,7 @@ def report(
         sys.exit(1)
     from kwsniff.report import output
     from kwsniff.report.engines import Filters
-    from kwsniff.report.run import answer, open_engine
+    from kwsniff.report.run import answer, answer_top, open_engine
     from kwsniff.report.sections import SECTIONS
 
     filters = Filters(_utc(since), _utc(until), topic, client, group, session_timeout_ms)
@@ -116,24 +116,31 @@ def report(
             master, "kwsniff-report", conf={"spark.sql.shuffle.partitions": "8"}, quiet=True
         )
         spark.sparkContext.setLogLevel("ERROR")
+    limit = top if top is not None else (TEXT_ROWS if fmt == "text" else None)
     try:
         engine = open_engine(tables, filters, spark)
-        answers = {
-            n: output.sort_rows(rows, sort_by) for n, rows in answer(engine, filters, sections).items()
-        }
+        if limit and html_file is None and plots is None:
+            # Only the rows shown leave the engine (with their count): plots and pages need them all.
+            cut = answer_top(engine, filters, sections, limit, sort_by)
+            shown, totals = {n: rows for n, (rows, _) in cut.items()}, {n: t for n, (_, t) in cut.items()}
+            answers = {}
+        else:
+            answers = {
+                n: output.sort_rows(rows, sort_by) for n, rows in answer(engine, filters, sections).items()
+            }
+            shown = {n: rows[:limit] if limit else rows for n, rows in answers.items()}
+            totals = {n: len(rows) for n, rows in answers.items()}
         engine.close()
     finally:
         if spark is not None:
             spark.stop()
-    limit = top if top is not None else (TEXT_ROWS if fmt == "text" else None)
-    shown = {n: rows[:limit] if limit else rows for n, rows in answers.items()}
     if fmt == "json":
         click.echo(output.as_json(shown))
     elif fmt == "csv":
         click.echo(output.as_csv(shown), nl=False)
     else:
         for s in sections:
-            click.echo(output.text_table(s.title, shown[s.name], len(answers[s.name])))
+            click.echo(output.text_table(s.title, shown[s.name], totals[s.name]))
     if html_file is not None or plots is not None:
         _draw(answers, {s.name: s.title for s in sections}, top or 8, html_file, plots, str(tables))
 

@@ -35,6 +35,31 @@ def answer(
     return {s.name: keep(engine.run(_bind(s.sql, filters)), filters) for s in sections}
 
 
+def answer_top(
+    engine: DuckEngine | SparkEngine,
+    filters: Filters,
+    sections: Sequence[Section],
+    limit: int,
+    sort_by: str | None = None,
+) -> dict[str, tuple[list[Row], int]]:
+    """{section name: (its first ``limit`` rows, sorted by ``sort_by`` when given, and its row count)}:
+    what a text report or ``--top N`` shows, the rows of :func:`answer` then output.sort_rows, cut."""
+    from kwsniff.report.output import sort_rows
+
+    out = {}
+    for s in sections:
+        sql = _bind(s.sql, filters)
+        if isinstance(engine, DuckEngine):
+            wanted = {
+                c: getattr(filters, o) for o, (c,) in NAME_FILTERS.items() if getattr(filters, o) is not None
+            }
+            out[s.name] = engine.top(sql, wanted, sort_by, limit)
+        else:
+            rows = sort_rows(keep(engine.run(sql), filters), sort_by)
+            out[s.name] = (rows[:limit], len(rows))
+    return out
+
+
 def _bind(sql: str, filters: Filters) -> str:
     from kwsniff.report.sections_lag import SESSION_TIMEOUT
 

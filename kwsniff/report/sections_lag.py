@@ -124,14 +124,11 @@ WITH members AS (
   GROUP BY 1, 2, 3, 4
 ),
 fetched AS (
-  SELECT r.capture, r.client_id, r.client_ip, p.topic, p.partition, r.ts_response,
-         p.fetch_offset, p.high_watermark,
-         ROW_NUMBER() OVER (PARTITION BY r.capture, r.client_id, r.client_ip, p.topic, p.partition
-                            ORDER BY r.ts_response DESC, r.correlation_id DESC) AS _last
-  FROM partitions p JOIN exchanges r
-    ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
-  WHERE p.api_key = 1 AND p.fetch_offset IS NOT NULL AND p.high_watermark IS NOT NULL
-    AND r.ts_response IS NOT NULL
+  SELECT capture, client_id, client_ip, topic, partition, ts_response, fetch_offset, high_watermark,
+         ROW_NUMBER() OVER (PARTITION BY capture, client_id, client_ip, topic, partition
+                            ORDER BY ts_response DESC, correlation_id DESC) AS _last
+  FROM partition_exchanges
+  WHERE api_key = 1 AND fetch_offset IS NOT NULL AND high_watermark IS NOT NULL AND ts_response IS NOT NULL
 )
 SELECT m.capture, m.group_id, m.member_id, m.group_instance_id, f.client_id, f.client_ip, f.topic, f.partition,
        f.fetch_offset AS position, f.high_watermark, f.high_watermark - f.fetch_offset AS offset_lag,

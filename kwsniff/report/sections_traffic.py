@@ -14,20 +14,19 @@ ADMIN_APIS = "15, 16, 19, 20, 21, 29, 30, 31, 32, 33, 37, 42, 43, 44, 47, 48, 49
 
 INVENTORY = f"""
 WITH rows AS (
-  SELECT r.client_id, r.client_ip, r.sasl_mechanism, r.client_software_name, r.client_software_version,
+  SELECT p.client_id, p.client_ip,
          CASE WHEN p.api_key IN ({PRODUCER_APIS}) THEN 'producer'
               WHEN p.api_key IN ({CONSUMER_APIS}) THEN 'consumer' ELSE 'admin' END AS role,
-         p.topic, p.group_id, p.record_count, p.record_bytes, r.ts_request, r.capture
-  FROM partitions p JOIN exchanges r
-    ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
+         p.topic, p.group_id, p.record_count, p.record_bytes, p.ts_request, p.capture
+  FROM partition_exchanges p
   WHERE p.api_key IN ({PRODUCER_APIS}, {CONSUMER_APIS}, {ADMIN_APIS}) AND p.topic IS NOT NULL
   UNION ALL
   -- Admin requests without a topic-partition row (CreateTopics, DescribeConfigs, ListGroups...).
-  SELECT r.client_id, r.client_ip, r.sasl_mechanism, r.client_software_name, r.client_software_version,
-         'admin' AS role, CAST(NULL AS VARCHAR) AS topic, CAST(NULL AS VARCHAR) AS group_id,
+  SELECT r.client_id, r.client_ip, 'admin' AS role, CAST(NULL AS VARCHAR) AS topic, CAST(NULL AS VARCHAR) AS group_id,
          CAST(NULL AS BIGINT) AS record_count, CAST(NULL AS BIGINT) AS record_bytes, r.ts_request, r.capture
-  FROM exchanges r LEFT JOIN partitions p
+  FROM exchanges r LEFT JOIN partition_exchanges p
     ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
+    AND p.api_key IN ({ADMIN_APIS})
   WHERE r.api_key IN ({ADMIN_APIS}) AND p.conn_id IS NULL
 ),
 -- A consumer's Fetch carries no group: it is the group the same client commits for on that topic.
@@ -39,12 +38,19 @@ software AS (
   SELECT client_id, client_ip, MAX(sasl_mechanism) AS sasl_mechanism, MAX(sasl_principal) AS sasl_principal,
          MAX(client_software_name) AS software_name, MAX(client_software_version) AS software_version
   FROM exchanges GROUP BY client_id, client_ip
+),
+-- Summed per capture first: the joins below then meet thousands of rows, not millions.
+counted AS (
+  SELECT capture, client_id, client_ip, role, topic, group_id, SUM(record_count) AS record_count,
+         SUM(record_bytes) AS record_bytes, COUNT(*) AS requests, MIN(ts_request) AS first_seen,
+         MAX(ts_request) AS last_seen
+  FROM rows GROUP BY capture, client_id, client_ip, role, topic, group_id
 )
 SELECT r.client_id, r.client_ip, s.sasl_mechanism, s.sasl_principal, s.software_name, s.software_version, r.role, r.topic,
        CASE WHEN r.role = 'consumer' THEN COALESCE(r.group_id, g.group_id) ELSE r.group_id END AS group_id,
        COALESCE(SUM(r.record_count), 0) AS records, COALESCE(SUM(r.record_bytes), 0) AS bytes,
-       COUNT(*) AS requests, MIN(r.ts_request) AS first_seen, MAX(r.ts_request) AS last_seen
-FROM rows r
+       SUM(r.requests) AS requests, MIN(r.first_seen) AS first_seen, MAX(r.last_seen) AS last_seen
+FROM counted r
 LEFT JOIN client_group g ON g.capture = r.capture AND g.client_id = r.client_id
   AND g.client_ip = r.client_ip AND g.topic = r.topic
 LEFT JOIN software s ON s.client_id = r.client_id AND s.client_ip = r.client_ip
@@ -69,9 +75,7 @@ SELECT topic, COUNT(*) AS requests, SUM(record_count) AS records,
        {pct(0.5, "latency_ms")} AS p50_ms, {pct(0.99, "latency_ms")} AS p99_ms, MAX(latency_ms) AS max_ms
 FROM ({
     ranked(
-        '''SELECT p.topic, r.latency_ms, p.record_count FROM partitions p JOIN requests r
-  ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
-  WHERE p.api_key = 0''',
+        "SELECT topic, latency_ms, record_count FROM partition_exchanges WHERE api_key = 0",
         "topic",
         "latency_ms",
     )
@@ -82,10 +86,8 @@ GROUP BY topic ORDER BY topic
 # Per Produce batch, the first Fetch response carrying its first offset (a range join on offsets).
 PRODUCE_TO_CONSUME = f"""
 WITH fetched AS (
-  SELECT p.capture, p.topic, p.partition, p.first_offset, p.last_offset, r.ts_response
-  FROM partitions p JOIN requests r
-    ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
-  WHERE p.api_key = 1 AND p.first_offset IS NOT NULL AND r.ts_response IS NOT NULL
+  SELECT capture, topic, partition, first_offset, last_offset, ts_response
+  FROM partition_exchanges WHERE api_key = 1 AND first_offset IS NOT NULL AND ts_response IS NOT NULL
 ),
 batches AS (
   SELECT pr.capture, pr.topic, pr.partition, pr.first_offset, MIN(pr.ts_request) AS ts_produce,
@@ -101,11 +103,9 @@ GROUP BY topic ORDER BY topic
 """
 
 THROUGHPUT = """
-SELECT p.topic, DATE_TRUNC('minute', r.ts_request) AS minute, SUM(p.record_count) AS records,
-       SUM(p.record_bytes) AS bytes
-FROM partitions p JOIN requests r
-  ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
-WHERE p.api_key = 0
+SELECT topic, DATE_TRUNC('minute', ts_request) AS minute, SUM(record_count) AS records,
+       SUM(record_bytes) AS bytes
+FROM partition_exchanges WHERE api_key = 0
 GROUP BY 1, 2 ORDER BY topic, minute
 """
 

@@ -51,17 +51,28 @@ def table_columns() -> dict[str, list[tuple[str, str]]]:
 
 # Views the sections share. `produced`: each acknowledged Produce batch's offset range and the time
 # the broker's acknowledgement was seen, i.e. when those offsets became readable.
+# `exchanges`: each request with its client's address, SASL mechanism and software;
+# `partition_exchanges`: each topic-partition row (but Metadata's, the most numerous, which no section
+# reads) with its request's client and times. Each is one join of the largest tables, made once and
+# kept for every section, with only the columns sections read (every column is a copy per report).
 DERIVED = {
     "exchanges": """
-        SELECT r.*, c.client_ip, c.sasl_mechanism, c.sasl_principal, c.client_software_name,
+        SELECT r.capture, r.conn_id, r.correlation_id, r.api_key, r.client_id, r.ts_request, r.ts_response,
+               r.latency_ms, c.client_ip, c.sasl_mechanism, c.sasl_principal, c.client_software_name,
                c.client_software_version
         FROM requests r LEFT JOIN connections c ON c.capture = r.capture AND c.conn_id = r.conn_id""",
-    "produced": """
-        SELECT p.capture, p.topic, p.partition, p.first_offset, p.last_offset, r.ts_request, r.ts_response AS ts_ack
-        FROM partitions p JOIN requests r
+    "partition_exchanges": """
+        SELECT p.capture, p.conn_id, p.correlation_id, p.api_key, p.topic, p.partition, p.group_id,
+               p.record_count, p.record_bytes, p.first_offset, p.last_offset, p.high_watermark,
+               p.fetch_offset, p.committed_offset, p.error_code,
+               r.client_id, r.client_ip, r.ts_request, r.ts_response, r.latency_ms
+        FROM partitions p JOIN exchanges r
           ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
-        WHERE p.api_key = 0 AND p.first_offset IS NOT NULL AND p.last_offset IS NOT NULL
-          AND r.ts_response IS NOT NULL""",
+        WHERE p.api_key <> 3""",
+    "produced": """
+        SELECT capture, topic, partition, first_offset, last_offset, ts_request, ts_response AS ts_ack
+        FROM partition_exchanges
+        WHERE api_key = 0 AND first_offset IS NOT NULL AND last_offset IS NOT NULL AND ts_response IS NOT NULL""",
     # Offsets' record timestamps (Fetch rows of the opt-in records table): lag's fallback.
     "record_times": """
         SELECT capture, topic, partition, "offset", MIN("timestamp") AS ts
@@ -70,21 +81,19 @@ DERIVED = {
     # Every moment a partition's high watermark is known: Fetch responses say it; a Produce
     # acknowledgement says the log reached at least last_offset + 1.
     "watermarks": """
-        SELECT p.capture, p.topic, p.partition, r.ts_response AS ts, p.high_watermark AS hwm
-        FROM partitions p JOIN requests r
-          ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
-        WHERE p.api_key = 1 AND p.high_watermark IS NOT NULL AND r.ts_response IS NOT NULL
+        SELECT capture, topic, partition, ts_response AS ts, high_watermark AS hwm
+        FROM partition_exchanges
+        WHERE api_key = 1 AND high_watermark IS NOT NULL AND ts_response IS NOT NULL
         UNION ALL
         SELECT capture, topic, partition, ts_ack AS ts, last_offset + 1 AS hwm FROM produced""",
     # Committed offsets: OffsetCommit requests (what the group stores) and OffsetFetch responses
     # (what it read back), each with the client that sent it.
     "commits": """
-        SELECT p.capture, p.group_id, p.topic, p.partition, p.committed_offset,
-               CASE WHEN p.api_key = 8 THEN r.ts_request ELSE r.ts_response END AS ts, r.client_id, r.client_ip
-        FROM partitions p JOIN exchanges r
-          ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
-        WHERE p.api_key IN (8, 9) AND p.committed_offset >= 0 AND p.group_id IS NOT NULL
-          AND (p.error_code IS NULL OR p.error_code = 0)""",
+        SELECT capture, group_id, topic, partition, committed_offset,
+               CASE WHEN api_key = 8 THEN ts_request ELSE ts_response END AS ts, client_id, client_ip
+        FROM partition_exchanges
+        WHERE api_key IN (8, 9) AND committed_offset >= 0 AND group_id IS NOT NULL
+          AND (error_code IS NULL OR error_code = 0)""",
     # Which client (id and address) is in which group: it committed for it or joined it.
     "group_clients": """
         SELECT DISTINCT capture, group_id, client_id, client_ip FROM commits

@@ -27,6 +27,8 @@ LAYERS: list[set[str]] = [
     {"view"},  # the live view, metrics, message rendering and the summary, fed from rows
     # The core pipeline package holds three layers of its own, bottom up.
     {"pipeline.connection"},
+    # The compiled common case of session.py (_fastpath.c): it imports nothing, session.py imports it.
+    {"pipeline._fastpath"},
     {"pipeline.session"},
     {"pipeline", "pipeline.run", "pipeline.run_live", "pipeline.keylogs"},
     {"pipeline.live_worker"},  # a process of `capture --workers`, built on run_live

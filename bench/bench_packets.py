@@ -2,6 +2,10 @@
 
     python bench/bench_packets.py bench/captures/smallbatch.pcap --runs 3
 
+With --path-only the Kafka frames are dropped as the frame splitter cuts them (no pairing, decoding
+or rows): what is left is the per-packet path itself (session, TCP parse, connection, reassembly,
+framing), the part kwsniff/pipeline/_fastpath.c compiles.
+
 Each round times the compiled packet path (kwsniff/pipeline/_fastpath.c) and the pure-Python one,
 alternating, in this one process, and prints both and their ratio, with the load average.
 
@@ -42,7 +46,19 @@ def main() -> int:
     )
     parser.add_argument("capture", type=Path)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--path-only", action="store_true", help="drop frames once cut: the packet path alone"
+    )
     args = parser.parse_args()
+    if args.path_only:
+        from kwsniff.kafka.pairing import Conversation
+
+        def drop(self: Conversation, frame: object, ts_first: int, ts_last: int, offset: int) -> None:
+            pass
+
+        # Bound by each FrameSplitter when its Conversation is made, so patched before any is.
+        Conversation._on_request_frame = drop  # type: ignore[method-assign]
+        Conversation._on_response_frame = drop  # type: ignore[method-assign]
     port = broker_port(args.capture)
     with open_capture(args.capture) as reader:
         packets = [(ts, linktype, bytes(data)) for ts, linktype, data in reader.packets()]

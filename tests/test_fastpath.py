@@ -119,6 +119,16 @@ def split_segment(data: bytes, at: int) -> tuple[bytes, bytes] | None:
     return bytes(first) + data[start : start + at], bytes(second) + data[start + at : end]
 
 
+# A Linux cooked (SLL) header for IPv4 (what `tcpdump -i any` writes): packet type, ARPHRD_ETHER,
+# address length and address, protocol.
+SLL_IPV4 = b"\x00\x00\x00\x01\x00\x06" + bytes(8) + b"\x08\x00"
+
+
+def as_sll(packets: list[tuple[int, int, bytes]]) -> list[tuple[int, int, bytes]]:
+    """The Ethernet frames as LINKTYPE_LINUX_SLL (113) frames."""
+    return [(ts, 113, SLL_IPV4 + data[14:]) for ts, _linktype, data in packets]
+
+
 def mangle(packets: list[tuple[int, int, bytes]], seed: int, rate: float) -> list[tuple[int, int, bytes]]:
     """The packets with some of them split in two, swapped with the next one, sent twice, or lost."""
     rnd = random.Random(seed)
@@ -162,11 +172,14 @@ def captured() -> dict[str, list[tuple[int, int, bytes]]]:
     return {name: packets_of(name) for name in ("kafka_python.pcap", "acks_modes.pcap")}
 
 
+@pytest.mark.parametrize("framing", ["ethernet", "sll"])
 def test_the_compiled_path_handles_the_common_packet(
-    captured: dict[str, list[tuple[int, int, bytes]]],
+    captured: dict[str, list[tuple[int, int, bytes]]], framing: str
 ) -> None:
     assert compiled(), "the extension is not loaded: the tests below would compare the pure path with itself"
     packets = captured["kafka_python.pcap"]
+    if framing == "sll":
+        packets = as_sll(packets)
     tables, stats, (fast, slow) = decode(packets, True)
     pure_tables, pure_stats, _ = decode(packets, False)
     assert tables == pure_tables
@@ -174,7 +187,7 @@ def test_the_compiled_path_handles_the_common_packet(
     assert fast + slow == stats.packets == len(packets)
     # Python gets the 28 SYN, FIN and RST packets and the last ACK of each of the 7 connections
     # (it comes after the connection closed); the compiled path every other packet.
-    assert sum(1 for _, _, d in packets if d[47] & 0x07) == 28
+    assert sum(1 for _, _, d in captured["kafka_python.pcap"] if d[47] & 0x07) == 28
     assert len(tables["connections"]) == 7
     assert (fast, slow) == (158 - 28 - 7, 28 + 7)
 
@@ -184,11 +197,14 @@ def test_the_compiled_path_handles_the_common_packet(
     seed=st.integers(0, 2**32 - 1),
     rate=st.sampled_from([0.01, 0.05, 0.2]),
     name=st.sampled_from(["kafka_python.pcap", "acks_modes.pcap"]),
+    sll=st.booleans(),
 )
 def test_any_packet_order_gives_the_same_rows_both_ways(
-    captured: dict[str, list[tuple[int, int, bytes]]], seed: int, rate: float, name: str
+    captured: dict[str, list[tuple[int, int, bytes]]], seed: int, rate: float, name: str, sll: bool
 ) -> None:
     packets = mangle(captured[name], seed, rate)
+    if sll:
+        packets = as_sll(packets)
     tables, stats, (fast, slow) = decode(packets, True)
     pure_tables, pure_stats, _ = decode(packets, False)
     assert tables == pure_tables

@@ -1,6 +1,6 @@
 /* The common-case packet path of kwsniff.pipeline.session.Session.packet, compiled.
  *
- * One captured Ethernet/IPv4/TCP frame of a connection the session already follows, carrying the
+ * One captured Ethernet (or Linux cooked)/IPv4/TCP frame of a connection the session already follows, carrying the
  * ACK flag and no SYN, FIN or RST, not a copy of a recent frame, and either a pure acknowledgement
  * or the next in-order bytes of its direction with nothing waiting out of order in either
  * direction: that is nearly every packet of a real capture, and this module does for it exactly
@@ -34,7 +34,9 @@
 #define RST 0x04
 #define ACK 0x10
 #define LINKTYPE_ETHERNET 1
+#define LINKTYPE_LINUX_SLL 113
 #define ETHERNET_HEADER 14
+#define SLL_HEADER 16
 
 enum {
     /* Connection */
@@ -251,31 +253,38 @@ fast_packet(FastPath *self, PyObject *const *args, Py_ssize_t nargs)
     int overflow;
     long lt = PyLong_AsLongAndOverflow(lt_o, &overflow);
     long long ts = PyLong_AsLongLongAndOverflow(ts_o, &overflow);
-    if (lt != LINKTYPE_ETHERNET || overflow || (ts == -1 && PyErr_Occurred())) {
+    if (overflow || (ts == -1 && PyErr_Occurred())) {
         PyErr_Clear();
         return slow(self, args, nargs);
     }
     const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(data_o);
     Py_ssize_t len = PyBytes_GET_SIZE(data_o);
-    /* Ethernet, IPv4 without options, TCP, not a fragment: kwsniff.net.packet.parse_tcp's first case. */
-    if (len < ETHERNET_HEADER + 40 || be16(b + 12) != 0x0800 || b[14] != 0x45 || b[23] != 6
-        || (be16(b + 20) & 0x3FFF))
+    /* IPv4 without options carrying TCP, not a fragment, in Ethernet or Linux cooked (SLL) framing:
+     * the first cases of kwsniff.net.packet.parse_tcp (and of kwsniff.net.ip.tcp_in_ipv4). */
+    Py_ssize_t off;
+    if (lt == LINKTYPE_ETHERNET && len >= ETHERNET_HEADER && be16(b + 12) == 0x0800)
+        off = ETHERNET_HEADER;
+    else if (lt == LINKTYPE_LINUX_SLL && len >= SLL_HEADER && be16(b + 14) == 0x0800)
+        off = SLL_HEADER;
+    else
         return slow(self, args, nargs);
-    Py_ssize_t ip_end = ETHERNET_HEADER + (Py_ssize_t)be16(b + 16);
-    Py_ssize_t start = ETHERNET_HEADER + 20 + ((b[46] >> 2) & 0x3C);
-    unsigned flags = b[47];
-    if (start < ETHERNET_HEADER + 40 || ip_end < start || ip_end > len || (flags & (SYN | FIN | RST))
-        || !(flags & ACK))
+    if (len < off + 40 || b[off] != 0x45 || b[off + 9] != 6 || (be16(b + off + 6) & 0x3FFF))
+        return slow(self, args, nargs);
+    const unsigned char *tcp = b + off + 20;
+    Py_ssize_t ip_end = off + (Py_ssize_t)be16(b + off + 2);
+    Py_ssize_t start = off + 20 + ((tcp[12] >> 2) & 0x3C);
+    unsigned flags = tcp[13];
+    if (start < off + 40 || ip_end < start || ip_end > len || (flags & (SYN | FIN | RST)) || !(flags & ACK))
         return slow(self, args, nargs);
     Py_ssize_t n = ip_end - start;
-    unsigned long seq = be32(b + 38), ack = be32(b + 42);
+    unsigned long seq = be32(tcp + 4), ack = be32(tcp + 8);
 
     /* The flow: (src, sport, dst, dport) -> (connection, direction), as Session.flows holds it. */
     PyObject *key = PyTuple_New(4);
     if (key == NULL)
         return NULL;
-    PyObject *items[4] = {PyBytes_FromStringAndSize((const char *)b + 26, 4), PyLong_FromLong(be16(b + 34)),
-                          PyBytes_FromStringAndSize((const char *)b + 30, 4), PyLong_FromLong(be16(b + 36))};
+    PyObject *items[4] = {PyBytes_FromStringAndSize((const char *)b + off + 12, 4), PyLong_FromLong(be16(tcp)),
+                          PyBytes_FromStringAndSize((const char *)b + off + 16, 4), PyLong_FromLong(be16(tcp + 2))};
     for (int i = 0; i < 4; i++) {
         if (items[i] == NULL) {
             for (int j = i; j < 4; j++)

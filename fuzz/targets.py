@@ -256,4 +256,11 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "fastpath": fastpath,
 }
 # libFuzzer's -max_len per target: large enough for the seeds, small enough to stay fast.
-MAX_LEN = {"capture": 65536, "stream": 65536, "decoders": 16384, "records": 65536, "session": 65536, "fastpath": 65536}
+MAX_LEN = {
+    "capture": 65536,
+    "stream": 65536,
+    "decoders": 16384,
+    "records": 65536,
+    "session": 65536,
+    "fastpath": 65536,
+}

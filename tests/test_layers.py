@@ -104,6 +104,8 @@ def test_the_development_page_lists_the_layers_in_this_order() -> None:
     page = (PACKAGE.parent / "docs" / "development.md").read_text(encoding="utf-8")
     block = page.split("Layers, bottom up", 1)[1].split("```")[1]
     lines = [line for line in block.strip().splitlines() if not line.startswith(" ")]
-    listed = [line.split()[0].rstrip("/").removesuffix(".py").removesuffix(".c").replace("/", ".") for line in lines]
+    listed = [
+        line.split()[0].rstrip("/").removesuffix(".py").removesuffix(".c").replace("/", ".") for line in lines
+    ]
     order = [level(name) for name in listed]
     assert order == sorted(order), listed

@@ -150,6 +150,7 @@ def kafka_seeds(path: Path, seen: dict[tuple[int, int, str], int]) -> None:
             segs += encode(1, ACK | PSH, struct.pack(">i", len(resp)) + resp[:1400])
         save("stream", segs)
         save("session", segs)
+        save("fastpath", segs)
 
 
 def keep(

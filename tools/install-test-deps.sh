@@ -9,7 +9,9 @@
 #     for PySpark's local Spark (the `kwsniff spark`/`report` tests) and javac for tests/java/, and iproute2 and ethtool (the
 #     network namespaces of tools/make_capture.py and bench/bench_capture.py), and tcpreplay (the live
 #     capture tests and bench/bench_live.py replay captures into a veth pair);
-#  3. kwsniff itself, editable, with its `test` and `spark` extras, into .venv.
+#  3. kwsniff itself, editable, with its `test` and `spark` extras, into .venv; the editable install
+#     compiles the packet path's C extension (kwsniff/pipeline/_fastpath.c, setup.py) in place, with
+#     gcc and the Python headers (Debian: gcc, python3-dev for its own python3).
 # tshark and editcap decrypt TLS as the TLS tests' oracle. Run the tests with `.venv/bin/python -m pytest`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +39,9 @@ if [ ! -x .venv/bin/python ] && ! python3 -c 'import ensurepip' >/dev/null 2>&1;
   missing+=(python3-venv)
 fi
 command -v tcpdump >/dev/null 2>&1 || missing+=(tcpdump)
+# The C extension of the packet path: a compiler, and Python.h of the python3 that makes the venv.
+command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' || missing+=(python3-dev)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v memcached >/dev/null 2>&1 || missing+=(memcached)
@@ -70,4 +75,11 @@ fi
 
 step "pip install -e '.[test,spark]' into .venv (PySpark is large: a first install takes minutes)"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test,spark]"
+# The extension is optional (pip still installs where nothing compiles it, and kwsniff then runs the
+# pure-Python path): say so here rather than let the tests find out.
+if .venv/bin/python -c 'import kwsniff.pipeline._fastpath' 2>/dev/null; then
+  step "compiled packet path built (kwsniff/pipeline/_fastpath.c)"
+else
+  echo "install-test-deps: warning: the C extension kwsniff.pipeline._fastpath was not built (no gcc or Python headers?): kwsniff runs its pure-Python path, and tests/test_fastpath.py fails" >&2
+fi
 step "done: run the tests with .venv/bin/python -m pytest -q"

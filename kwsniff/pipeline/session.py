@@ -7,10 +7,12 @@ a dict lookup and a reassembler call. Everything that happens per frame or per c
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import cast
 
 from kwsniff.defaults import DEFAULT_BROKER_PORT, MAX_DECOMPRESSED, MAX_FRAME_SIZE
+from kwsniff.kafka import FrameSplitter
 from kwsniff.memory import CONNECTION_COST, DEFAULT_MEMORY_LIMIT, FLOWS, REASSEMBLY, MemoryBudget
 from kwsniff.net import (
     ACK,
@@ -28,7 +30,17 @@ from kwsniff.net import (
 )
 from kwsniff.pipeline.connection import B2C, C2B, EVICTED, IDLE, Connection, accounting_difference
 from kwsniff.rows import ExchangeRows, RecordOptions, RowSink, TableBuilder
+from kwsniff.tcp import TcpReassembler
 from kwsniff.tls import KeyLog
+
+# The compiled common-case packet path (_fastpath.c), unless KWSNIFF_PURE_PYTHON=1 asks for the pure
+# one or the extension was not built (no compiler at install time): both give the same tables.
+FastPath = None
+if os.environ.get("KWSNIFF_PURE_PYTHON", "") != "1":
+    try:
+        from kwsniff.pipeline._fastpath import FastPath  # type: ignore[import-not-found,no-redef]
+    except ImportError:
+        FastPath = None
 
 # Closed connections are forgotten once the capture clock has moved this far past them, so a
 # capture of many short connections keeps bounded memory (late retransmissions are still absorbed).
@@ -128,6 +140,18 @@ class Session:
         self.duplicates = DuplicateFilter()
         # Secrets of `--keylog`, and of any Decryption Secrets Block the capture carries.
         self.keys: KeyLog | None = opts.keylog
+        if FastPath is not None and type(self).packet is _PURE_PACKET:
+            # The compiled path handles the common packet and hands every other one to the method
+            # below (a subclass or a test that replaces the method keeps the pure path).
+            self.packet = FastPath(  # type: ignore[method-assign]
+                self,
+                _PURE_PACKET,
+                Connection,
+                TcpReassembler,
+                FrameSplitter,
+                COPY_WITHIN_US,
+                FORGET_CLOSED_US,
+            ).packet
 
     def add_secrets(self, text: bytes) -> None:
         """TLS key log text from the capture itself (a pcapng Decryption Secrets Block)."""
@@ -150,6 +174,8 @@ class Session:
         self.brokers.discard(endpoint)
 
     def packet(self, ts: int, linktype: int, data: bytes) -> None:
+        # _fastpath.c repeats this method's common case (and Connection.packet's, TcpReassembler's
+        # and FrameSplitter.data's): a change here must be made there too (tests/test_fastpath.py).
         stats = self.stats
         stats.packets += 1
         p = parse_tcp(linktype, data)
@@ -350,3 +376,12 @@ class Session:
         st.decapsulated, st.tunnel_overhead_bytes = dict(decap.decapsulated), decap.overhead_bytes
         st.fragments = self.decap.defrag.stats.as_dict()
         return st
+
+
+# The pure-Python packet path: what the compiled one falls back to.
+_PURE_PACKET = Session.packet
+
+
+def compiled() -> bool:
+    """Whether sessions use the compiled packet path (kwsniff.pipeline._fastpath)."""
+    return FastPath is not None

@@ -1,0 +1,18 @@
+"""The compiled packet path (kwsniff/pipeline/_fastpath.c); everything else is in pyproject.toml.
+
+The extension is optional: where no C compiler is found, `pip install .` still succeeds and kwsniff
+runs the pure-Python path, which gives the same tables (docs/performance.md, "The compiled path").
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "kwsniff.pipeline._fastpath",
+            ["kwsniff/pipeline/_fastpath.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        )
+    ]
+)

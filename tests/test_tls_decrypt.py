@@ -533,3 +533,33 @@ def test_without_decrypt_into_records_decrypt_the_same_by_copying(
     assert out == b"\0twelve bytes\0"
     with pytest.raises(ValueError):
         protection.decrypt_into(bytes(12), memoryview(sealed), memoryview(b"aad"), memoryview(out))
+
+
+def test_records_cut_anywhere_decrypt_to_the_same_bytes_and_counters(
+    certificate: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The stream waits for the bytes the record at its front needs before reading anything: fed
+    one byte at a time, or each segment whole, it gives the payload and the same counters."""
+    keylog = tmp_path / "keys.log"
+    pcap, port = echo_over_tls(tmp_path, certificate, PAYLOAD, keylog, piece=1000)
+    keys = load_keylog([keylog])
+    pieces = directions(pcap, port)
+    counters = []
+    for one_byte_at_a_time in (False, True):
+        plain = [bytearray(), bytearray()]
+        stream = TlsStream(keys, lambda d, ts, data, plain=plain: plain[d].extend(data), lambda d, ts: None)
+        for d, _ts, data in pieces:
+            if one_byte_at_a_time:
+                for i in range(len(data)):
+                    stream.feed(d, 0, data[i : i + 1])
+            else:
+                stream.feed(d, 0, data)
+        stream.finish()
+        assert plain == [PAYLOAD, PAYLOAD]
+        assert stream.state == "decrypted"
+        counters.append(
+            [(s.overhead, s.decrypted, s.undecryptable, s.records, s.failed) for s in stream.dirs]
+        )
+    assert counters[0] == counters[1]
+    assert counters[0][0][1] == counters[0][1][1] == len(PAYLOAD)
+    assert counters[0][0][2] == counters[0][1][2] == 0

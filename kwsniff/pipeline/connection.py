@@ -233,6 +233,9 @@ class Connection:
             hellos = self.tls
             if hellos is not None and hellos.pending:
                 hellos.feed(d, chunk)
+            if hellos is None or not hellos.pending:
+                # Both hellos read: from now on the reassemblers feed the TLS stream straight.
+                self.rs[C2B].on_data, self.rs[B2C].on_data = stream.feeders
             stream.feed(d, ts, chunk)
         else:
             self._plain(d, ts, chunk)
@@ -422,6 +425,9 @@ class Connection:
             # From now on _data and _plain only pass plain bytes on to the splitter: let the
             # reassemblers call it straight (three Python calls fewer per packet).
             self.rs[C2B].on_data, self.rs[B2C].on_data = conv.client.data, conv.broker.data
+        else:
+            # Likewise _tls_plain and _plain between the TLS stream and the splitters.
+            self.tls_stream.sinks = (conv.client.data, conv.broker.data)
 
     def _start_tls(self, on_broker_port: bool) -> None:
         # Kafka over TLS on a broker port is still a Kafka connection, readable when the key log has

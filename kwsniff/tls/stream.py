@@ -12,6 +12,7 @@ starts protection on each side's ChangeCipherSpec. Every byte fed in ends up in 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from cryptography.exceptions import InvalidTag
 
@@ -67,6 +68,7 @@ TLS_STATES = (
 
 PlainHandler = Callable[[int, int, bytes | memoryview], None]
 GapHandler = Callable[[int, int], None]
+Sink = Callable[[int, bytes | memoryview], None]
 
 
 class _Protection:
@@ -100,6 +102,7 @@ class _Direction:
         "seq_tries",
         "pending",
         "pending_bytes",
+        "need",
     )
 
     def __init__(self) -> None:
@@ -118,6 +121,10 @@ class _Direction:
         self.seq_tries = 1
         self.pending: list[tuple[int, int, bytes]] = []  # (ts, type, record) waiting for keys
         self.pending_bytes = 0
+        # How many bytes ``buf`` must hold before a record can be read: 5 + the length of the record
+        # it starts with (5 while the header is incomplete or after a gap). Most segments of a
+        # record that spans several end at this comparison.
+        self.need = 5
 
 
 class TlsStream:
@@ -138,6 +145,8 @@ class TlsStream:
         "gave_up",
         "cipher_code",
         "_out",
+        "sinks",
+        "feeders",
     )
 
     def __init__(
@@ -159,6 +168,11 @@ class TlsStream:
         # Plaintext decrypted during one feed, handed on in one piece: far fewer calls into the
         # frame splitter than one per record (Python's ssl writes a record per send()).
         self._out: tuple[list[bytes | memoryview], list[bytes | memoryview]] = ([], [])
+        # Where each direction's plaintext goes: ``on_plain`` with the direction bound, or a caller's
+        # own pair (the connection's frame splitters, once it has them: no call in between).
+        self.sinks: tuple[Sink, Sink] = (partial(on_plain, 0), partial(on_plain, 1))
+        # ``feed`` with the direction bound, for a caller that hands each direction's bytes straight.
+        self.feeders: tuple[Sink, Sink] = (partial(self.feed, 0), partial(self.feed, 1))
 
     # -- results -------------------------------------------------------------------------------------
     @property
@@ -189,31 +203,53 @@ class TlsStream:
         buf = side.buf
         buf += chunk
         n = len(buf)
-        if n < 5 or n < 5 + ((buf[3] << 8) | buf[4]) and not side.resync:
+        if n < side.need:
             return  # the rest of a record that began in an earlier segment (most segments of a big one)
         view = memoryview(buf)
         try:
-            pos = self._records(d, ts, side, buf, view, n)
+            pos = 0
+            waiting = False
+            protection = side.protection
+            if (
+                buf[0] == APPLICATION_DATA
+                and protection is not None
+                and protection.secret  # a TLS 1.3 traffic secret (not the handshake's)
+                and not side.app_secret
+                and not side.resync
+            ):
+                pos = self._application_run(d, side, protection, buf, view, 0, n)
+                # Nearly always it stops at the start of a record not complete yet: wait for it.
+                if n - pos < 5 or (
+                    buf[pos] == APPLICATION_DATA
+                    and buf[pos + 1] == 3
+                    and n < pos + 5 + ((buf[pos + 3] << 8) | buf[pos + 4]) <= pos + 5 + MAX_RECORD
+                ):
+                    waiting = True
+            if not waiting:
+                pos = self._records(d, ts, side, buf, view, pos, n)
         finally:
             view.release()
         if pos:
             del buf[:pos]
+            n = len(buf)
+        side.need = 5 if n < 5 or side.resync else 5 + ((buf[3] << 8) | buf[4])
         # Only this direction's records were read (keys that arrive late flush their own replay).
         out = self._out[d]
         if out:
             data = out[0] if len(out) == 1 else b"".join(out)
             out.clear()
-            self.on_plain(d, ts, data)
+            self.sinks[d](ts, data)
 
     def _flush(self, ts: int) -> None:
         for d, out in enumerate(self._out):
             if out:
                 data = out[0] if len(out) == 1 else b"".join(out)
                 out.clear()
-                self.on_plain(d, ts, data)
+                self.sinks[d](ts, data)
 
-    def _records(self, d: int, ts: int, side: _Direction, buf: bytearray, view: memoryview, n: int) -> int:
-        pos = 0
+    def _records(
+        self, d: int, ts: int, side: _Direction, buf: bytearray, view: memoryview, pos: int, n: int
+    ) -> int:
         while n - pos >= 5:
             if side.resync:
                 found = self._resync(d, ts, pos)
@@ -230,8 +266,7 @@ class TlsStream:
             typ = buf[pos]
             if typ == APPLICATION_DATA:
                 protection = side.protection
-                suite = self.suite
-                if protection is not None and not side.app_secret and suite is not None and suite.tls13:
+                if protection is not None and protection.secret and not side.app_secret:
                     pos = self._application_run(d, side, protection, buf, view, pos, n)
                     if n - pos < 5:
                         break
@@ -282,15 +317,16 @@ class TlsStream:
             # 17: a 16-byte tag and at least the inner content type (RFC 8446 section 5.2).
             if end > n or length > MAX_RECORD or length < 17:
                 break
-            size = length - 17  # the content, without the inner content type
-            nonce = (iv ^ seq).to_bytes(12, "big")
+            stop = o + length - 16  # the content and the inner content type
             try:
-                decrypt_into(nonce, view[pos + 5 : end], view[pos : pos + 5], into[o : o + size + 1])
+                decrypt_into(
+                    (iv ^ seq).to_bytes(12, "big"), view[pos + 5 : end], view[pos : pos + 5], into[o:stop]
+                )
             except (InvalidTag, ValueError):
                 break
-            if plain[o + size] != APPLICATION_DATA:
+            if plain[stop - 1] != APPLICATION_DATA:
                 break  # padding, or a handshake message or an alert inside
-            o += size
+            o = stop - 1
             seq += 1
             pos = end
         into.release()
@@ -310,6 +346,7 @@ class TlsStream:
         side = self.dirs[d]
         side.undecryptable += len(side.buf)
         side.buf.clear()
+        side.need = 5
         side.hs.clear()
         if side.protection is not None or side.pending:
             side.lost_gaps += 1
@@ -323,6 +360,7 @@ class TlsStream:
         for side in self.dirs:
             side.undecryptable += len(side.buf) + side.pending_bytes
             side.buf.clear()
+            side.need = 5
             side.pending.clear()
             side.pending_bytes = 0
 

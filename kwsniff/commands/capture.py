@@ -191,7 +191,8 @@ def capture(
     budget = MemoryBudget(decoding.memory_limit)
     if workers > 1:
         handle.close()  # it proved the interface and filter; each worker opens its own
-        from kwsniff.commands.capture_workers import WorkerRun, capture_with_workers
+        from kwsniff.commands.capture_workers import capture_with_workers
+        from kwsniff.pipeline.live_worker import WorkerRun
 
         run = WorkerRun(
             iface, bpf, snaplen, buffer_mb * 1024 * 1024, rotate_seconds, idle_timeout, write_pcap

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from kwsniff.commands import messages
 from kwsniff.commands.signals import stop_on_signals
-from kwsniff.pipeline.live_worker import WorkerSpec
+from kwsniff.pipeline.live_worker import WorkerRun, WorkerSpec
 from kwsniff.pipeline.run import CaptureResult
 from kwsniff.pipeline.run_workers import WorkerPool, fanout_group, merge_results
 from kwsniff.pipeline.session import SessionOptions
@@ -20,19 +19,6 @@ from kwsniff.sinks.dataset import Output
 from kwsniff.view.metrics import Metrics
 from kwsniff.view.stats import LiveStats
 from kwsniff.view.summary import print_capture_line, print_summary
-
-
-@dataclass
-class WorkerRun:
-    """The capture options every worker shares."""
-
-    iface: str
-    bpf: str
-    snaplen: int
-    buffer_bytes: int  # each worker's ring
-    rotate_s: float
-    idle_s: float
-    write_pcap: Path | None
 
 
 def capture_with_workers(
@@ -55,19 +41,14 @@ def capture_with_workers(
             WorkerSpec(
                 index=i,
                 workers=workers,
-                iface=run.iface,
-                bpf=run.bpf,
-                snaplen=run.snaplen,
-                buffer_bytes=run.buffer_bytes,
+                run=run,
                 group=fanout_group(),
                 spool=spool.path,
                 name=name,
                 tables=tables,
                 session=session,
                 keylog=keylog,
-                idle_s=run.idle_s,
                 queue_bytes=queue_bytes,
-                write_pcap=run.write_pcap,
             )
             for i in range(workers)
         ]

@@ -566,3 +566,18 @@ def start_kwsniff_capture(net: ReplayNet, args: Sequence[str], err_path: Path) -
             raise RuntimeError(f"kwsniff capture did not start: {err_path.read_text(errors='replace')}")
         time.sleep(0.05)
     return proc
+
+
+def run_kwsniff(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
+    """`kwsniff ARGS` in a process of its own, as a user runs it (Spark's JVM is its child)."""
+    command = [sys.executable, "-m", "kwsniff", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
+def report_on_spark(
+    out: Path, sections: Sequence[str], *more: str, timeout: float = 300.0
+) -> subprocess.CompletedProcess[str]:
+    """`kwsniff report OUT --master local[1]` with only ``sections``: each section is a Spark job of its
+    own, so a test runs those it asserts on (every section on both engines: tests/test_report_sections.py)."""
+    chosen = [arg for section in sections for arg in ("--section", section)]
+    return run_kwsniff("report", str(out), "--master", "local[1]", *chosen, *more, timeout=timeout)

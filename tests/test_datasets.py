@@ -3,6 +3,7 @@ input has a name of its own, and signals, a full disk and over-long names end a 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import termios
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,6 +43,21 @@ def start(*args: str, **kw: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "kwsniff", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw
     )
+
+
+@contextlib.contextmanager
+def all_exit_0(procs: list[subprocess.Popen[bytes]]) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Runs started into ``procs`` inside the block run together; after it each must exit 0 within
+    WAIT_S, and any still running (a failed assertion, a timeout) is killed."""
+    try:
+        yield procs
+        for proc in procs:
+            _, err = proc.communicate(timeout=WAIT_S)
+            assert proc.returncode == 0, err
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 def version(out: Path, tables: tuple[str, ...] = DEFAULT_TABLES) -> dict[str, tuple[int, str]]:
@@ -221,8 +238,8 @@ def test_each_stdin_run_gets_its_own_name_so_append_adds(tmp_path: Path) -> None
 
 def test_two_concurrent_stdin_reads_into_one_out_both_land(tmp_path: Path) -> None:
     out = tmp_path / "t"
-    procs = []
-    try:
+    procs: list[subprocess.Popen[bytes]] = []
+    with all_exit_0(procs):
         for _ in range(2):
             read_end, write_end = os.pipe()
             fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 1 << 20)
@@ -230,13 +247,6 @@ def test_two_concurrent_stdin_reads_into_one_out_both_land(tmp_path: Path) -> No
             os.close(write_end)
             procs.append(start("read", "-", "-o", str(out), "--append", "-q", stdin=read_end))
             os.close(read_end)
-        for proc in procs:
-            _, err = proc.communicate(timeout=WAIT_S)
-            assert proc.returncode == 0, err
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
     for table in DEFAULT_TABLES:
         assert len(list((out / table).iterdir())) == 2, table
     assert version(out)["requests"][0] == 2 * 46
@@ -261,15 +271,8 @@ def test_two_live_captures_started_together_have_their_own_names(tmp_path: Path)
     out = tmp_path / "live"
     # Two workers each: two fanout groups on one interface, one per run.
     args = ("capture", "lo", "-o", str(out), "--append", "--filter", "tcp port 1", "--duration", "1.5", "-q")
-    procs = [start(*args, "--workers", "2") for _ in range(2)]
-    try:
-        for proc in procs:
-            _, err = proc.communicate(timeout=WAIT_S)
-            assert proc.returncode == 0, err
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
+    with all_exit_0([]) as procs:
+        procs += [start(*args, "--workers", "2") for _ in range(2)]
     stats = ds.dataset(out / "capture_stats").to_table().column("capture").to_pylist()
     assert len(set(stats)) == 2 and sorted(stats.count(c) for c in set(stats)) == [2, 2]  # a row per worker
     assert all(re.fullmatch(r"lo-\d{8}T\d{6}Z-[0-9a-f]{6}", c) for c in stats), stats

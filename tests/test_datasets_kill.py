@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -40,8 +41,10 @@ def run(args: list[str]) -> float:
     return time.monotonic() - started
 
 
-def killed_after(args: list[str], delay: float) -> None:
-    """Runs kwsniff and SIGKILLs its whole process group (Spark's JVM too) after ``delay`` seconds."""
+@contextlib.contextmanager
+def killed_at_exit(args: list[str]) -> Iterator[subprocess.Popen[bytes]]:
+    """Runs kwsniff in a session of its own and SIGKILLs that whole process group (Spark's JVM too)
+    when the block ends, unless the run ended before."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "kwsniff", *args],
         stdout=subprocess.DEVNULL,
@@ -49,13 +52,17 @@ def killed_after(args: list[str], delay: float) -> None:
         start_new_session=True,
     )
     try:
-        proc.wait(timeout=delay)
-    except subprocess.TimeoutExpired:
-        pass
+        yield proc
     finally:
         with contextlib.suppress(ProcessLookupError):  # the run ended before its kill
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def killed_after(args: list[str], delay: float) -> None:
+    """Runs kwsniff and SIGKILLs its whole process group after ``delay`` seconds."""
+    with killed_at_exit(args) as proc, contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=delay)
 
 
 def state(out: Path) -> tuple[tuple[str, ...], dict[str, int]]:
@@ -122,13 +129,7 @@ def killed_while_writing(args: list[str], out: Path, delay: float | None) -> flo
     """Runs kwsniff spark and SIGKILLs its process group (the JVM too) ``delay`` seconds after Spark
     starts writing the tables into the staging directory (before that, nothing can have changed);
     ``None``: lets it finish. Returns the seconds from the first staged table to the end."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kwsniff", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
+    with killed_at_exit(args) as proc:
         deadline = time.monotonic() + SPARK_WAIT_S
         while proc.poll() is None and time.monotonic() < deadline:
             if any(out.parent.glob(f".{out.name}.kwsniff-stage-*/*")):
@@ -139,10 +140,6 @@ def killed_while_writing(args: list[str], out: Path, delay: float | None) -> flo
             proc.wait(timeout=delay if delay is not None else SPARK_WAIT_S)
         assert delay is not None or proc.returncode == 0
         return time.monotonic() - writing
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # the run ended before its kill
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def test_sigkill_during_spark_overwrite_leaves_the_old_or_the_new_dataset(tmp_path: Path) -> None:

@@ -4,13 +4,13 @@ the clients report through their assignment callbacks and their configuration.""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from group_clients import Member, poll_until
 from realparts import create_topics, free_port, start_broker, tcpdump_capture
 
 from kwsniff.pipeline.run import run_capture
@@ -22,50 +22,17 @@ SESSION_TIMEOUT_MS, MAX_POLL_MS = 6000, 20000
 DEADLINE_S = 40.0
 
 
-@dataclass
-class Member:
-    """One consumer and the assignments its on_assign callback reported, in order."""
-
-    name: str
-    consumer: Any = None
-    owned: set[int] = field(default_factory=set)
-    assigned: list[str] = field(default_factory=list)
-
-    def on_assign(self, consumer: Any, partitions: list[Any]) -> None:
-        self.owned = {p.partition for p in partitions}
-        self.assigned.append(f"{TOPIC}:{','.join(str(p) for p in sorted(self.owned))}")
-
-    def on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
-        self.owned = set()
-
-
 def _join(bootstrap: str, member: Member) -> None:
-    from confluent_kafka import Consumer
-
-    member.consumer = Consumer(
+    member.subscribe(
+        bootstrap,
+        GROUP,
         {
-            "bootstrap.servers": bootstrap,
-            "group.id": GROUP,
-            "client.id": member.name,
             "session.timeout.ms": SESSION_TIMEOUT_MS,
             "max.poll.interval.ms": MAX_POLL_MS,
             "heartbeat.interval.ms": 500,
             "partition.assignment.strategy": "range",
-        }
+        },
     )
-    member.consumer.subscribe([TOPIC], on_assign=member.on_assign, on_revoke=member.on_revoke)
-
-
-def _poll_until(members: list[Member], done: Any) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    for _ in range(2000):
-        for m in members:
-            m.consumer.poll(0.05)
-        if done():
-            return
-        if time.monotonic() > deadline:
-            break
-    raise TimeoutError(f"group did not settle: {[(m.name, sorted(m.owned)) for m in members]}")
 
 
 @dataclass
@@ -78,15 +45,17 @@ class Run:
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     tmp = tmp_path_factory.mktemp("classic")
     pcap = Path(tmp / "classic.pcap")
-    a, b = Member("classic-a"), Member("classic-b")
+    a, b = Member("classic-a", TOPIC), Member("classic-b", TOPIC)
     with start_broker(free_port(), log_dir=str(tmp)) as broker, tcpdump_capture(pcap, broker.port):
         create_topics(broker.bootstrap, {TOPIC: PARTITIONS})
         _join(broker.bootstrap, a)
-        _poll_until([a], lambda: a.owned == {0, 1, 2, 3})
+        poll_until([a], lambda: a.owned == {0, 1, 2, 3}, DEADLINE_S)
         _join(broker.bootstrap, b)
-        _poll_until([a, b], lambda: len(a.assigned) == 2 and len(b.assigned) == 1 and a.owned and b.owned)
+        poll_until(
+            [a, b], lambda: len(a.assigned) == 2 and len(b.assigned) == 1 and a.owned and b.owned, DEADLINE_S
+        )
         b.consumer.close()  # LeaveGroup
-        _poll_until([a], lambda: len(a.assigned) == 3 and a.owned == {0, 1, 2, 3})
+        poll_until([a], lambda: len(a.assigned) == 3 and a.owned == {0, 1, 2, 3}, DEADLINE_S)
         a.consumer.close()
     sink = ListSink()
     run_capture(pcap, sink, SessionOptions())

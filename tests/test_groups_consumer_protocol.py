@@ -9,83 +9,24 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from realparts import (
-    create_topics,
-    free_port,
-    start_broker,
-    stop_process,
-    tcpdump_capture,
-    wait_for_listener,
-)
+from group_clients import CONSUMER_PROTOCOL, Member, coordinated_broker, describe, poll_until
+from realparts import create_topics, tcpdump_capture
 
 from kwsniff.cli import main
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
 
-TESTS = Path(__file__).resolve().parent
 TOPIC, PARTITIONS, GROUP = "orders", 4, "kip848-group"
 ALL = f"{TOPIC}:0,1,2,3"
 DEADLINE_S = 30.0
-
-
-@dataclass
-class Member:
-    """One confluent-kafka consumer and what its callbacks reported (wall clock, µs)."""
-
-    name: str
-    consumer: Any = None
-    owned: set[int] = field(default_factory=set)
-    changes: list[tuple[int, str]] = field(default_factory=list)  # (time, owned after the callback)
-
-    def on_assign(self, consumer: Any, partitions: list[Any]) -> None:
-        self.owned |= {p.partition for p in partitions}
-        self.changes.append((time.time_ns() // 1000, _spelled(self.owned)))
-
-    def on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
-        self.owned -= {p.partition for p in partitions}
-        self.changes.append((time.time_ns() // 1000, _spelled(self.owned)))
-
-
-def _spelled(partitions: set[int]) -> str:
-    return f"{TOPIC}:{','.join(map(str, sorted(partitions)))}" if partitions else ""
-
-
-def _poll_until(members: list[Member], done: Any) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    for _ in range(1000):
-        for m in members:
-            m.consumer.poll(0.05)
-        if done():
-            return
-        if time.monotonic() > deadline:
-            break
-    raise TimeoutError(f"group did not settle: {[(m.name, sorted(m.owned)) for m in members]}")
-
-
-def _consumer(bootstrap: str, member: Member) -> None:
-    from confluent_kafka import Consumer
-
-    member.consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": GROUP,
-            "group.protocol": "consumer",
-            "client.id": member.name,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    member.consumer.subscribe([TOPIC], on_assign=member.on_assign, on_revoke=member.on_revoke)
 
 
 @dataclass
@@ -100,53 +41,37 @@ class Run:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     tmp = tmp_path_factory.mktemp("kip848")
-    pcap, log = tmp / "kip848.pcap", tmp / "coordinator.jsonl"
-    proxy_port, broker_port = free_port(), free_port()
-    bootstrap = f"127.0.0.1:{proxy_port}"
-    a, b = Member("consumer-a"), Member("consumer-b")
-    with start_broker(broker_port, advertised_port=proxy_port, log_dir=str(tmp)):
-        command = [sys.executable, str(TESTS / "group_coordinator.py"), str(proxy_port), str(broker_port)]
-        coordinator = subprocess.Popen([*command, TOPIC, str(PARTITIONS), str(log)])
-        try:
-            wait_for_listener(proxy_port)
-            with tcpdump_capture(pcap, proxy_port):
-                create_topics(bootstrap, {TOPIC: PARTITIONS})
-                _describe(bootstrap)  # the coordinator learns the topic id from this Metadata answer
-                _consumer(bootstrap, a)
-                _poll_until([a], lambda: a.owned == {0, 1, 2, 3})
-                _consumer(bootstrap, b)
-                _poll_until([a, b], lambda: a.owned == {0, 1} and b.owned == {2, 3})
-                member_ids = {"consumer-a": a.consumer.memberid(), "consumer-b": b.consumer.memberid()}
-                b.consumer.close()  # leaves: epoch -1
-                _poll_until([a], lambda: a.owned == {0, 1, 2, 3})
-                # One more heartbeat interval so A acknowledges its last assignment.
-                _poll_until(
-                    [a],
-                    lambda: any(
-                        json.loads(x)["owned"] == [0, 1, 2, 3] and json.loads(x)["epoch_sent"] == 3
-                        for x in log.read_text().splitlines()
-                    ),
-                )
-                a.consumer.close()
-        finally:
-            stop_process(coordinator)
+    pcap = tmp / "kip848.pcap"
+    a, b = Member("consumer-a", TOPIC), Member("consumer-b", TOPIC)
+    with coordinated_broker(tmp, TOPIC, PARTITIONS) as broker, tcpdump_capture(pcap, broker.port):
+        create_topics(broker.bootstrap, {TOPIC: PARTITIONS})
+        describe(broker.bootstrap, TOPIC)  # the coordinator learns the topic id from this Metadata answer
+        a.subscribe(broker.bootstrap, GROUP, CONSUMER_PROTOCOL)
+        poll_until([a], lambda: a.owned == {0, 1, 2, 3}, DEADLINE_S)
+        b.subscribe(broker.bootstrap, GROUP, CONSUMER_PROTOCOL)
+        poll_until([a, b], lambda: a.owned == {0, 1} and b.owned == {2, 3}, DEADLINE_S)
+        member_ids = {"consumer-a": a.consumer.memberid(), "consumer-b": b.consumer.memberid()}
+        b.consumer.close()  # leaves: epoch -1
+        poll_until([a], lambda: a.owned == {0, 1, 2, 3}, DEADLINE_S)
+        # One more heartbeat interval so A acknowledges its last assignment.
+        poll_until(
+            [a],
+            lambda: any(
+                json.loads(x)["owned"] == [0, 1, 2, 3] and json.loads(x)["epoch_sent"] == 3
+                for x in broker.log.read_text().splitlines()
+            ),
+            DEADLINE_S,
+        )
+        a.consumer.close()
     sink = ListSink()
     run_capture(pcap, sink, SessionOptions())
     rows = [r for r in sink.tables["groups"] if r["api_key"] == 68]
-    sent = [json.loads(line) for line in log.read_text().splitlines()]
+    sent = [json.loads(line) for line in broker.log.read_text().splitlines()]
     tables = tmp / "tables"
-    args = ["read", str(pcap), "--out", str(tables), "--broker-port", str(proxy_port), "--quiet"]
+    args = ["read", str(pcap), "--out", str(tables), "--broker-port", str(broker.port), "--quiet"]
     done = CliRunner().invoke(main, args)
     assert done.exit_code == 0, done.output
     yield Run(rows, sent, {"consumer-a": a, "consumer-b": b}, member_ids, tables)
-
-
-def _describe(bootstrap: str) -> None:
-    from confluent_kafka import TopicCollection
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "kwsniff-admin"})
-    admin.describe_topics(TopicCollection([TOPIC]))[TOPIC].result(10)
 
 
 def test_every_heartbeat_decodes_to_what_the_coordinator_sent(run: Run) -> None:

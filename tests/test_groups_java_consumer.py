@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from realparts import create_topics, free_port, start_broker, stop_process, tcpdump_capture, wait_for_listener
-from test_groups_consumer_protocol import Member, _consumer, _describe, _poll_until
+from group_clients import CONSUMER_PROTOCOL, Member, coordinated_broker, describe, poll_until
+from realparts import create_topics, stop_process, tcpdump_capture
 
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
@@ -62,19 +61,15 @@ def _wait(done: Any, what: str) -> None:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     tmp = tmp_path_factory.mktemp("java848")
-    pcap, log = tmp / "java848.pcap", tmp / "coordinator.jsonl"
-    proxy_port, broker_port = free_port(), free_port()
-    bootstrap = f"127.0.0.1:{proxy_port}"
+    pcap = tmp / "java848.pcap"
     reports: list[dict[str, Any]] = []
-    with start_broker(broker_port, advertised_port=proxy_port, log_dir=str(tmp)):
-        command = [sys.executable, str(TESTS / "group_coordinator.py"), str(proxy_port), str(broker_port)]
-        coordinator = subprocess.Popen([*command, TOPIC, str(PARTITIONS), str(log)])
+    with coordinated_broker(tmp, TOPIC, PARTITIONS) as broker:
+        bootstrap = broker.bootstrap
         java = None
         try:
-            wait_for_listener(proxy_port)
-            with tcpdump_capture(pcap, proxy_port):
+            with tcpdump_capture(pcap, broker.port):
                 create_topics(bootstrap, {TOPIC: PARTITIONS})
-                _describe(bootstrap)
+                describe(bootstrap, TOPIC)
                 java = subprocess.Popen(
                     [
                         "java",
@@ -101,9 +96,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                 _wait(
                     lambda: any(r["owned"] == [0, 1, 2, 3] for r in reports), "the Java member owned nothing"
                 )
-                b = Member("consumer-b")
-                _consumer(bootstrap, b)
-                _poll_until([b], lambda: b.owned == {2, 3} and reports[-1]["owned"] == [0, 1])
+                b = Member("consumer-b", TOPIC)
+                b.subscribe(bootstrap, GROUP, CONSUMER_PROTOCOL)
+                poll_until([b], lambda: b.owned == {2, 3} and reports[-1]["owned"] == [0, 1], DEADLINE_S)
                 b.consumer.close()
                 java.wait(timeout=DEADLINE_S)
                 reader.join(timeout=10)
@@ -119,11 +114,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         finally:
             if java is not None:
                 stop_process(java)  # type: ignore[arg-type]
-            stop_process(coordinator)
     sink = ListSink()
     run_capture(pcap, sink, SessionOptions())
     rows = [r for r in sink.tables["groups"] if r["api_key"] in (68, 76)]
-    yield Run(rows, [json.loads(line) for line in log.read_text().splitlines()], reports)
+    yield Run(rows, [json.loads(line) for line in broker.log.read_text().splitlines()], reports)
 
 
 def test_heartbeats_decode_to_what_the_coordinator_sent(run: Run) -> None:

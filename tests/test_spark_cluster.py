@@ -3,8 +3,9 @@
 `--ship-env`, and one line when a folder named `kwsniff` shadows the package.
 
 The worker's PATH has no kwsniff and no Python with pyspark (/usr/bin:/bin), so an executor runs only
-the interpreter the driver names. Case B's worker runs in a mount namespace (`unshare -m`) where a
-tmpfs hides the driver's venv: only the pack that `--ship-env` sends can run its tasks.
+the interpreter the driver names. The worker runs in a mount namespace (`unshare -m`) where a tmpfs
+hides the test venv: only the pack that `--ship-env` sends can run its tasks there (case B). One
+Master and Worker serve the module: two JVMs take a minute to start on a loaded machine.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def _wait_for_worker(ui_port: int, master: subprocess.Popen[bytes], worker: subp
 
 
 @contextmanager
-def standalone(tmp_path: Path, *, hidden: Path | None = None, pythonpath: str | None = None) -> Iterator[str]:
+def standalone(tmp_path: Path, *, hidden: Path) -> Iterator[str]:
     """A standalone Master and Worker on 127.0.0.1 (yields the master URL), stopped by PID. ``hidden``:
     a path the worker must not see (a tmpfs is mounted over it in the worker's own mount namespace)."""
     port, ui_port, worker_ui = free_port(), free_port(), free_port()
@@ -106,8 +107,6 @@ def standalone(tmp_path: Path, *, hidden: Path | None = None, pythonpath: str | 
         "SPARK_LOCAL_IP": LOOPBACK,
         "SPARK_WORKER_DIR": str(tmp_path / "work"),
     }
-    if pythonpath is not None:
-        env["PYTHONPATH"] = pythonpath
     if shutil.which("java", path=PLAIN_PATH) is None and os.environ.get("JAVA_HOME"):
         env["JAVA_HOME"] = os.environ["JAVA_HOME"]
     spark_class = str(SPARK_HOME / "bin/spark-class")
@@ -115,10 +114,9 @@ def standalone(tmp_path: Path, *, hidden: Path | None = None, pythonpath: str | 
     master_cmd += ["--host", LOOPBACK, "--port", str(port), "--webui-port", str(ui_port)]
     worker_cmd = [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", LOOPBACK, "--cores", "2"]
     worker_cmd += ["--memory", "1g", "--webui-port", str(worker_ui), f"spark://{LOOPBACK}:{port}"]
-    if hidden is not None:
-        # `exec` keeps one PID from unshare to the worker's JVM (spark-class execs java too).
-        mount = 'mount -t tmpfs tmpfs "$0" && exec "$@"'
-        worker_cmd = ["unshare", "-m", "sh", "-c", mount, str(hidden), *worker_cmd]
+    # `exec` keeps one PID from unshare to the worker's JVM (spark-class execs java too).
+    mount = 'mount -t tmpfs tmpfs "$0" && exec "$@"'
+    worker_cmd = ["unshare", "-m", "sh", "-c", mount, str(hidden), *worker_cmd]
     logs = tmp_path / "logs"
     logs.mkdir()
     with open(logs / "master.log", "wb") as master_log, open(logs / "worker.log", "wb") as worker_log:
@@ -142,12 +140,20 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, timeout=120)
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(where / "bin/python"), "install", "--quiet"]
-        + ["--disable-pip-version-check", f"{ROOT}[spark]"],
+        # --no-compile: half the install's CPU time, and a smaller pack for --ship-env to build.
+        + ["--disable-pip-version-check", "--no-compile", f"{ROOT}[spark]"],
         check=True,
         timeout=RUN_TIMEOUT_S,
         stdout=subprocess.DEVNULL,
     )
     return where
+
+
+@pytest.fixture(scope="module")
+def master(venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The module's standalone cluster, whose worker cannot see ``venv``."""
+    with standalone(tmp_path_factory.mktemp("standalone"), hidden=venv) as url:
+        yield url
 
 
 def kwsniff(
@@ -169,13 +175,18 @@ def errors_of(result: subprocess.CompletedProcess[str]) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.startswith("kwsniff: ")]
 
 
-def test_executors_run_the_drivers_python_on_a_standalone_cluster(tmp_path: Path, expected: dict) -> None:
+def test_executors_run_the_drivers_python_on_a_standalone_cluster(
+    master: str, tmp_path: Path, expected: dict
+) -> None:
     """Case A: the worker sees the driver's environment but has none of its PATH: the executors run
     the driver's interpreter, and the tables equal `read`'s."""
     out = tmp_path / "kafka-tables"
-    # The worker finds this worktree's kwsniff as the driver does (an installed copy needs nothing).
-    with standalone(tmp_path, pythonpath=str(ROOT)) as master:
-        result = kwsniff(["spark", *map(str, CAPTURES), "--out", str(out), "--master", master], cwd=tmp_path)
+    # The executors find this worktree's kwsniff as the driver does (an installed copy needs nothing);
+    # PySpark puts spark.executorEnv.PYTHONPATH on its workers' path.
+    here = ["--conf", f"spark.executorEnv.PYTHONPATH={ROOT}"]
+    result = kwsniff(
+        ["spark", *map(str, CAPTURES), "--out", str(out), "--master", master, *here], cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert errors_of(result) == []
     assert spark_rows(out) == expected
@@ -186,33 +197,32 @@ def pack_line(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_only_the_shipped_venv_runs_where_the_workers_cannot_see_it(
-    venv: Path, tmp_path: Path, expected: dict
+    venv: Path, master: str, tmp_path: Path, expected: dict
 ) -> None:
     """Case B: the worker's mount namespace hides the driver's venv. Without --ship-env the job fails
     in one line; with it the tables equal `read`'s, and a second run reuses the cached pack."""
     cache = tmp_path / "cache"
     python = venv / "bin/python"
     common = ["spark", *map(str, CAPTURES), "--out", str(tmp_path / "kafka-tables")]
-    with standalone(tmp_path, hidden=venv) as master:
-        # One attempt per task (--conf, as spark-submit's): a missing interpreter is missing on a retry too.
-        once = ["--conf", "spark.task.maxFailures=1"]
-        bare = kwsniff([*common, "--master", master, *once], cwd=tmp_path, python=python)
-        shipped = kwsniff(
-            [*common, "--master", master, "--ship-env"],
-            cwd=tmp_path,
-            python=python,
-            env={"XDG_CACHE_HOME": str(cache)},
-        )
-        assert shipped.returncode == 0, shipped.stderr[-3000:]
-        assert spark_rows(tmp_path / "kafka-tables") == expected
-        (pack,) = (cache / "kwsniff").iterdir()
-        built_at = pack.stat().st_mtime_ns
-        again = kwsniff(
-            [*common, "--master", master, "--ship-env", "--overwrite"],
-            cwd=tmp_path,
-            python=python,
-            env={"XDG_CACHE_HOME": str(cache)},
-        )
+    # One attempt per task (--conf, as spark-submit's): a missing interpreter is missing on a retry too.
+    once = ["--conf", "spark.task.maxFailures=1"]
+    bare = kwsniff([*common, "--master", master, *once], cwd=tmp_path, python=python)
+    shipped = kwsniff(
+        [*common, "--master", master, "--ship-env"],
+        cwd=tmp_path,
+        python=python,
+        env={"XDG_CACHE_HOME": str(cache)},
+    )
+    assert shipped.returncode == 0, shipped.stderr[-3000:]
+    assert spark_rows(tmp_path / "kafka-tables") == expected
+    (pack,) = (cache / "kwsniff").iterdir()
+    built_at = pack.stat().st_mtime_ns
+    again = kwsniff(
+        [*common, "--master", master, "--ship-env", "--overwrite"],
+        cwd=tmp_path,
+        python=python,
+        env={"XDG_CACHE_HOME": str(cache)},
+    )
     assert bare.returncode == 1
     assert errors_of(bare) == [
         f"kwsniff: error: executors could not start python {python} (No such file or directory): "

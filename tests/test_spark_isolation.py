@@ -16,6 +16,7 @@ import duckdb
 import pyarrow.dataset as ds
 import pytest
 from click.testing import CliRunner
+from realparts import report_on_spark, run_kwsniff
 
 from kwsniff.cli import main
 from kwsniff.spark.pipeline import decode
@@ -184,8 +185,7 @@ def test_spark_writes_empty_tables_every_reader_takes(
     beside them fails alone (exit 0 without --strict), counted apart from the captures decoded."""
     out = tmp_path / "spark"
     inputs = [str(p) for p in (ACKS, fleet["cut"], fleet["notes"])]
-    cmd = [sys.executable, "-m", "kwsniff", "spark", *inputs, "--out", str(out), "--master", "local[1]"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    done = run_kwsniff("spark", *inputs, "--out", str(out), "--master", "local[1]", timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = r"2 captures \(1 damaged\) on local\[1\] in [0-9.]+ s, 1 failed"
     assert re.fullmatch(summary, done.stdout.splitlines()[0])
@@ -212,19 +212,7 @@ def test_spark_writes_empty_tables_every_reader_takes(
         df = spark.read.parquet(str(out / table))
         assert (df.count(), df.columns) == (0, SCHEMAS[table].names)
         assert spark.read.parquet(str(read / table)).columns == SCHEMAS[table].names
-    # One section on Spark is enough to show it reads them (every section on both engines:
-    # tests/test_report_sections.py); each section is a Spark job of its own.
-    report = [
-        sys.executable,
-        "-m",
-        "kwsniff",
-        "report",
-        str(out),
-        "--master",
-        "local[1]",
-        "--section",
-        "rebalances",
-    ]
-    done = subprocess.run(report, capture_output=True, text=True, timeout=900)
+    # One section on Spark is enough to show it reads them.
+    done = report_on_spark(out, ["rebalances"], timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "\nRebalances (0 rows)\n" in done.stdout

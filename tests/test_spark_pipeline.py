@@ -13,6 +13,7 @@ import duckdb
 import pyarrow.dataset as ds
 import pytest
 from click.testing import CliRunner
+from realparts import report_on_spark, run_kwsniff
 
 from kwsniff.cli import main
 from kwsniff.pipeline.run import run_capture
@@ -144,18 +145,10 @@ def test_bad_inputs_are_one_line(tmp_path: Path, args: list[str], message: str) 
 
 def test_command_lines_spark_then_report(tmp_path: Path) -> None:
     """`kwsniff spark` and `kwsniff report` as processes of their own (their own Spark, pandas allowed)."""
-    import subprocess
-    import sys
-
     out, plots = tmp_path / "fleet", tmp_path / "plots"
     sample = str(ROOT / "sample_pcaps/quickstart.pcap")
-    spark_cmd = [sys.executable, "-m", "kwsniff", "spark", sample, "--out", str(out), "--master", "local[1]"]
-    done = subprocess.run(
-        [*spark_cmd, "--flow-buckets", "2", "--range-size", "16KiB"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    spark_args = ["spark", sample, "--out", str(out), "--master", "local[1]"]
+    done = run_kwsniff(*spark_args, "--flow-buckets", "2", "--range-size", "16KiB")
     assert done.returncode == 0, done.stderr[-2000:]
     assert re.fullmatch(
         r"1 captures on local\[1\] in [0-9.]+ s; quickstart.pcap split into 2 flow buckets",
@@ -166,27 +159,14 @@ def test_command_lines_spark_then_report(tmp_path: Path) -> None:
         "requests": 75,
         "groups": 12,
     }
-    again = subprocess.run(spark_cmd, capture_output=True, text=True, timeout=300)
+    again = run_kwsniff(*spark_args)
     assert again.returncode == 1
     assert again.stderr.endswith(
         f"already holds {', '.join(DEFAULT_TABLES)}; use --overwrite to replace them\n"
     )
-    report = [
-        sys.executable,
-        "-m",
-        "kwsniff",
-        "report",
-        str(out),
-        "--master",
-        "local[1]",
-        # The sections the text and the four plots below are drawn from, each a Spark job; every
-        # section on Spark: tests/test_report_sections.py.
-        *("--section", "rebalances", "--section", "lag", "--section", "throughput"),
-        *("--section", "produce_latency", "--section", "latency"),
-        "--plots",
-        str(plots),
-    ]
-    done = subprocess.run(report, capture_output=True, text=True, timeout=300)
+    # The sections the text and the four plots below are drawn from.
+    sections = ["rebalances", "lag", "throughput", "produce_latency", "latency"]
+    done = report_on_spark(out, sections, "--plots", str(plots))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "\nRebalances (2 rows)\n" in done.stdout
     assert "quickstart-group  0           1        range" in done.stdout

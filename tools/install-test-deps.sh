@@ -74,7 +74,9 @@ if ! { command -v java >/dev/null 2>&1 && [ "$(java_major)" -ge 17 ] 2>/dev/null
 fi
 
 step "pip install -e '.[test,spark]' into .venv (PySpark is large: a first install takes minutes)"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test,spark]"
+# --no-compile: pip would byte-compile every installed module (PySpark's thousands among them), half
+# of the install's CPU time; Python compiles what the tests import when they first import it.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile -e ".[test,spark]"
 # The extension is optional (pip still installs where nothing compiles it, and kwsniff then runs the
 # pure-Python path): say so here rather than let the tests find out.
 if .venv/bin/python -c 'import kwsniff.pipeline._fastpath' 2>/dev/null; then

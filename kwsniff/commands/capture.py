@@ -5,13 +5,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
@@ -28,13 +26,14 @@ from kwsniff.commands.options import (
     idle_timeout_option,
     session_options,
 )
+from kwsniff.commands.signals import stop_on_signals
 from kwsniff.defaults import DEFAULT_BROKER_PORT
 from kwsniff.memory import QUEUE, MemoryBudget
 from kwsniff.pipeline.run import capture_result
 from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.view.screen import log_line, render
 from kwsniff.view.stats import LiveStats
-from kwsniff.view.summary import human_size, print_summary
+from kwsniff.view.summary import print_capture_line, print_summary
 
 if TYPE_CHECKING:
     from kwsniff.pipeline.run_live import LiveDecoder
@@ -195,7 +194,8 @@ def capture(
     budget = MemoryBudget(decoding.memory_limit)
     if workers > 1:
         handle.close()  # it proved the interface and filter; each worker opens its own
-        from kwsniff.commands.capture_workers import WorkerRun, capture_with_workers
+        from kwsniff.commands.capture_workers import capture_with_workers
+        from kwsniff.pipeline.live_worker import WorkerRun
 
         run = WorkerRun(
             iface, bpf, snaplen, buffer_mb * 1024 * 1024, rotate_seconds, idle_timeout, write_pcap
@@ -246,13 +246,7 @@ def capture(
         messages.error(f"--write-pcap {write_pcap}: {err.strerror or err}")
         sys.exit(1)
 
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    stop = stop_on_signals()
     started = time.monotonic()
     decoder.start()
     live.start()
@@ -341,8 +335,4 @@ def _summary(name: str, live: LiveCapture, decoder: LiveDecoder, out: Path, seco
         truncated=False,
     )
     print_summary(result, out, decoder.sink.counts)
-    click.echo(
-        f"  capture: {c.captured:,} packets ({human_size(c.captured_bytes)}); packets dropped before decoding"
-        f" (their bytes are among the gaps above): by the kernel {c.kernel_drops:,}, by the interface"
-        f" {c.if_drops:,}, by kwsniff's queue {c.queue_drops:,}; {decoder.sink.seq} rotation periods"
-    )
+    print_capture_line(c, decoder.sink.seq)

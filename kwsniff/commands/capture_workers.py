@@ -3,38 +3,22 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 
 import click
 
 from kwsniff.commands import messages
-from kwsniff.pipeline.live_worker import WorkerSpec
+from kwsniff.commands.signals import stop_on_signals
+from kwsniff.pipeline.live_worker import WorkerRun, WorkerSpec
 from kwsniff.pipeline.run import CaptureResult
 from kwsniff.pipeline.run_workers import WorkerPool, fanout_group, merge_results
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.sinks.dataset import Output
 from kwsniff.view.metrics import Metrics
 from kwsniff.view.stats import LiveStats
-from kwsniff.view.summary import human_size, print_summary
-
-
-@dataclass
-class WorkerRun:
-    """The capture options every worker shares."""
-
-    iface: str
-    bpf: str
-    snaplen: int
-    buffer_bytes: int  # each worker's ring
-    rotate_s: float
-    idle_s: float
-    write_pcap: Path | None
+from kwsniff.view.summary import print_capture_line, print_summary
 
 
 def capture_with_workers(
@@ -57,32 +41,21 @@ def capture_with_workers(
             WorkerSpec(
                 index=i,
                 workers=workers,
-                iface=run.iface,
-                bpf=run.bpf,
-                snaplen=run.snaplen,
-                buffer_bytes=run.buffer_bytes,
+                run=run,
                 group=fanout_group(),
                 spool=spool.path,
                 name=name,
                 tables=tables,
                 session=session,
                 keylog=keylog,
-                idle_s=run.idle_s,
                 queue_bytes=queue_bytes,
-                write_pcap=run.write_pcap,
             )
             for i in range(workers)
         ]
         stats = LiveStats(collect_pending=metrics is not None)
         pool = WorkerPool(specs, output, run.rotate_s, stats, metrics)
-        stop = threading.Event()
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            stop.set()
-
         # Set before the workers start: a Ctrl-C while they open their sockets stops them cleanly.
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGTERM, on_signal)
+        stop = stop_on_signals()
         started = time.monotonic()
         failure = pool.start()
         if failure is not None:
@@ -113,11 +86,4 @@ def capture_with_workers(
 
 def _summary(result: CaptureResult, pool: WorkerPool, out: Path) -> None:
     print_summary(result, out, dict(pool.counts))
-    c = pool.snapshot()
-    per_worker = ", ".join(f"worker {i} {w.kernel_drops:,}" for i, w in enumerate(pool.per_worker()))
-    click.echo(
-        f"  capture: {c.captured:,} packets ({human_size(c.captured_bytes)}) by {len(pool.processes)} workers;"
-        f" packets dropped before decoding (their bytes are among the gaps above): by the kernel"
-        f" {c.kernel_drops:,} ({per_worker}), by the interface {c.if_drops:,}, by kwsniff's queues"
-        f" {c.queue_drops:,}; {pool.seq} rotation periods"
-    )
+    print_capture_line(pool.snapshot(), pool.seq, pool.per_worker())

@@ -51,24 +51,32 @@ VIEW_FIELDS = {
 
 
 @dataclass
+class WorkerRun:
+    """The capture options every worker shares (`kwsniff capture --workers N`'s)."""
+
+    iface: str
+    bpf: str
+    snaplen: int
+    buffer_bytes: int  # each worker's ring
+    rotate_s: float  # the coordinator's: it asks every worker to close its period
+    idle_s: float
+    write_pcap: Path | None
+
+
+@dataclass
 class WorkerSpec:
     """What a worker needs, sent to it at start (picklable)."""
 
     index: int
     workers: int
-    iface: str
-    bpf: str
-    snaplen: int
-    buffer_bytes: int
+    run: WorkerRun
     group: int  # the fanout group id
     spool: Path  # where its Parquet files are written
     name: str  # the capture's name (the `capture` column), the same for every worker
     tables: tuple[str, ...]
     session: SessionOptions  # without keylog: each worker follows the key log files itself
     keylog: tuple[Path, ...]
-    idle_s: float
     queue_bytes: int
-    write_pcap: Path | None
 
 
 class RowRelay(LiveStats):
@@ -148,7 +156,8 @@ def _work(spec: WorkerSpec, events: Any, control: Any) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     try:
-        handle = open_interface(spec.iface, spec.bpf, spec.snaplen, spec.buffer_bytes)
+        run = spec.run
+        handle = open_interface(run.iface, run.bpf, run.snaplen, run.buffer_bytes)
         try:
             join_fanout(handle, spec.group)
         except LiveCaptureError:
@@ -198,15 +207,15 @@ def _capture(
 ) -> None:
     live = LiveCapture(handle, 0, queue_bytes=spec.queue_bytes)
     relay = RowRelay()
-    pcap = spec.write_pcap
+    pcap = spec.run.write_pcap
     options = LiveOptions(
         spec.spool,
         spec.name,
         spec.tables,
         rotate_s=float("inf"),  # the coordinator rotates
-        idle_s=spec.idle_s,
+        idle_s=spec.run.idle_s,
         write_pcap=pcap.with_name(f"{pcap.stem}-w{spec.index}{pcap.suffix}") if pcap else None,
-        snaplen=spec.snaplen,
+        snaplen=spec.run.snaplen,
         worker=spec.index,
         # The file names say the worker, the rows do not: one capture, one `capture` value.
         file_name=f"{spec.name}-w{spec.index}",

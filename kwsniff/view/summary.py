@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import click
+
+if TYPE_CHECKING:
+    from kwsniff.capture.live import CaptureCounters
 
 
 class CaptureResult(Protocol):
@@ -173,3 +176,20 @@ def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> N
     echo("  " + accounting_line(r))
     if out is not None:
         echo("  tables: " + ", ".join(f"{out / k}/ ({v:,} rows)" for k, v in rows.items()))
+
+
+def print_capture_line(
+    c: CaptureCounters, periods: int, per_worker: list[CaptureCounters] | None = None
+) -> None:
+    """The last line of `kwsniff capture`'s summary: what was captured, and what was dropped before
+    decoding; with --workers (``per_worker``), the kernel's drops of each worker's ring too."""
+    by, kernel, queues = "", f"{c.kernel_drops:,}", "kwsniff's queue"
+    if per_worker is not None:
+        by = f" by {len(per_worker)} workers"
+        kernel += " (" + ", ".join(f"worker {i} {w.kernel_drops:,}" for i, w in enumerate(per_worker)) + ")"
+        queues = "kwsniff's queues"
+    click.echo(
+        f"  capture: {c.captured:,} packets ({human_size(c.captured_bytes)}){by}; packets dropped before"
+        f" decoding (their bytes are among the gaps above): by the kernel {kernel}, by the interface"
+        f" {c.if_drops:,}, by {queues} {c.queue_drops:,}; {periods} rotation periods"
+    )

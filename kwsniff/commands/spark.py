@@ -121,6 +121,14 @@ def spark(
         messages.error(str(exc))
         sys.exit(1)
     click.get_current_context().call_on_close(output.close)
+    # Where the executors write their tables' files before the driver moves them into the stage:
+    # beside OUT, on its filesystem (a shared one for a cluster), removed by a later run if killed.
+    try:
+        spool = output.spool()
+    except OutputError as exc:
+        messages.error(str(exc))
+        sys.exit(1)
+    click.get_current_context().call_on_close(spool.drop)
     archive = shipped_env(master, quiet) if ship_env else None
     tables = (*DEFAULT_TABLES, "records") if records else DEFAULT_TABLES
     # The key log travels to the executors inside the options (pickled with each task), and the
@@ -142,10 +150,11 @@ def spark(
                 tables=tables,
                 range_bytes=range_size,
                 series=series,
+                spool=spool.path,
             )
             failed = decoded.failed()
             if len(failed) < len(paths):  # nothing decoded: nothing written, as `kwsniff read`
-                write(decoded.frames, output)
+                write(decoded, output)
     except OutputError as exc:
         messages.error(str(exc))
         sys.exit(1)

@@ -18,8 +18,8 @@ many partitions, small batches, plain and TLS proxy traffic). Each round runs, o
 - tshark over each capture of the fleet (``-T fields -e kafka.api_key``, the broker port found
   from the SYNs), one after another.
 
-Wall time and CPU (user + system of the process and every child it waited for: the JVM and
-Python workers included) are printed as medians of the rounds, with the load average before and
+Wall time and CPU (user + system of every process of the command's session, sampled: the JVM
+and the Python workers included) are printed as medians of the rounds, with the load average before and
 after. Decode-stage scaling = decode stage on local[1] ÷ on local[2].
 """
 
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -51,27 +50,51 @@ def kwsniff(*args: str) -> list[str]:
     return [sys.executable, "-m", "kwsniff", *args]
 
 
+def session_cpu(session: int, seen: dict[int, float]) -> None:
+    """Keeps in ``seen`` the CPU seconds of every process of ``session`` (its own session: the JVM
+    and the Python workers are not children the command waits for, so RUSAGE_CHILDREN misses them)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session:  # field 6 of stat: the session id
+            seen[int(entry)] = max(seen.get(int(entry), 0.0), (int(fields[11]) + int(fields[12])) / tick)
+
+
 def measured(command: list[str]) -> tuple[float, float, str]:
-    """(wall, CPU of the process and its waited-for children, stdout) of ``command``."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """(wall, CPU of every process of its session, stdout) of ``command``, in a session of its own;
+    CPU is sampled every 0.2 s, so a process's last 0.2 s may be missed."""
     started = time.perf_counter()
-    done = subprocess.run(command, check=True, env=ENV, capture_output=True, text=True, timeout=3600)
-    wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, done.stdout
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(
+            command, env=ENV, stdout=out, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        seen: dict[int, float] = {}
+        while proc.poll() is None:
+            session_cpu(proc.pid, seen)
+            time.sleep(0.2)
+        wall = time.perf_counter() - started
+        if proc.returncode:
+            raise SystemExit(f"{command[:4]}: exit status {proc.returncode}")
+        out.seek(0)
+        return wall, sum(seen.values()), out.read()
 
 
 def stage_child(master: str, out: str, inputs: list[str]) -> None:
     """What `kwsniff spark -q` does, each stage timed; prints the stages as JSON."""
     from kwsniff.sinks import ExistingOutput, Output
     from kwsniff.spark import executors
-    from kwsniff.spark.pipeline import decode, spark_session, write
+    from kwsniff.spark.pipeline import decode, decode_conf, spark_session, write
 
     started = time.perf_counter()
     output = Output(Path(out), ExistingOutput.REFUSE)
     spool = output.spool()
-    spark = spark_session(master, quiet=True)
+    spark = spark_session(master, conf=decode_conf(master, {}), quiet=True)
     ready = time.perf_counter()
     assert executors.probe(spark) is None
     probed = time.perf_counter()
@@ -98,7 +121,17 @@ def tshark_fleet(fleet: list[Path]) -> tuple[float, float]:
     for path in fleet:
         port = broker_port(path)
         w, c, _ = measured(
-            ["tshark", "-r", str(path), "-d", f"tcp.port=={port},kafka", "-T", "fields", "-e", "kafka.api_key"]
+            [
+                "tshark",
+                "-r",
+                str(path),
+                "-d",
+                f"tcp.port=={port},kafka",
+                "-T",
+                "fields",
+                "-e",
+                "kafka.api_key",
+            ]
         )
         wall, cpu = wall + w, cpu + c
     return wall, cpu
@@ -133,10 +166,14 @@ def main() -> None:
         master, out, *inputs = sys.argv[2:]
         stage_child(master, out, inputs)
         return
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("captures", nargs="*", type=Path)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--no-tshark", action="store_true", help="leave tshark out (it is the slowest)")
+    parser.add_argument(
+        "--tshark-rounds", type=int, default=None, help="tshark in the first N rounds only (the slowest)"
+    )
     args = parser.parse_args()
     fleet = args.captures or default_fleet()
     total = sum(p.stat().st_size for p in fleet)
@@ -154,7 +191,9 @@ def main() -> None:
             read_out, spark_out = work / "read", work / "spark"
             w, c, _ = measured(kwsniff("read", "-q", *names, "--out", str(read_out)))
             columns.setdefault("kwsniff read", []).append((w, c))
-            w, c, _ = measured(kwsniff("spark", "-q", *names, "--out", str(spark_out), "--master", "local[2]"))
+            w, c, _ = measured(
+                kwsniff("spark", "-q", *names, "--out", str(spark_out), "--master", "local[2]")
+            )
             columns.setdefault("kwsniff spark local[2]", []).append((w, c))
             if n == 0:
                 same = row_counts(spark_out) == row_counts(read_out)
@@ -166,7 +205,7 @@ def main() -> None:
                 w, c, stdout = measured([sys.executable, __file__, "--stage", master, str(out), *names])
                 stages[master].append({**json.loads(stdout.strip().splitlines()[-1]), "wall": w, "cpu": c})
                 shutil.rmtree(out)
-            if not args.no_tshark:
+            if args.tshark_rounds is None or n < args.tshark_rounds:
                 columns.setdefault("tshark (each capture)", []).append(tshark_fleet(fleet))
             for name, runs in columns.items():
                 print(f"  {name}: {runs[-1][0]:.1f} s wall, {runs[-1][1]:.1f} s CPU", flush=True)

@@ -95,7 +95,7 @@ def spark(
     """Decode INPUTS (files, directories, globs) on Spark into OUT/<table>/date=YYYY-MM-DD/."""
     from kwsniff.spark import executors
     from kwsniff.spark.inputs import InputError, expand_inputs, expand_series
-    from kwsniff.spark.pipeline import decode, spark_session, write
+    from kwsniff.spark.pipeline import decode, decode_conf, spark_session, write
 
     conf = spark_conf(confs)
     if continuous and flow_buckets not in (None, 1):
@@ -136,7 +136,11 @@ def spark(
     options = session_options(decoding, broker_ports=broker_ports(broker_port), records=records)
     started = time.perf_counter()
     session = spark_session(
-        master, progress=not quiet and sys.stderr.isatty(), conf=conf, archive=archive, quiet=quiet
+        master,
+        progress=not quiet and sys.stderr.isatty(),
+        conf=decode_conf(master, conf),
+        archive=archive,
+        quiet=quiet,
     )
     failed: list = []
     try:

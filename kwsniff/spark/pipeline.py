@@ -90,6 +90,23 @@ class Task:
     pieces: list[str] | None = None  # `--continuous`: the series' pieces in time order (path: the first)
 
 
+# `kwsniff spark` in local mode: the driver's JVM runs the executors too, and it only schedules the
+# tasks and carries one status row back from each (the tasks write the tables), so the JIT's
+# optimising compiler (C2) and the parallel GC's threads spend CPU that never pays back. C1 only
+# and the serial GC: starting the session and the probe job took 25-28 s of CPU instead of 41-42 s
+# on the two-core bench machine (bench/bench_spark_local.py, docs/spark.md "On one machine").
+LIGHT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1"
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def decode_conf(master: str, conf: Mapping[str, str]) -> dict[str, str]:
+    """The session settings of `kwsniff spark`: ``conf``, and in local mode the light JVM unless the
+    user set the driver's Java options (not for `kwsniff report`, whose SQL runs in the JVM)."""
+    if master.startswith("local") and DRIVER_JAVA_OPTIONS not in conf:
+        return {DRIVER_JAVA_OPTIONS: LIGHT_JVM, **conf}
+    return dict(conf)
+
+
 def spark_session(
     master: str = "local[*]",
     app: str = "kwsniff",

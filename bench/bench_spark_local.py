@@ -204,6 +204,10 @@ def main() -> None:
                 out = work / f"stage-{master}"
                 w, c, stdout = measured([sys.executable, __file__, "--stage", master, str(out), *names])
                 stages[master].append({**json.loads(stdout.strip().splitlines()[-1]), "wall": w, "cpu": c})
+                print(
+                    f"  stages {master}: "
+                    + json.dumps({k: round(v, 1) for k, v in stages[master][-1].items()})
+                )
                 shutil.rmtree(out)
             if args.tshark_rounds is None or n < args.tshark_rounds:
                 columns.setdefault("tshark (each capture)", []).append(tshark_fleet(fleet))

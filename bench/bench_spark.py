@@ -71,7 +71,7 @@ def child(master: str, buckets: int, out: str, inputs: list[str]) -> None:
     ready = time.perf_counter()
     decoded = decode(spark, expand_inputs(inputs), buckets=buckets)
     decoded_at = time.perf_counter()
-    write(decoded.frames, Path(out))
+    write(decoded, Path(out))
     done = time.perf_counter()
     # The same decode again in the now warm session (its JVM code paths compiled, its Python
     # workers started): what every capture after the first pays in a long fleet run.

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from realparts import report_on_spark, run_kwsniff
 
 from kwsniff.cli import main
-from kwsniff.spark.pipeline import decode
+from kwsniff.spark.pipeline import decode, write
 from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.tables.schemas import SCHEMAS
 
@@ -31,13 +31,13 @@ SAMPLE = ROOT / "sample_pcaps" / "quickstart.pcap"
 ROW_TABLES = tuple(t for t in DEFAULT_TABLES if t != "captures")
 NOT_A_CAPTURE = "not a pcap or pcapng file (starts with b'not ')"
 # Loaded by every Python process of the run (driver and Spark's Python workers) through PYTHONPATH:
-# the decoder raises at the 50th packet of crash.pcap, after its first rows have left the task
-# (one row per chunk), so the driver must drop rows it has already been sent.
+# the decoder raises at the 50th packet of crash.pcap, after its first rows were written to its
+# task's Parquet files (a batch per row), so those files must not reach the dataset.
 CRASH = """
 from kwsniff.pipeline.session import Session
-from kwsniff.spark import tasks
+from kwsniff.sinks import parquet
 
-tasks.CHUNK_ROWS = 1
+parquet.BATCH_ROWS = 1
 _packet = Session.packet
 
 
@@ -100,9 +100,9 @@ def test_spark_captures_rows_and_tables_equal_reads_with_a_bad_and_a_cut_input(
     )
     assert got == dataset_rows(out, "captures")
     assert [r["date"] for r in decoded.captures] == ["2026-11-22", "2026-11-22", "2026-11-22", None]
+    write(decoded, tmp_path / "spark")
     for table in ROW_TABLES:
-        rows = decoded.frames[table].drop("date").toArrow().to_pylist()
-        assert _sorted(rows) == dataset_rows(out, table), table
+        assert _sorted(dataset_rows(tmp_path / "spark", table)) == dataset_rows(out, table), table
     assert decoded.rows == {
         "requests": 103 + 46 + 103,
         "connections": 10 + 7 + 10,

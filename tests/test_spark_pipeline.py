@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,7 @@ def test_spark_tables_equal_read_tables(
     paths = [str(p) for p in CAPTURES]
     decoded = decode(spark, paths, buckets=buckets, options=OPTIONS, tables=TABLES, range_bytes=range_bytes)
     assert decoded.notes == []
-    write(decoded.frames, tmp_path)
+    write(decoded, tmp_path)
     counts = decoded.rows
     days = first_packet_days()
     got = spark_rows(tmp_path)
@@ -195,10 +196,10 @@ def test_inputs_of_one_file_name_are_named_by_path(spark: Any, tmp_path: Path) -
         (tmp_path / d).mkdir()
         paths.append(str(shutil.copy(CAPTURES[-1], tmp_path / d / "cap.pcap")))
     decoded = decode(spark, paths, buckets=2)
-    got = decoded.frames["connections"].groupBy("capture").count().orderBy("capture").collect()
-    assert [(r["capture"], r["count"]) for r in got] == [(paths[0], 16), (paths[1], 16)]
-    ids = decoded.frames["connections"].where(f"capture = '{paths[1]}'").select("conn_id").collect()
-    assert sorted(r["conn_id"] for r in ids) == list(range(1, 17))
+    write(decoded, tmp_path / "out")
+    conns = ds.dataset(tmp_path / "out" / "connections", partitioning="hive").to_table().to_pylist()
+    assert sorted(Counter(r["capture"] for r in conns).items()) == [(paths[0], 16), (paths[1], 16)]
+    assert sorted(r["conn_id"] for r in conns if r["capture"] == paths[1]) == list(range(1, 17))
 
 
 def test_a_capture_that_cannot_be_indexed_is_read_whole_by_each_bucket(spark: Any, tmp_path: Path) -> None:

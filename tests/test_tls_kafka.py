@@ -277,7 +277,7 @@ def test_spark_decrypts_with_the_key_log_shipped_to_its_executors(
     decoded = spark_decode(
         spark, [str(traffic.pcap)], buckets=2, options=options, tables=("requests",), range_bytes=1 << 16
     )
-    write(decoded.frames, tmp_path)
+    write(decoded, tmp_path)
     got = ds.dataset(tmp_path / "requests", partitioning="hive").to_table().drop_columns(["date"]).to_pylist()
     sink = ListSink()
     run_capture(traffic.pcap, sink, options)
@@ -355,7 +355,7 @@ def test_spark_uses_the_keys_inside_a_pcapng_in_every_task(
     decoded = spark_decode(
         spark, [str(injected)], buckets=2, options=options, tables=("connections",), range_bytes=1 << 16
     )
-    write(decoded.frames, tmp_path / "out")
+    write(decoded, tmp_path / "out")
     conns = ds.dataset(tmp_path / "out" / "connections", partitioning="hive").to_table().to_pylist()
     states = [c["tls_state"] for c in conns if c["broker_port"] == traffic.proxy_port]
     assert states and set(states) == {"decrypted"}

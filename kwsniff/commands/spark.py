@@ -95,7 +95,7 @@ def spark(
     """Decode INPUTS (files, directories, globs) on Spark into OUT/<table>/date=YYYY-MM-DD/."""
     from kwsniff.spark import executors
     from kwsniff.spark.inputs import InputError, expand_inputs, expand_series
-    from kwsniff.spark.pipeline import decode, spark_session, write
+    from kwsniff.spark.pipeline import decode, decode_conf, spark_session, write
 
     conf = spark_conf(confs)
     if continuous and flow_buckets not in (None, 1):
@@ -121,6 +121,14 @@ def spark(
         messages.error(str(exc))
         sys.exit(1)
     click.get_current_context().call_on_close(output.close)
+    # Where the executors write their tables' files before the driver moves them into the stage:
+    # beside OUT, on its filesystem (a shared one for a cluster), removed by a later run if killed.
+    try:
+        spool = output.spool()
+    except OutputError as exc:
+        messages.error(str(exc))
+        sys.exit(1)
+    click.get_current_context().call_on_close(spool.drop)
     archive = shipped_env(master, quiet) if ship_env else None
     tables = (*DEFAULT_TABLES, "records") if records else DEFAULT_TABLES
     # The key log travels to the executors inside the options (pickled with each task), and the
@@ -128,7 +136,11 @@ def spark(
     options = session_options(decoding, broker_ports=broker_ports(broker_port), records=records)
     started = time.perf_counter()
     session = spark_session(
-        master, progress=not quiet and sys.stderr.isatty(), conf=conf, archive=archive, quiet=quiet
+        master,
+        progress=not quiet and sys.stderr.isatty(),
+        conf=decode_conf(master, conf),
+        archive=archive,
+        quiet=quiet,
     )
     failed: list = []
     try:
@@ -142,10 +154,11 @@ def spark(
                 tables=tables,
                 range_bytes=range_size,
                 series=series,
+                spool=spool.path,
             )
             failed = decoded.failed()
             if len(failed) < len(paths):  # nothing decoded: nothing written, as `kwsniff read`
-                write(decoded.frames, output)
+                write(decoded, output)
     except OutputError as exc:
         messages.error(str(exc))
         sys.exit(1)

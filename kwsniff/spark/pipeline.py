@@ -1,10 +1,15 @@
-"""The driver side of `kwsniff spark`: tasks out, Arrow chunks back, one Parquet dataset per table.
+"""The driver side of `kwsniff spark`: tasks out, status rows back, one Parquet dataset per table.
 
 Why a DataFrame of tasks with ``mapInArrow`` rather than a Python DataSource: a DataSource is loaded
 once per table, so every capture would be decoded once per table (five times); here each task
-(capture × flow bucket) is decoded once, its chunks (``table``, ``capture``, ``date``, Arrow IPC
-bytes) are persisted, and each table is a filter of them unpacked by a second ``mapInArrow``. Rows
-cross the JVM only as Arrow. ``binaryFile`` is not used: executors open the files themselves.
+(capture × flow bucket) is decoded once and writes every table's Parquet file itself, with the
+writer `kwsniff read` uses. Spark schedules the tasks and carries one status row (JSON) back from
+each; the driver then moves the files into the dataset and commits it (:func:`write`).
+
+Why the tasks write, not Spark: handing rows to the JVM (Arrow batches, persisted, then one job per
+table unpacking and writing them) cost more than decoding on one machine: `kwsniff read` of the
+same captures in one process finished first. ``binaryFile`` is not used: executors open the files
+themselves.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 import heapq
 import json
 import os
+import shutil
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -28,20 +35,17 @@ from kwsniff.pipeline.run import Series
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.spark.captures import capture_rows
 from kwsniff.spark.executors import PYTHON_CONF, checked, executor_python
+from kwsniff.spark.files import BucketFix, fix_files, move, planned, write_captures, write_empty
 from kwsniff.spark.inputs import is_uri, open_input, shown
 from kwsniff.spark.tasks import (
-    CHUNK_SCHEMA,
     INDEX_SCHEMA,
-    META_TABLE,
-    STATUS_TABLE,
+    STATUS_SCHEMA,
     UNREADABLE,
     capture_date,
-    decode_chunks,
-    from_ipc,
+    decode_task,
     index_range,
 )
 from kwsniff.tables import DEFAULT_TABLES
-from kwsniff.tables.schemas import SCHEMAS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -56,7 +60,11 @@ FINE_BUCKETS = 4096
 
 @dataclass
 class Decoded:
-    frames: dict[str, DataFrame]
+    spark: SparkSession
+    spool: Path  # where the tasks wrote their files
+    tables: tuple[str, ...]
+    kept: list[dict[str, Any]]  # the statuses of the tasks of the captures that did not fail
+    fixes: dict[str, BucketFix]  # by capture name, of the captures split into flow buckets
     rows: dict[str, int]  # of the captures that did not fail
     captures: list[dict[str, Any]]  # the `captures` rows (with `date`), in input order
     # (capture, why) of each capture whose flow-bucket tasks could not be given their own records
@@ -65,7 +73,7 @@ class Decoded:
     split_into: dict[str, int] = field(default_factory=dict)  # flow buckets of each split capture, by name
 
     def failed(self) -> list[tuple[str, str]]:
-        """(capture, reason) of each input that failed: none of its rows are in ``frames``."""
+        """(capture, reason) of each input that failed: none of its rows are written."""
         return [(r["capture"], r["reason"]) for r in self.captures if r["status"] == "failed"]
 
 
@@ -80,6 +88,23 @@ class Task:
     offsets: list[bytes] | None = None  # int64 record offsets, one array per fine flow bucket
     date: str = ""
     pieces: list[str] | None = None  # `--continuous`: the series' pieces in time order (path: the first)
+
+
+# `kwsniff spark` in local mode: the driver's JVM runs the executors too, and it only schedules the
+# tasks and carries one status row back from each (the tasks write the tables), so the JIT's
+# optimising compiler (C2) and the parallel GC's threads spend CPU that never pays back. C1 only
+# and the serial GC: starting the session and the probe job took 25-28 s of CPU instead of 41-42 s
+# on the two-core bench machine (bench/bench_spark_local.py, docs/spark.md "On one machine").
+LIGHT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1"
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def decode_conf(master: str, conf: Mapping[str, str]) -> dict[str, str]:
+    """The session settings of `kwsniff spark`: ``conf``, and in local mode the light JVM unless the
+    user set the driver's Java options (not for `kwsniff report`, whose SQL runs in the JVM)."""
+    if master.startswith("local") and DRIVER_JAVA_OPTIONS not in conf:
+        return {DRIVER_JAVA_OPTIONS: LIGHT_JVM, **conf}
+    return dict(conf)
 
 
 def spark_session(
@@ -159,10 +184,6 @@ def one_task_each(
     )
 
 
-def _with_date(table: str) -> pa.Schema:
-    return SCHEMAS[table].append(pa.field("date", pa.string()))
-
-
 def decode(
     spark: SparkSession,
     paths: Sequence[str],
@@ -172,9 +193,12 @@ def decode(
     tables: tuple[str, ...] = DEFAULT_TABLES,
     range_bytes: int | None = None,
     series: Sequence[Sequence[str]] | None = None,
+    spool: str | Path | None = None,
 ) -> Decoded:
-    """One DataFrame per table (its columns plus ``date``) for ``paths``, each decoded once, and the
-    rows of each table (counted from the decoded chunks).
+    """Decodes ``paths``, each once, into Parquet files the executors write under ``spool`` (a
+    directory every executor can write, on the output's filesystem; default a new temporary
+    directory, right only in local mode), and counts the rows of each table; :func:`write` then
+    publishes them.
 
     ``series`` (`--continuous`, instead of ``paths``): each a list of consecutive pieces of one
     capture, decoded in one task as `kwsniff read --continuous` decodes them, as one capture named
@@ -184,10 +208,8 @@ def decode(
     is first indexed in byte ranges of ``range_bytes`` (default: one per executor core, see
     ``range_count``), one task each, which finds where every record lies and which connection it
     belongs to; then each bucket task reads just its own records."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
     opts = options or SessionOptions()
+    spool = Path(spool) if spool is not None else Path(tempfile.mkdtemp(prefix="kwsniff-spark-"))
     ordered = [_in_time_order(pieces) for pieces in series] if series is not None else None
     paths = [pieces[0] for pieces in ordered] if ordered is not None else paths
     # As `kwsniff read`: inputs sharing a file name (a/cap.pcap, b/cap.pcap) are named by their path
@@ -199,7 +221,8 @@ def decode(
     cores = spark.sparkContext.defaultParallelism
     if ordered is not None:  # a series is one task: its TCP state runs through its pieces
         buckets = 1
-    counts = [buckets] * len(paths) if buckets else auto_buckets([_size(p) for p in paths], cores)
+    sizes = [_size(p) for p in paths]
+    counts = [buckets] * len(paths) if buckets else auto_buckets(sizes, cores)
     tasks = [Task(p, name) for (p, name), n in zip(named, counts, strict=True) if n == 1]
     if ordered is not None:
         for task, pieces in zip(tasks, ordered, strict=True):
@@ -209,58 +232,49 @@ def decode(
     if split:
         tasks += _bucket_tasks(spark, split, range_bytes, notes, damage)
     index_seconds = time.perf_counter() - started if split else 0.0
-    decoded_tables = tuple(t for t in tables if t != "captures")  # made here, from the status chunks
+    # The largest first: Spark starts the tasks in this order, and a big capture left for last
+    # would keep one core busy while the others idle (longest processing time first).
+    size_of = dict(zip(paths, sizes, strict=True))
+    tasks.sort(key=lambda t: -size_of.get(t.path, 0) // t.buckets)
+    decoded_tables = tuple(t for t in tables if t != "captures")  # made by the driver
+    folder = str(spool)
 
     def run_task(task: Task) -> Iterator[pa.RecordBatch]:
-        for table, capture, date, rows, chunk in decode_chunks(
+        status = decode_task(
             task.path,
             task.bucket,
             task.buckets,
             opts,
             decoded_tables,
+            folder,
             task.name or None,
             task.offsets,
             task.date,
             task.pieces,
-        ):
-            yield pa.RecordBatch.from_pylist(
-                [{"table": table, "capture": capture, "date": date, "rows": rows, "data": chunk}],
-                schema=CHUNK_SCHEMA,
-            )
+        )
+        yield pa.RecordBatch.from_pylist([{"status": json.dumps(status)}], schema=STATUS_SCHEMA)
 
-    chunks = one_task_each(spark, tasks, run_task, CHUNK_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
-    # Decode now, one task per capture × bucket; the tables are then unpacked from the cache in as
-    # many tasks as there are cores (a Python task per capture per table would cost more than the
-    # unpacking, and write a file per capture per table).
-    statuses = []
-    fixes: dict[str, BucketFix] = {}
-    for r in (
-        chunks.where(F.col("table").isin(STATUS_TABLE, META_TABLE))
-        .select("table", "capture", "date", "data")
-        .collect()
-    ):
-        if r["table"] == STATUS_TABLE:
-            statuses.append((r["capture"], r["date"], json.loads(r["data"])))
-        else:
-            fixes.setdefault(r["capture"], BucketFix()).add(json.loads(r["data"]))
+    # One Spark job, one task per capture × bucket: each writes its files and returns one small row.
+    found = one_task_each(spark, tasks, run_task, STATUS_SCHEMA).toArrow().column("status").to_pylist()
+    statuses = [json.loads(s) for s in found]
     inputs = [(shown(p), name or os.path.basename(shown(p))) for p, name in named]
-    captures = capture_rows(inputs, statuses, damage)
-    # A capture that failed keeps none of its rows (some of its tasks may have yielded chunks).
-    failed = sorted(r["capture"] for r in captures if r["status"] == "failed")
-    kept = chunks.where(~F.col("capture").isin(failed)) if failed else chunks
+    captures = capture_rows(inputs, [(s["name"], s["date"], s) for s in statuses], damage)
+    # A capture that failed keeps none of its rows (some of its tasks may have written files).
+    failed = {r["capture"] for r in captures if r["status"] == "failed"}
+    kept = sorted((s for s in statuses if s["name"] not in failed), key=lambda s: (s["name"], s["folder"]))
     rows = dict.fromkeys(tables, 0)
-    for row in kept.groupBy("table").agg(F.sum("rows").alias("rows")).collect():
-        if row["table"] in rows:
-            rows[row["table"]] = row["rows"]
+    fixes: dict[str, BucketFix] = {}
+    for status in kept:
+        for table, n in status["rows"].items():
+            rows[table] = rows.get(table, 0) + n
+        if status["meta"] is not None:
+            fixes.setdefault(status["name"], BucketFix()).add(status["meta"])
     for fix in fixes.values():
         fix.rank()
-    packed = kept.coalesce(spark.sparkContext.defaultParallelism)
-    frames = {t: _unpack(packed, t, fixes) for t in decoded_tables}
     if "captures" in tables:
-        frames["captures"] = _captures_frame(spark, captures)
         rows["captures"] = len(captures)
     split_into = {name or os.path.basename(shown(p)): n for p, name, n in split}
-    return Decoded(frames, rows, captures, notes, index_seconds, split_into)
+    return Decoded(spark, spool, tables, kept, fixes, rows, captures, notes, index_seconds, split_into)
 
 
 def _in_time_order(pieces: Sequence[str]) -> list[str]:
@@ -270,15 +284,6 @@ def _in_time_order(pieces: Sequence[str]) -> list[str]:
         return [str(p) for p in Series(list(pieces), open_input).order]
     except (CaptureError, OSError):
         return list(pieces)
-
-
-def _captures_frame(spark: SparkSession, captures: list[dict[str, Any]]) -> DataFrame:
-    schema = _with_date("captures")
-
-    def make(rows: list[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
-        yield pa.RecordBatch.from_pylist(rows, schema=schema)
-
-    return one_task_each(spark, [captures], make, schema)
 
 
 # A capture smaller than this is never split by auto_buckets: its index and bucket tasks would cost
@@ -395,75 +400,13 @@ def _index(
     return found
 
 
-@dataclass
-class BucketFix:
-    """What makes a bucketed capture's rows equal to the unsplit decode's: ``conn_id`` numbered by
-    the rank of each connection's first packet, and topic ids named from any bucket (a Fetch v13
-    connection may sit in another bucket than the Metadata connection that named its topics).
-    `errors` rows keep the names their own bucket knew when the response came."""
-
-    ids: dict[int, int] = field(default_factory=dict)
-    topics: dict[str, str] = field(default_factory=dict)
-
-    def add(self, meta: dict[str, Any]) -> None:
-        self.ids.update(dict.fromkeys(meta["conns"], 0))
-        for topic_id, topic in meta["topics"].items():
-            self.topics.setdefault(topic_id, topic)
-
-    def rank(self) -> None:
-        self.ids = {first: n for n, first in enumerate(sorted(self.ids), 1)}
-
-    def apply(self, table: str, rows: pa.RecordBatch) -> pa.RecordBatch:
-        ids = self.ids
-        columns = dict(zip(rows.schema.names, rows.columns, strict=True))
-        columns["conn_id"] = pa.array([ids[c] for c in columns["conn_id"].to_pylist()], pa.int64())
-        if table in ("partitions", "records") and self.topics:
-            topics = self.topics
-            named = [
-                topic if topic is not None or topic_id is None else topics.get(topic_id)
-                for topic, topic_id in zip(
-                    columns["topic"].to_pylist(), columns["topic_id"].to_pylist(), strict=True
-                )
-            ]
-            columns["topic"] = pa.array(named, pa.string())
-        return pa.RecordBatch.from_arrays(list(columns.values()), schema=rows.schema)
-
-
-def _unpack(chunks: DataFrame, table: str, fixes: dict[str, BucketFix]) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    schema = _with_date(table)
-
-    def unpack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for capture, date, data in zip(
-                batch.column("capture").to_pylist(),
-                batch.column("date").to_pylist(),
-                batch.column("data").to_pylist(),
-                strict=True,
-            ):
-                rows = from_ipc(data)
-                fix = fixes.get(capture)
-                if fix is not None:
-                    rows = fix.apply(table, rows)
-                yield pa.RecordBatch.from_arrays(
-                    [*rows.columns, pa.array([date] * rows.num_rows, pa.string())], schema=schema
-                )
-
-    return (
-        chunks.where(F.col("table") == table)
-        .select("capture", "date", "data")
-        .mapInArrow(checked(unpack), spark_schema(schema))
-    )
-
-
-def write(frames: dict[str, DataFrame], out: Path | Output, *, overwrite: bool = False) -> None:
-    """Each table to ``out/<table>/date=YYYY-MM-DD/part-*.parquet``, published in one step: Spark
-    writes every table into a staging directory beside ``out``, which then replaces ``out`` at once
-    (docs/datasets.md), so a reader or a kill never sees some tables new and others old. ``out`` is a
-    directory (refused if it holds a dataset, unless ``overwrite``) or an Output already checked."""
-    import pyarrow.parquet as pq
-
+def write(decoded: Decoded, out: Path | Output, *, overwrite: bool = False) -> None:
+    """Each table to ``out/<table>/date=YYYY-MM-DD/part-*.parquet``, published in one step: the
+    tasks' files are moved into a staging directory beside ``out`` (those of a capture split into
+    flow buckets rewritten first, in one Spark task per bucket task, see kwsniff.spark.files), which
+    then replaces ``out`` at once (docs/datasets.md), so a reader or a kill never sees some tables
+    new and others old. ``out`` is a directory (refused if it holds a dataset, unless ``overwrite``)
+    or an Output already checked. The spool is removed either way."""
     from kwsniff.sinks import ExistingOutput, Output
 
     mine = not isinstance(out, Output)
@@ -473,17 +416,21 @@ def write(frames: dict[str, DataFrame], out: Path | Output, *, overwrite: bool =
         else out
     )
     try:
-        for table, df in frames.items():
-            df.sparkSession.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-            df.write.mode("overwrite").partitionBy("date").parquet(str(output.stage / table))
-            # Spark writes no file at all for an empty partitioned table, which readers then cannot
-            # take for a table (UNABLE_TO_INFER_SCHEMA); an empty table gets one 0-row file with the
-            # table's schema, as `kwsniff read` writes (docs/captures-table.md "Empty tables").
-            if not any((output.stage / table).rglob("*.parquet")):
-                pq.write_table(
-                    SCHEMAS[table].empty_table(), output.stage / table / "part-00000-empty.parquet"
-                )
+        moves = planned(decoded.kept, decoded.fixes, output.stage)
+        if moves.fixed:
+
+            def rewrite(group: tuple[BucketFix, list[tuple[str, str, str]]]) -> Iterator[pa.RecordBatch]:
+                done = list(fix_files(*group))
+                yield pa.RecordBatch.from_pylist([{"status": f} for f in done], schema=STATUS_SCHEMA)
+
+            one_task_each(decoded.spark, moves.fixed, rewrite, STATUS_SCHEMA).collect()
+        move(moves.plain)
+        if "captures" in decoded.tables:
+            write_captures(decoded.captures, output.stage)
+        write_empty(decoded.tables, output.stage)
+        shutil.rmtree(decoded.spool, ignore_errors=True)
         output.commit()
     finally:
+        shutil.rmtree(decoded.spool, ignore_errors=True)
         if mine:
             output.close()

@@ -1,9 +1,9 @@
-"""One decode task of the fleet pipeline: a capture file, or one flow bucket of it, to Arrow chunks.
+"""One decode task of the fleet pipeline: a capture file, or one flow bucket of it, to Parquet files.
 
 Runs inside Spark's Python workers but imports nothing of Spark: the task is the same core
-(:class:`kwsniff.pipeline.session.Session`) that `kwsniff read` runs, with a sink that turns rows into
-Arrow IPC chunks, one chunk per table per ``CHUNK_ROWS`` rows, so the JVM moves Arrow bytes and
-never a Python row.
+(:class:`kwsniff.pipeline.session.Session`) that `kwsniff read` runs, with `read`'s Parquet writer
+(:class:`TaskSink`): the task writes its tables' files itself and hands Spark one small status row,
+so no row crosses the JVM (kwsniff.spark.files publishes the files).
 
 Flow buckets: every task of a bucketed capture reads the whole file but feeds the Session only the
 packets whose canonical 4-tuple (the two endpoints, sorted) hashes to its bucket, so both directions
@@ -15,9 +15,9 @@ exactly the numbering of the unsplit decode (a connection is numbered when its f
 
 from __future__ import annotations
 
-import json
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -28,26 +28,13 @@ from kwsniff.capture.split import Frames, RangeScan, SplitCapture, Unsplittable
 from kwsniff.net import TcpPacket, parse_tcp
 from kwsniff.pipeline.run import Series, failure_reason, file_size
 from kwsniff.pipeline.session import Session, SessionOptions
+from kwsniff.sinks.parquet import ParquetSink
 from kwsniff.spark.inputs import is_uri, open_input, shown
-from kwsniff.tables.schemas import SCHEMAS
 
-CHUNK_ROWS = 10_000
-# Every task's last chunk (JSON): what it read of its capture and whether it failed, from which the
-# driver makes the capture's `captures` row (kwsniff.spark.captures) and drops a failed one's rows.
-STATUS_TABLE = "_status"
-# A bucket task's last chunk (JSON): the first-packet ordinals of its connections and the topic ids
-# its `partitions` rows named, from which the driver numbers and names rows as an unsplit decode would.
-META_TABLE = "_meta"
-# What a task yields: one Arrow IPC stream (one record batch of one table) per row.
-CHUNK_SCHEMA = pa.schema(
-    [
-        ("table", pa.string()),
-        ("capture", pa.string()),
-        ("date", pa.string()),
-        ("rows", pa.int64()),
-        ("data", pa.binary()),
-    ]
-)
+# The name of a task's files in its folder (`<folder>/<table>/part.parquet`, ParquetSink's layout).
+TASK_FILE = "part"
+# What a decode task yields: one row, its status (JSON, see ``decode_task``).
+STATUS_SCHEMA = pa.schema([("status", pa.string())])
 
 
 # Fibonacci hashing of the XOR of the two endpoints: symmetric, so both directions of a connection
@@ -201,55 +188,45 @@ def capture_date(ts_us: int) -> str:
     return datetime.fromtimestamp(ts_us / 1e6, UTC).date().isoformat()
 
 
-def to_ipc(batch: pa.RecordBatch) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return bytes(sink.getvalue())
+class TaskSink:
+    """Rows of one task written by the task itself, as Parquet files under ``folder`` (one per table,
+    ``folder/<table>/part.parquet``), through :class:`kwsniff.sinks.parquet.ParquetSink`: `read`'s
+    writer (rows kept as tuples, Arrow columns built per batch, zstd). No row crosses the JVM; the
+    driver later moves the files of the captures that did not fail into the dataset.
 
+    In bucketed mode ``conn_ids`` maps each local ``conn_id`` to the index of the packet that opened
+    the connection (known before any row of it), and the topic ids that `partitions` rows name are
+    kept for the driver (:class:`kwsniff.spark.pipeline.BucketFix`)."""
 
-def from_ipc(data: bytes) -> pa.RecordBatch:
-    return pa.ipc.open_stream(data).read_next_batch()
-
-
-class ChunkSink:
-    """Rows of ``tables`` held per table and turned into IPC chunks every ``CHUNK_ROWS`` rows."""
-
-    def __init__(self, tables: tuple[str, ...], conn_ids: dict[int, int] | None = None) -> None:
-        self.rows: dict[str, list[dict[str, Any]]] = {t: [] for t in tables}
-        self.ready: list[tuple[str, int, bytes]] = []
-        self.conn_ids = conn_ids  # bucketed mode: local conn_id -> index of its first packet
-        self.topic_names: dict[str, str] = {}  # bucketed mode: topic ids named in `partitions` rows
+    def __init__(self, folder: str, tables: tuple[str, ...], conn_ids: dict[int, int] | None = None) -> None:
+        self.folder = folder
+        self.tables = tables
+        self.parquet = ParquetSink(folder, TASK_FILE, tables)
+        self.conn_ids = conn_ids
+        self.topic_names: dict[str, str] = {}
 
     def add(self, table: str, row: dict[str, Any]) -> None:
-        rows = self.rows.get(table)
-        if rows is None:
-            return
-        rows.append(row)
-        if len(rows) >= CHUNK_ROWS:
-            self.flush(table)
-
-    def flush(self, table: str) -> None:
-        rows = self.rows[table]
-        if not rows:
+        if table not in self.tables:
             return
         if self.conn_ids is not None:
-            ids = self.conn_ids
-            for row in rows:
-                row["conn_id"] = ids[row["conn_id"]]
+            row["conn_id"] = self.conn_ids[row["conn_id"]]
             if table == "partitions":
-                names = self.topic_names
-                for row in rows:
-                    topic, topic_id = row.get("topic"), row.get("topic_id")
-                    if topic is not None and topic_id is not None:
-                        names.setdefault(topic_id, topic)
-        batch = pa.RecordBatch.from_pylist(rows, schema=SCHEMAS[table])
-        self.ready.append((table, batch.num_rows, to_ipc(batch)))
-        rows.clear()
+                topic, topic_id = row.get("topic"), row.get("topic_id")
+                if topic is not None and topic_id is not None:
+                    self.topic_names.setdefault(topic_id, topic)
+        self.parquet.add(table, row)
 
-    def take(self) -> list[tuple[str, int, bytes]]:
-        ready, self.ready = self.ready, []
-        return ready
+    def close(self) -> dict[str, int]:
+        """Writes every file and returns the rows of each table."""
+        self.parquet.close()
+        return dict(self.parquet.counts)
+
+    def __enter__(self) -> TaskSink:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is not None:  # a failed task leaves no file behind
+            self.parquet.abort()
 
 
 class BucketSession(Session):
@@ -281,18 +258,20 @@ def _records_at(path: str, offsets: list[bytes]) -> Iterator[tuple[int, int, int
             yield off, ts, linktype, data
 
 
-def decode_chunks(
+def decode_task(
     path: str,
     bucket: int,
     buckets: int,
     options: SessionOptions,
     tables: tuple[str, ...],
+    spool: str,
     name: str | None = None,
     offsets: list[bytes] | None = None,
     date: str = "",
     pieces: list[str] | None = None,
-) -> Iterator[tuple[str, str, str, int, bytes]]:
-    """(table, capture, date, rows, IPC chunk) of one task. ``buckets`` 1 decodes the whole capture.
+) -> dict[str, Any]:
+    """Decodes one task into Parquet files of its own under ``spool`` and returns its status (below).
+    ``buckets`` 1 decodes the whole capture.
 
     With ``pieces`` (`--continuous`: consecutive pieces of one capture, ``path`` the first of them)
     the pieces are read as one capture in the order of their first timestamps, as `kwsniff read
@@ -303,26 +282,31 @@ def decode_chunks(
     it was given, and the capture's ``date``) only those records are read; without, every record is
     read and hashed to its bucket.
 
-    The last chunk is always a ``STATUS_TABLE`` one (JSON): the file's size, the packets this task
-    fed, the reader's warnings, and ``error``, the one-line reason when the file is not a readable
-    capture or anything in its decoding raised. A failing capture never fails the Spark job: the
-    driver drops the rows its tasks yielded before the failure and reports it (as `kwsniff read`
-    does). ``name`` is the tables' `capture` value (default: the file's name)."""
+    The status: the capture's ``name`` (its `capture` value, default the file's name) and ``date``;
+    the file's size, the packets this task fed, the reader's warnings, and ``error``, the one-line
+    reason when the file is not a readable capture or anything in its decoding raised; ``folder``,
+    where its files are (a folder of its own, so that a retried task never meets the files of an
+    earlier attempt), and ``rows`` of each table written there; in bucketed mode ``meta``, the
+    first-packet ordinals of its connections and the topic ids its `partitions` rows named. A
+    failing capture never fails the Spark job: the driver drops the files of all its tasks and
+    reports it (as `kwsniff read` does)."""
     state = {"date": date, "name": name or os.path.basename(shown(path))}
+    folder = os.path.join(spool, uuid.uuid4().hex)
     status: dict[str, Any] = {"bytes": None, "packets": 0, "warnings": [], "error": None}
-    status["started"] = time.time_ns() // 1000
+    status.update(folder=folder, rows={}, meta=None, started=time.time_ns() // 1000)
     started = time.perf_counter()
     try:
         if pieces is not None:
-            yield from _decode_series(pieces, options, tables, state, status)
+            _decode_series(pieces, options, tables, folder, state, status)
         else:
-            yield from _decode(path, bucket, buckets, options, tables, name, offsets, state, status)
+            _decode(path, bucket, buckets, options, tables, folder, name, offsets, state, status)
     except Exception as exc:  # one capture's failure is a row of `captures`, never a dead job
         status["error"] = failure_reason(exc, shown(path))
         if status["bytes"] is None and not is_uri(path):
             status["bytes"] = file_size(path)
     status["seconds"] = time.perf_counter() - started
-    yield STATUS_TABLE, state["name"], state["date"], 0, json.dumps(status).encode()
+    status.update(name=state["name"], date=state["date"])
+    return status
 
 
 def _decode(
@@ -331,14 +315,15 @@ def _decode(
     buckets: int,
     options: SessionOptions,
     tables: tuple[str, ...],
+    folder: str,
     name: str | None,
     offsets: list[bytes] | None,
     state: dict[str, str],
     status: dict[str, Any],
-) -> Iterator[tuple[str, str, str, int, bytes]]:
+) -> None:
     bucketed = buckets > 1
-    sink = ChunkSink(tables)
-    with open_input(path) as reader:
+    sink = TaskSink(folder, tables)
+    with sink, open_input(path) as reader:
         name = state["name"] = name or reader.name
         status["bytes"] = reader.size
         session = BucketSession(name, sink, options) if bucketed else Session(name, sink, options)
@@ -353,45 +338,44 @@ def _decode(
         source = _records_at(path, offsets) if offsets is not None else _numbered(reader.packets())
         # Reading every record, a bucket task keeps its own (the date is still the capture's first).
         only = bucket if bucketed and offsets is None else -1
-        yield from _fed(session, sink, source, state, status, only, buckets)
+        _fed(session, source, state, status, only, buckets)
         status["warnings"] = list(reader.warnings)
-    yield from _flushed(sink, tables, state["name"], state["date"])
+        status["rows"] = sink.close()
     if bucketed:
-        meta = {"conns": sorted(sink.conn_ids.values()), "topics": sink.topic_names}  # type: ignore[union-attr]
-        yield META_TABLE, name, state["date"], 0, json.dumps(meta).encode()
+        status["meta"] = {"conns": sorted(sink.conn_ids.values()), "topics": sink.topic_names}  # type: ignore[union-attr]
 
 
 def _decode_series(
     pieces: list[str],
     options: SessionOptions,
     tables: tuple[str, ...],
+    folder: str,
     state: dict[str, str],
     status: dict[str, Any],
-) -> Iterator[tuple[str, str, str, int, bytes]]:
+) -> None:
     # A series that fails (a piece overlapping the one before) says the bytes of all its pieces.
     status["bytes"] = sum(file_size(p) or 0 for p in pieces if not is_uri(p)) or None
-    sink = ChunkSink(tables)
-    series = Series(pieces, open_input)
-    session = Session(state["name"], sink, options)
-    series.on_secrets = session.add_secrets
-    yield from _fed(session, sink, _numbered(series.packets()), state, status)
-    status["bytes"], status["warnings"] = series.size, series.warnings
-    yield from _flushed(sink, tables, state["name"], state["date"])
+    sink = TaskSink(folder, tables)
+    with sink:
+        series = Series(pieces, open_input)
+        session = Session(state["name"], sink, options)
+        series.on_secrets = session.add_secrets
+        _fed(session, _numbered(series.packets()), state, status)
+        status["bytes"], status["warnings"] = series.size, series.warnings
+        status["rows"] = sink.close()
 
 
 def _fed(
     session: Session,
-    sink: ChunkSink,
     source: Iterator[tuple[int, int, int, bytes]],
     state: dict[str, str],
     status: dict[str, Any],
     only: int = -1,
     buckets: int = 1,
-) -> Iterator[tuple[str, str, str, int, bytes]]:
-    """Feeds ``source`` (ordinal, ts, linktype, frame) to ``session``, yielding chunks as they fill,
-    only the packets of flow bucket ``only`` of ``buckets`` when it is not -1; the capture's date is
-    its first packet's."""
-    name, date = state["name"], state["date"]
+) -> None:
+    """Feeds ``source`` (ordinal, ts, linktype, frame) to ``session``, only the packets of flow
+    bucket ``only`` of ``buckets`` when it is not -1; the capture's date is its first packet's."""
+    date = state["date"]
     numbered = isinstance(session, BucketSession)
     for n, ts, linktype, data in source:
         if not date:
@@ -401,16 +385,4 @@ def _fed(
         if numbered:
             session.packet_index = n  # type: ignore[attr-defined]
         session.packet(ts, linktype, data)
-        if sink.ready:
-            for table, rows, chunk in sink.take():
-                yield table, name, date, rows, chunk
     status["packets"] = session.finish().packets
-
-
-def _flushed(
-    sink: ChunkSink, tables: tuple[str, ...], name: str, date: str
-) -> Iterator[tuple[str, str, str, int, bytes]]:
-    for table in tables:
-        sink.flush(table)
-    for table, rows, chunk in sink.take():
-        yield table, name, date, rows, chunk

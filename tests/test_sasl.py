@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import struct
 import subprocess
@@ -345,39 +346,44 @@ def test_a_first_packet_that_is_a_gssapi_token_is_sasl_not_garbage() -> None:
 # --- real clients against the real broker ------------------------------------------------------
 
 
-def sasl_with_confluent(bootstrap: str) -> None:
+def log_in_with_confluent(mechanism: str, user: str, bootstrap: str) -> None:
+    """An AdminClient that logs in as ``user`` with ``mechanism``; tansu refuses it (PLAIN: an
+    unsupported mechanism; SCRAM: an unknown user), so it never gets metadata."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient(
         {
             "bootstrap.servers": bootstrap,
             "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
-            "sasl.username": "alice",
+            "sasl.mechanism": mechanism,
+            "sasl.username": user,
             "sasl.password": PASSWORD,
             "reconnect.backoff.ms": 500,
             "reconnect.backoff.max.ms": 500,
             "log_level": 0,
         }
     )
-    # tansu refuses the mechanism, so the client never gets metadata.
     with contextlib.suppress(Exception):
         admin.list_topics(timeout=1.5)
 
 
-def sasl_with_kafka_python(bootstrap: str) -> None:
+def log_in_with_kafka_python(mechanism: str, user: str, bootstrap: str) -> None:
     from kafka import KafkaAdminClient
 
     with contextlib.suppress(Exception):
         KafkaAdminClient(
             bootstrap_servers=bootstrap,
             security_protocol="SASL_PLAINTEXT",
-            sasl_mechanism="PLAIN",
-            sasl_plain_username="alice",
+            sasl_mechanism=mechanism,
+            sasl_plain_username=user,
             sasl_plain_password=PASSWORD,
             bootstrap_timeout_ms=1500,
             reconnect_backoff_ms=500,
         ).close()
+
+
+sasl_with_confluent = functools.partial(log_in_with_confluent, "PLAIN", "alice")
+sasl_with_kafka_python = functools.partial(log_in_with_kafka_python, "PLAIN", "alice")
 
 
 def read_tables(traffic: CapturedTraffic, out: Path) -> tuple[dict[str, list[dict[str, Any]]], str]:
@@ -443,39 +449,8 @@ def test_kafka_python_sasl_plain_against_the_real_broker(
 SCRAM_USER = "ops,team=1"  # RFC 5802 escapes "," and "=" in the user name as =2C and =3D
 
 
-def scram_with_confluent(bootstrap: str) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(
-        {
-            "bootstrap.servers": bootstrap,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "SCRAM-SHA-256",
-            "sasl.username": SCRAM_USER,
-            "sasl.password": PASSWORD,
-            "reconnect.backoff.ms": 500,
-            "reconnect.backoff.max.ms": 500,
-            "log_level": 0,
-        }
-    )
-    # tansu knows no such user: the client's first SCRAM message is sent, the broker refuses it.
-    with contextlib.suppress(Exception):
-        admin.list_topics(timeout=1.5)
-
-
-def scram_with_kafka_python(bootstrap: str) -> None:
-    from kafka import KafkaAdminClient
-
-    with contextlib.suppress(Exception):
-        KafkaAdminClient(
-            bootstrap_servers=bootstrap,
-            security_protocol="SASL_PLAINTEXT",
-            sasl_mechanism="SCRAM-SHA-256",
-            sasl_plain_username=SCRAM_USER,
-            sasl_plain_password=PASSWORD,
-            bootstrap_timeout_ms=1500,
-            reconnect_backoff_ms=500,
-        ).close()
+scram_with_confluent = functools.partial(log_in_with_confluent, "SCRAM-SHA-256", SCRAM_USER)
+scram_with_kafka_python = functools.partial(log_in_with_kafka_python, "SCRAM-SHA-256", SCRAM_USER)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from kwsniff.protocol import error_name, error_retriable, message_fields
 from kwsniff.rows.fact_compiler import PARTITION_KEYS, TOPIC_NAME_KEYS, compile_error_finder
 from kwsniff.rows.partitions import (
     COUNTS_ONLY,
+    FETCH,
     PRODUCE,
     REQUEST,
     RESPONSE,
@@ -78,7 +79,6 @@ def response_summary(
 
 
 OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT = 8, 9, 28
-FETCH = 1
 LONG_POLLS = frozenset({FETCH, SHARE_FETCH})
 _MEMBER_EPOCHS = frozenset({OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT})
 # Requests that send a producer id and epoch, and responses that return them (KIP-890: EndTxn v5+

@@ -104,15 +104,22 @@ class PcapReader(CaptureReader):
                         f"record at offset {base + off} claims {caplen} bytes (limit {limit}): file damaged"
                     )
                     return
-                more = read(max(CHUNK_SIZE, hdr + caplen))
+                # A record cut by the end of the chunk is completed by a read of just its missing
+                # bytes, and the next chunk starts after it: the chunk itself is never copied again
+                # (prepending the cut record to the whole next chunk copied every byte once more).
+                rest = end - off
+                if rest:
+                    need = (hdr + unpack_from(buf, off)[2] if rest >= hdr else hdr) - rest
+                else:
+                    need = CHUNK_SIZE
+                more = read(need)
                 if not more:
-                    if off < end:
+                    if rest:
                         self._stop(f"last record cut short at offset {base + off}")
                     return
-                buf = buf[off:] + more
+                buf = buf[off:] + more if rest else more
                 base += off
                 off = 0
-                caplen = 0
         finally:
             self.stats["records"] += count
             self._note_backwards(backwards)

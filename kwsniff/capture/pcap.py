@@ -108,11 +108,10 @@ class PcapReader(CaptureReader):
                 # bytes, and the next chunk starts after it: the chunk itself is never copied again
                 # (prepending the cut record to the whole next chunk copied every byte once more).
                 rest = end - off
-                if rest:
-                    need = (hdr + unpack_from(buf, off)[2] if rest >= hdr else hdr) - rest
+                if rest >= hdr:
+                    more = read(hdr + unpack_from(buf, off)[2] - rest)
                 else:
-                    need = CHUNK_SIZE
-                more = read(need)
+                    more = read(hdr - rest if rest else CHUNK_SIZE)
                 if not more:
                     if rest:
                         self._stop(f"last record cut short at offset {base + off}")

@@ -22,6 +22,7 @@ Usage (one sink per output file set; a rotating writer makes one sink per rotati
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -31,7 +32,7 @@ from types import TracebackType
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+from pyarrow._parquet import ParquetWriter
 
 from kwsniff.memory import DEFAULT_MEMORY_LIMIT, ROW_COST, ROWS, SHARES
 from kwsniff.tables import DEFAULT_TABLES
@@ -48,6 +49,26 @@ BATCH_PAYLOAD_BYTES = 64 * 1024 * 1024
 ROW_BUFFER_BYTES = int(DEFAULT_MEMORY_LIMIT * SHARES[ROWS])
 MIN_BATCH_ROWS = 64  # fewer rows per row group would make files mostly footers
 TEMP_SUFFIX = ".tmp"
+
+# What `pyarrow.parquet.ParquetWriter(path, schema, compression="zstd")` asks of pyarrow's own
+# writer (pyarrow/parquet/core.py, pyarrow 14-26): its defaults, spelled out because the compiled
+# writer has defaults of its own. The tables are the same bytes (tools/golden_tables.py), and `read`
+# skips importing `pyarrow.parquet`, whose filesystems (S3, GCS, HDFS, Azure) and `ssl` were a
+# third of pyarrow's import.
+WRITER_OPTIONS: dict[str, Any] = {
+    "version": "2.6",
+    "compression": "zstd",
+    "use_dictionary": True,
+    "write_statistics": True,
+    "use_deprecated_int96_timestamps": False,
+    "use_byte_stream_split": False,
+    "writer_engine_version": "V2",
+    "data_page_version": "1.0",
+    "use_compliant_nested_type": True,
+    "store_schema": True,
+    "write_page_index": False,
+    "write_page_checksum": False,
+}
 
 
 class _RefusePandas:
@@ -118,7 +139,7 @@ class ParquetSink:
         self.limits = {t: min(BATCH_ROWS_BY_TABLE.get(t, BATCH_ROWS), per_table) for t in self.tables}
         self.payload_limit = max(1, min(BATCH_PAYLOAD_BYTES, row_buffer_bytes // 2))
         self.payload_bytes = 0
-        self.writers: dict[str, pq.ParquetWriter] = {}
+        self.writers: dict[str, ParquetWriter] = {}
         self.counts: dict[str, int] = dict.fromkeys(self.tables, 0)
         self.paths: dict[str, Path] = {}
 
@@ -138,12 +159,12 @@ class ParquetSink:
             if self.payload_bytes >= self.payload_limit:
                 self._flush(table)
 
-    def _writer(self, table: str) -> pq.ParquetWriter:
+    def _writer(self, table: str) -> ParquetWriter:
         writer = self.writers.get(table)
         if writer is None:
             path = self.temp_path(table)
             path.parent.mkdir(parents=True, exist_ok=True)
-            writer = pq.ParquetWriter(path, SCHEMAS[table], compression="zstd")
+            writer = ParquetWriter(str(path), SCHEMAS[table], **WRITER_OPTIONS)
             self.writers[table] = writer
         return writer
 
@@ -155,7 +176,8 @@ class ParquetSink:
             # column apart cost 10-40 % more on `partitions` batches.
             struct = pa.array(rows, type=self.structs[table])
             columns = struct.flatten()
-            self._writer(table).write_batch(pa.RecordBatch.from_arrays(columns, schema=SCHEMAS[table]))
+            batch = pa.RecordBatch.from_arrays(columns, schema=SCHEMAS[table])
+            self._writer(table).write_table(pa.Table.from_batches([batch]), row_group_size=None)
             self.counts[table] += len(rows)
             rows.clear()
             if table == "records":
@@ -180,12 +202,8 @@ class ParquetSink:
     def abort(self) -> None:
         """Drop everything written so far: no file of this sink stays in the dataset."""
         for writer in self.writers.values():
-            try:
-                writer.close()
-            except OSError:
-                # A full disk refused the footer; the file is removed anyway. Marked closed, or its
-                # __del__ would try again and print an "Exception ignored" traceback.
-                writer.is_open = False
+            with contextlib.suppress(OSError):
+                writer.close()  # a full disk refuses the footer; the file is removed anyway
         self.writers.clear()
         for table in self.tables:
             self.temp_path(table).unlink(missing_ok=True)

@@ -43,9 +43,12 @@ def compile_module(source: str, filename: str) -> CodeType:
     directory = _directory
     if directory is None:
         return compile(source, filename, "exec")
-    import hashlib  # here: `kwsniff --help` and the layers that never cache skip OpenSSL's import
+    try:  # CPython's own BLAKE2 (what hashlib hands out too), without hashlib's load of OpenSSL
+        from _blake2 import blake2b
+    except ImportError:  # pragma: no cover - a Python built without it
+        from hashlib import blake2b
 
-    digest = hashlib.blake2b(MAGIC_NUMBER, digest_size=20)
+    digest = blake2b(MAGIC_NUMBER, digest_size=20)
     digest.update(filename.encode())
     digest.update(b"\0")
     digest.update(source.encode())

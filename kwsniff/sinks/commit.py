@@ -20,11 +20,9 @@ the switch itself, so concurrent runs decode in parallel and publish one after t
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
 import os
-import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +39,8 @@ def leftover_prefix(out: Path) -> str:
 
 def exchange(a: Path, b: Path) -> None:
     """Swap the paths ``a`` and ``b`` atomically; OSError (EINVAL, ENOSYS) where unsupported."""
+    import ctypes  # here: a first write into a fresh directory never needs it (ctypes is ~2 ms)
+
     libc = ctypes.CDLL(None, use_errno=True)
     renameat2 = getattr(libc, "renameat2", None)  # glibc 2.28+
     if renameat2 is None:
@@ -102,7 +102,7 @@ class Staging:
 
     def __init__(self, out: Path) -> None:
         self.out = out
-        self.path = out.parent / f"{leftover_prefix(out)}stage-{os.getpid()}-{secrets.token_hex(4)}"
+        self.path = out.parent / f"{leftover_prefix(out)}stage-{os.getpid()}-{os.urandom(4).hex()}"
         os.mkdir(self.path)
         self._fd: int | None = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
         fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -12,14 +12,17 @@ run is refused. Anything in OUT that is not a kwsniff table is kept as it is.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import secrets
 import shutil
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
+
+try:  # CPython's own SHA-1: hashlib would load OpenSSL first (~12M instructions of start-up)
+    from _sha1 import sha1
+except ImportError:  # pragma: no cover - a Python built without it
+    from hashlib import sha1
 
 from kwsniff.sinks.commit import Staging, locked, recover
 from kwsniff.sinks.parquet import TEMP_SUFFIX, safe_file_stem
@@ -217,13 +220,13 @@ def output_name(capture: Path) -> str:
 
 
 def path_digest(capture: Path) -> str:
-    return hashlib.sha1(os.fsencode(capture.resolve())).hexdigest()[:8]
+    return sha1(os.fsencode(capture.resolve())).hexdigest()[:8]
 
 
 def stream_name(source: str) -> str:
     """A name for a run with no file (standard input, a live interface) that no other run shares,
     even one started in the same second on another machine: `<source>-<UTC time>-<random>`."""
-    return f"{source}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+    return f"{source}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{os.urandom(3).hex()}"
 
 
 def capture_keys(inputs: Iterable[Path], held: set[str]) -> dict[Path, str | None]:

@@ -5,7 +5,8 @@
 
 Each round runs, one right after the other in fresh child processes (so all see the same load):
   python -c pass                                      (the floor: interpreter and site)
-  python -c "import pyarrow.parquet"                  (what writing Parquet costs at least)
+  python -c PYARROW_AS_READ                           (what writing Parquet costs at least: pyarrow
+                                                       without numpy, and pyarrow._parquet)
   python -m kwsniff --help
   python -m kwsniff read ONE.pcap --out TMP --overwrite   (one packet; every default table written)
 kwsniff is this checkout's (its directory first on PYTHONPATH), bytecode compiled first as `pip
@@ -17,6 +18,7 @@ goal of issue 19: ≤ 0.1 s). With --imports, the modules `read` imports that co
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import struct
@@ -30,6 +32,10 @@ REPO = Path(__file__).resolve().parent.parent
 SOURCE = REPO / "tests" / "data" / "captures" / "kafka_python.pcap"
 PCAP_HEADER_BYTES = 24
 RECORD_HEADER = struct.Struct("<IIII")
+# What `read` imports of pyarrow, as it imports it (kwsniff/entry.py, kwsniff/sinks/parquet.py).
+PYARROW_AS_READ = (
+    "from kwsniff.entry import _pyarrow_without_numpy; _pyarrow_without_numpy(); import pyarrow._parquet"
+)
 
 
 def one_packet_capture(path: Path) -> None:
@@ -76,13 +82,16 @@ def main() -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "kwsniff")], check=True)
     py = sys.executable
+    pyarrow_dir = Path(importlib.util.find_spec("pyarrow").origin).parent  # type: ignore[union-attr, arg-type]
+    if not (pyarrow_dir / "__pycache__").is_dir():
+        print(f"warning: {pyarrow_dir} has no bytecode (PYTHONDONTWRITEBYTECODE?): every run compiles it")
     with tempfile.TemporaryDirectory(prefix="kwsniff-startup-") as tmp:
         capture = Path(tmp) / "one.pcap"
         one_packet_capture(capture)
         out = str(Path(tmp) / "out")
         commands = {
             "python -c pass": [py, "-c", "pass"],
-            "import pyarrow.parquet": [py, "-c", "import pyarrow.parquet"],
+            "import pyarrow (as read)": [py, "-c", PYARROW_AS_READ],
             "kwsniff --help": [py, "-m", "kwsniff", "--help"],
             "kwsniff read (1 packet)": [
                 py,

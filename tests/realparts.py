@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -506,6 +507,7 @@ class ReplayResult:
     packets: int
     bytes: int
     seconds: float
+    cpu_s: float = 0.0  # tcpreplay's user+sys CPU (the veth's receive work may be counted in it)
 
 
 def tcpreplay(
@@ -516,14 +518,23 @@ def tcpreplay(
     loop: int = 1,
     duration_s: int | None = None,
     unique_ip: bool = False,
+    pps_multi: int = 1,
     timeout_s: float = 300.0,
 ) -> ReplayResult:
     """Replay ``pcap`` into ``net.send`` with tcpreplay, at ``pps`` packets/s (else at the capture's
     own pace), ``loop`` times or for ``duration_s`` seconds, whichever ends first; stopped by PID
     after ``timeout_s``. The file is loaded into memory first (``-K``), so reading it costs nothing
-    while sending. ``unique_ip``: the addresses change with every loop, so each loop's connections
-    are new ones (else every loop repeats the same connections). What tcpreplay says it sent."""
+    while sending, and tcpreplay keeps no flow table (``--no-flow-stats``: with ``unique_ip`` it would
+    grow by every loop's connections). ``unique_ip``: the addresses change with every loop, so each
+    loop's connections are new ones (else every loop repeats the same connections); tcpreplay moves
+    the lower address of a packet down and the higher up, so a capture whose client and broker share
+    an address (loopback) comes out with both directions alike, not as one connection: see
+    ``split_loopback``. ``pps_multi``: packets sent per timed interval (fewer clock reads and sleeps
+    per packet). What tcpreplay says it sent, and the CPU it used (this process's children's
+    rusage around the run: nothing else may be reaped meanwhile)."""
     rate = ["--pps", str(pps)] if pps else []
+    if pps and pps_multi > 1:
+        rate += ["--pps-multi", str(pps_multi)]
     limit = ["--duration", str(duration_s)] if duration_s else []
     if unique_ip:
         limit.append("--unique-ip")
@@ -531,6 +542,7 @@ def tcpreplay(
         *netns_prefix(net.netns),
         "tcpreplay",
         "-K",
+        "--no-flow-stats",
         "-i",
         net.send,
         "--loop",
@@ -539,16 +551,51 @@ def tcpreplay(
         *limit,
     ]
     command.append(str(pcap))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         out, _ = proc.communicate(timeout=timeout_s)
     finally:
         stop_process(proc)  # type: ignore[arg-type]
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     text = out.decode(errors="replace")
     found = _TCPREPLAY_SENT.search(text)
     if proc.returncode != 0 or found is None:
         raise RuntimeError(f"tcpreplay failed ({proc.returncode}): {text.strip()}")
-    return ReplayResult(int(found[1]), int(found[2]), float(found[3]))
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return ReplayResult(int(found[1]), int(found[2]), float(found[3]), cpu)
+
+
+# Where split_loopback moves a loopback capture's clients and its broker.
+SPLIT_CLIENT = bytes((10, 1, 0, 1))
+SPLIT_BROKER = bytes((10, 2, 0, 1))
+
+
+def split_loopback(source: Path, target: Path, broker_port: int) -> int:
+    """Copy the capture ``source`` to ``target`` with its IPv4 addresses rewritten: the broker's side
+    (TCP port ``broker_port``) becomes SPLIT_BROKER and every client SPLIT_CLIENT (checksums made
+    again). A capture made on loopback has one address at both ends, and tcpreplay's ``--unique-ip``
+    then gives a connection's two directions the same new pair (the lower address down, the higher
+    up, each loop): from the second loop on they no longer face each other, and a reader sees two
+    one-sided connections that never close. With two addresses every loop stays a real connection.
+    Returns the number of packets rewritten."""
+    import dpkt
+
+    rewritten = 0
+    with source.open("rb") as f, target.open("wb") as out:
+        reader = dpkt.pcap.Reader(f)
+        writer = dpkt.pcap.Writer(out, snaplen=reader.snaplen, linktype=reader.datalink())
+        for ts, frame in reader:
+            eth = dpkt.ethernet.Ethernet(frame)
+            ip, tcp = eth.data, getattr(eth.data, "data", None)
+            if isinstance(ip, dpkt.ip.IP) and isinstance(tcp, dpkt.tcp.TCP):
+                to_broker = tcp.dport == broker_port
+                ip.src, ip.dst = (SPLIT_CLIENT, SPLIT_BROKER) if to_broker else (SPLIT_BROKER, SPLIT_CLIENT)
+                ip.sum = tcp.sum = 0  # made again when packed
+                frame = bytes(eth)
+                rewritten += 1
+            writer.writepkt(frame, ts)
+    return rewritten
 
 
 def start_kwsniff_capture(net: ReplayNet, args: Sequence[str], err_path: Path) -> subprocess.Popen[bytes]:

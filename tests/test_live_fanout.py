@@ -34,6 +34,7 @@ from tests.realparts import (
     CAPTURE_STOP_TIMEOUT_S,
     pcap_packet_count,
     replay_namespace,
+    split_loopback,
     start_kwsniff_capture,
     stop_process,
     tcpreplay,
@@ -81,9 +82,12 @@ def rows(out: Path, table: str) -> list[str]:
     return sorted(found)
 
 
-def replay_with_two_workers(pcap: Path, port: int, tmp_path: Path) -> tuple[Path, int]:
-    """`kwsniff read` of ``pcap`` into tmp_path/read, and its replay captured by `kwsniff capture
-    --workers 2` into tmp_path/live; and the packets tcpreplay sent."""
+def replay_with_two_workers(
+    pcap: Path, port: int, tmp_path: Path, *, replayed: Path | None = None, loop: int = 1
+) -> tuple[Path, int]:
+    """`kwsniff read` of ``pcap`` into tmp_path/read, and its replay (or that of ``replayed``, ``loop``
+    times with --unique-ip when more than once) captured by `kwsniff capture --workers 2` into
+    tmp_path/live; and the packets tcpreplay sent."""
     read = subprocess.run(
         [sys.executable, "-m", "kwsniff", "read", str(pcap), "--out", str(tmp_path / "read"), "-q"],
         capture_output=True,
@@ -96,7 +100,7 @@ def replay_with_two_workers(pcap: Path, port: int, tmp_path: Path) -> tuple[Path
     with replay_namespace("fanout") as net:
         proc = start_kwsniff_capture(net, args, tmp_path / "capture.err")
         try:
-            sent = tcpreplay(net, pcap, pps=REPLAY_PPS)
+            sent = tcpreplay(net, replayed or pcap, pps=REPLAY_PPS, loop=loop, unique_ip=loop > 1)
             time.sleep(SETTLE_S)
         finally:
             code = stop_process(proc, timeout_s=CAPTURE_STOP_TIMEOUT_S)  # type: ignore[arg-type]
@@ -143,6 +147,40 @@ def test_two_workers_on_a_replayed_mtu1500_capture_give_the_tables_of_read(
     assert bounds[0][0][0] == bounds[1][0][0]
     ends = [{end for _, end in periods[:-1]} for periods in bounds.values()]
     assert len(ends[0] ^ ends[1]) <= 1 and len(bounds[0]) >= 2, bounds  # at least one rotation
+
+
+def test_a_split_capture_replayed_with_unique_ip_gives_whole_connections_every_loop(
+    mtu1500_capture: tuple[Path, int], tmp_path: Path
+) -> None:
+    """bench_live's replay: a loopback capture with its clients and broker moved to two addresses
+    (split_loopback), looped by tcpreplay with --unique-ip, is each loop the capture's connections
+    again, every one closed and paired (left on one address, every connection of a later loop would
+    be two one-sided ones that never close)."""
+    pcap, port = mtu1500_capture
+    split = tmp_path / "split.pcap"
+    assert split_loopback(pcap, split, port) == pcap_packet_count(pcap)
+    loops = 3
+    live, sent = replay_with_two_workers(pcap, port, tmp_path, replayed=split, loop=loops)
+    assert sent == loops * pcap_packet_count(pcap)
+
+    def table(out: Path, name: str) -> list[dict[str, Any]]:
+        return ds.dataset(out / name).to_table().to_pylist()
+
+    read, replayed = table(tmp_path / "read", "connections"), table(live, "connections")
+    assert len(replayed) == loops * len(read)
+    assert len({(c["client_ip"], c["broker_ip"]) for c in replayed}) == loops  # one pair per loop
+
+    def counted(rows: list[dict[str, Any]], *keys: str, times: int = 1) -> Counter[tuple[Any, ...]]:
+        return Counter({k: n * times for k, n in Counter(tuple(r[k] for k in keys) for r in rows).items()})
+
+    assert counted(replayed, "kafka", "expired") == counted(read, "kafka", "expired", times=loops)
+    assert counted(replayed, "kafka", "expired")[(True, None)] == loops * len(read)  # all closed, Kafka
+    requests = ("api_name", "error_code")
+    assert counted(table(live, "requests"), *requests) == counted(
+        table(tmp_path / "read", "requests"), *requests, times=loops
+    )
+    stats = table(live, "capture_stats")
+    assert sum(r["kernel_drops"] + r["queue_drops"] for r in stats) == 0
 
 
 def test_two_workers_spread_ipv6_connections_by_ports_and_keep_each_whole(tmp_path: Path) -> None:

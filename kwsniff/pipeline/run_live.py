@@ -4,6 +4,7 @@ optionally written to a pcap, and the live stats and metrics fed per batch."""
 
 from __future__ import annotations
 
+import gc
 import queue
 import threading
 import time
@@ -89,6 +90,11 @@ class LiveDecoder:
         return self.session.open_connections()
 
     def _run(self) -> None:
+        # What exists before the first packet (the modules, the decoders, this session) lives as
+        # long as the capture: frozen, the cyclic collector's full passes no longer walk it. Those
+        # passes stop every thread (the capture thread too) for a time that grows with what they
+        # walk, and a pause longer than the kernel ring holds at the packet rate drops packets.
+        gc.freeze()
         try:
             self._loop()
             self.result = self.session.finish()
@@ -108,6 +114,7 @@ class LiveDecoder:
         finally:
             if self.pcap is not None:
                 self.pcap.close()
+            gc.unfreeze()
 
     def _loop(self) -> None:
         feed = self.session.packet

@@ -78,25 +78,18 @@ class DuckEngine:
 
         self.con = duckdb.connect()
         self.con.execute("SET TimeZone = 'UTC'")
-        sources, present = {}, {}
-        for table in table_columns():
-            paths = files(tables, table)
-            if paths:
-                sources[table] = f"read_parquet({paths!r}, union_by_name = true)"
-                described = self.con.sql(f"DESCRIBE SELECT * FROM {sources[table]}").fetchall()
-                present[table] = {r[0] for r in described}
-            else:
-                sources[table], present[table] = "(SELECT 1 AS _none WHERE false)", set()
-        key = self._capture_key([sources[t] for t in sources if "capture" in present[t]])
         for table, columns in table_columns().items():
+            paths = files(tables, table)
+            present = set()
+            if paths:
+                source = f"read_parquet({paths!r}, union_by_name = true)"
+                present = {r[0] for r in self.con.sql(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+            else:
+                source = "(SELECT 1 AS _none WHERE false)"
             # A table written before a column existed (or not written at all) reads as nulls there.
             select = ", ".join(
-                (f'CAST("{c}" AS {key})' if c == "capture" else f'"{c}"') + f' AS "{c}"'
-                if c in present[table]
-                else f'CAST(NULL AS {key if c == "capture" else t}) AS "{c}"'
-                for c, t in columns
+                f'"{c}"' if c in present else f'CAST(NULL AS {t}) AS "{c}"' for c, t in columns
             )
-            source = sources[table]
             self.con.execute(
                 f"CREATE VIEW {table} AS SELECT * FROM (SELECT {select} FROM {source}){_time_filter(table, filters)}"
             )
@@ -105,21 +98,6 @@ class DuckEngine:
         for name, sql in DERIVED.items():
             kind = "VIEW" if name == "record_times" else "TEMP TABLE"
             self.con.execute(f"CREATE {kind} {name} AS {sql}")
-
-    def _capture_key(self, sources: list[str]) -> str:
-        """The type of the `capture` column in the views: an ENUM of every capture name, in name order.
-
-        Every join and group of the sections has `capture` in its key; as an ENUM it is a small
-        integer there (a replicated or long-named capture is a string of 20 characters and more,
-        hashed and compared out of line), yet compares, sorts and prints as its name."""
-        if not sources:
-            return "VARCHAR"
-        names = " UNION ".join(f"SELECT DISTINCT capture FROM {s}" for s in sources)
-        self.con.execute(
-            f"CREATE TYPE capture_key AS ENUM (SELECT capture FROM ({names}) AS n "
-            "WHERE capture IS NOT NULL ORDER BY capture)"
-        )
-        return "capture_key"
 
     def run(self, sql: str, params: list[Any] | None = None) -> list[Row]:
         # Python tuples straight from DuckDB: no Arrow table (whose to_pylist imports pandas, ~1 s).

@@ -3,6 +3,7 @@
     python bench/bench_report.py                          # quick start + 1 GB, medians of 3 runs
     python bench/bench_report.py --before HEAD~1 --gb 0.05 # same answers as a revision? both timed, alternating
     python bench/bench_report.py --gb 0.2 --spark         # smaller, and once on Spark (local[2])
+    python bench/bench_report.py --gb 0.05 --runs 1 --per-section  # and the cost of each section
 
 The 1 GB are real tables replicated: the repository's captures (tests/data/captures, the quick
 start) read once by `kwsniff read`, then written again and again by DuckDB as distinct captures
@@ -135,7 +136,35 @@ def timed(runs: int, tables: Path, label: str, before: Path | None) -> None:
         ratio = statistics.median(wall["before"]) / statistics.median(wall["now"])
         cpu_ratio = statistics.median(cpu["before"]) / statistics.median(cpu["now"])
         print(f"{label}: before/now {ratio:.1f}x wall, {cpu_ratio:.1f}x CPU")
-    print(f"  load average 1 min: {load:.2f} before, {os.getloadavg()[0]:.2f} after")
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(
+        f"  load average 1 min: {load:.2f} before, {os.getloadavg()[0]:.2f} after; largest process so far {peak:,.0f} MB"
+    )
+
+
+def per_section(tables: Path) -> None:
+    """CPU and wall seconds of opening the tables (views, shared temp tables) and of each section,
+    in this process, as a text report runs them (each answer kept in DuckDB, its first 20 rows out)."""
+    sys.path.insert(0, str(ROOT))
+    from kwsniff.report.engines import DuckEngine, Filters
+    from kwsniff.report.run import answer_top
+    from kwsniff.report.sections import SECTIONS
+
+    def clocks() -> tuple[float, float]:
+        return time.process_time(), time.perf_counter()
+
+    cpu, wall = clocks()
+    engine = DuckEngine(tables, Filters())
+    done = clocks()
+    print(
+        f"  {'(open: views and shared tables)':34} CPU {done[0] - cpu:6.2f} s, wall {done[1] - wall:6.2f} s"
+    )
+    for section in SECTIONS:
+        cpu, wall = clocks()
+        ((rows, total),) = answer_top(engine, Filters(), [section], 20).values()
+        done = clocks()
+        print(f"  {section.name:34} CPU {done[0] - cpu:6.2f} s, wall {done[1] - wall:6.2f} s, {total:,} rows")
+    engine.close()
 
 
 def cached_tables(gb: float, where: Path, base: Path) -> tuple[Path, int]:
@@ -168,6 +197,9 @@ def main() -> None:
         help="git revision to compare with: same JSON rows required, timed alternately with this checkout",
     )
     parser.add_argument("--skip-big", action="store_true", help="time the quick start only")
+    parser.add_argument(
+        "--per-section", action="store_true", help="then once more in this process, timing each section"
+    )
     args = parser.parse_args()
     import pyarrow.parquet as pq
 
@@ -199,6 +231,9 @@ def main() -> None:
         if before:
             same_answers(big, before)
         timed(args.runs, big, f"{args.gb:g} GB (target 30 s)", before)
+        if args.per_section:
+            print(f"{args.gb:g} GB per section (load {os.getloadavg()[0]:.2f}):")
+            per_section(big)
         if args.spark:
             s = kwsniff("report", str(big), "--master", "local[2]")
             print(f"{args.gb:g} GB on spark local[2]: {s:.2f} s")

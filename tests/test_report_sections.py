@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,25 @@ def test_an_unknown_section_is_one_line_naming_the_sections(out: Path) -> None:
     assert (
         done.output == f"kwsniff: error: no section nope; sections: {', '.join(s.name for s in SECTIONS)}\n"
     )
+
+
+def test_memory_limit_caps_duckdb_spills_to_a_private_folder_and_says_one_line_when_too_small(
+    out: Path, duck: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where tempfile.mkdtemp makes the spill folder
+    engine = DuckEngine(out, Filters(), memory_limit=64 * 1024 * 1024)
+    setting = engine.con.sql("SELECT current_setting('memory_limit'), current_setting('temp_directory')")
+    ((limit, spill),) = setting.fetchall()
+    assert limit == "64.0 MiB"
+    assert Path(spill).parent == tmp_path and Path(spill).name.startswith("kwsniff-report-")
+    assert answer(engine, Filters()) == duck  # the same answers under a small budget
+    engine.close()
+    assert list(tmp_path.iterdir()) == []  # the spill folder is gone
+    done = CliRunner().invoke(main, ["report", str(out), "--memory-limit", "1KiB"])
+    assert done.exit_code == 1
+    assert done.output.startswith(f"kwsniff: error: {out}: DuckDB ran out of memory (Out of Memory Error: ")
+    assert done.output.endswith("); raise --memory-limit\n") and done.output.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []  # removed on the error too
 
 
 def test_kip848_reconciliation_and_time_without_assignment(duck: dict) -> None:

@@ -11,6 +11,8 @@ import click
 
 from kwsniff.commands import messages
 from kwsniff.commands.extras import require
+from kwsniff.commands.options import BYTE_SIZE
+from kwsniff.memory import DEFAULT_MEMORY_LIMIT
 
 TEXT_ROWS = 20
 HTML_ROWS = 50
@@ -67,6 +69,14 @@ def _utc(value: dt.datetime | None) -> dt.datetime | None:
 @click.option(
     "--plots", type=click.Path(path_type=Path), help="Also write the plots as PNG files into this directory."
 )
+@click.option(
+    "--memory-limit",
+    type=BYTE_SIZE,
+    default=DEFAULT_MEMORY_LIMIT * 4,
+    show_default="4GiB",
+    help="Memory DuckDB may hold; past it, it spills to a private temporary folder (docs/report.md). "
+    "Bytes, or e.g. 512MiB. Not used with --master.",
+)
 def report(
     tables: Path,
     master: str | None,
@@ -82,6 +92,7 @@ def report(
     session_timeout_ms: int,
     html_file: Path | None,
     plots: Path | None,
+    memory_limit: int,
 ) -> None:
     """Fleet report over TABLES (the --out of `kwsniff read` or `kwsniff spark`): clients per topic,
     lag in seconds, stopped groups, rebalances, latency, errors (docs/report.md)."""
@@ -117,8 +128,9 @@ def report(
         )
         spark.sparkContext.setLogLevel("ERROR")
     limit = top if top is not None else (TEXT_ROWS if fmt == "text" else None)
+    engine = None
     try:
-        engine = open_engine(tables, filters, spark)
+        engine = open_engine(tables, filters, spark, memory_limit)
         if limit and html_file is None and plots is None:
             # Only the rows shown leave the engine (with their count): plots and pages need them all.
             cut = answer_top(engine, filters, sections, limit, sort_by)
@@ -130,8 +142,16 @@ def report(
             }
             shown = {n: rows[:limit] if limit else rows for n, rows in answers.items()}
             totals = {n: len(rows) for n, rows in answers.items()}
-        engine.close()
+    except Exception as exc:
+        if type(exc).__name__ != "OutOfMemoryException":  # duckdb's, past --memory-limit and the disk
+            raise
+        messages.error(
+            f"{tables}: DuckDB ran out of memory ({str(exc).splitlines()[0]}); raise --memory-limit"
+        )
+        sys.exit(1)
     finally:
+        if engine is not None:
+            engine.close()
         if spark is not None:
             spark.stop()
     if fmt == "json":

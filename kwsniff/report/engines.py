@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,10 +75,24 @@ class DuckEngine:
 
     name = "duckdb"
 
-    def __init__(self, tables: Path, filters: Filters) -> None:
+    def __init__(self, tables: Path, filters: Filters, memory_limit: int | None = None) -> None:
         import duckdb
 
-        self.con = duckdb.connect()
+        # DuckDB holds at most ``memory_limit`` bytes (its own default is 80% of the machine) and
+        # spills what is past it into a private temporary folder, removed by close() (its own
+        # default would be `.tmp` in the user's working directory).
+        self._spill = tempfile.mkdtemp(prefix="kwsniff-report-")
+        config: dict[str, str | bool | int | float | list[str]] = {"temp_directory": self._spill}
+        if memory_limit is not None:
+            config["memory_limit"] = f"{memory_limit}B"
+        self.con = duckdb.connect(config=config)
+        try:
+            self._views(tables, filters)
+        except BaseException:
+            self.close()
+            raise
+
+    def _views(self, tables: Path, filters: Filters) -> None:
         self.con.execute("SET TimeZone = 'UTC'")
         for table, columns in table_columns().items():
             paths = files(tables, table)
@@ -127,6 +143,7 @@ class DuckEngine:
 
     def close(self) -> None:
         self.con.close()
+        shutil.rmtree(self._spill, ignore_errors=True)
 
 
 def to_spark(sql: str) -> str:

@@ -13,8 +13,13 @@ from kwsniff.report.sections import SECTIONS, Section
 NAME_FILTERS = {"topic": ("topic",), "client": ("client_id",), "group": ("group_id",)}
 
 
-def open_engine(tables: Path, filters: Filters, spark: Any = None) -> DuckEngine | SparkEngine:
-    return DuckEngine(tables, filters) if spark is None else SparkEngine(tables, filters, spark)
+def open_engine(
+    tables: Path, filters: Filters, spark: Any = None, memory_limit: int | None = None
+) -> DuckEngine | SparkEngine:
+    """DuckDB (under ``memory_limit`` bytes) unless a Spark session is given."""
+    if spark is None:
+        return DuckEngine(tables, filters, memory_limit)
+    return SparkEngine(tables, filters, spark)
 
 
 def keep(rows: list[Row], filters: Filters) -> list[Row]:

@@ -14,7 +14,7 @@ import duckdb
 import pyarrow.dataset as ds
 import pytest
 from click.testing import CliRunner
-from realparts import report_on_spark, run_kwsniff
+from realparts import report_on_spark, run_kwsniff, run_python
 
 from kwsniff.cli import main
 from kwsniff.pipeline.run import run_capture
@@ -245,9 +245,7 @@ def test_the_daemon_preloads_without_starting_a_thread() -> None:
         "print(len(os.listdir('/proc/self/task')), all(m in sys.modules for m in daemon.PRELOADED), "
         "'pyarrow' in sys.modules)"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["1", "True", "False"]
+    assert run_python(code, timeout=120) == ["1 True False"]
 
 
 def test_local_workers_are_forked_by_kwsniffs_daemon_and_never_import_pandas() -> None:
@@ -265,6 +263,4 @@ def test_local_workers_are_forked_by_kwsniffs_daemon_and_never_import_pandas() -
         "print(*one_task_each(s, [0], work, schema).toArrow().column('status').to_pylist())\n"
         "s.stop()\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split()[-2:] == ["kwsniff.spark.daemon", "False"]
+    assert run_python(code, timeout=300)[-1] == "kwsniff.spark.daemon False"

@@ -14,7 +14,8 @@ many partitions, small batches, plain and TLS proxy traffic). Each round runs, o
 - the same work (``--stage`` child: session, probe, decode, write) on local[1] and local[2] in a
   child process that times each stage: Spark's start (JVM and session), the probe job (which starts
   the Python workers), the decode job (every task decoding and writing its files) and the write
-  (moving files into the dataset and committing it);
+  (moving files into the dataset and committing it), each with the CPU its session's processes
+  spent in it (JVM, driver, Python daemon and workers);
 - tshark over each capture of the fleet (``-T fields -e kafka.api_key``, the broker port found
   from the SYNs), one after another.
 
@@ -26,6 +27,7 @@ after. Decode-stage scaling = decode stage on local[1] ÷ on local[2].
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -91,17 +93,25 @@ def stage_child(master: str, out: str, inputs: list[str]) -> None:
     from kwsniff.spark import executors
     from kwsniff.spark.pipeline import decode, decode_conf, spark_session, write
 
-    started = time.perf_counter()
+    session, seen = os.getsid(0), {}
+    cpu = {}
+
+    def mark(stage: str) -> float:
+        session_cpu(session, seen)
+        cpu[stage] = sum(seen.values())
+        return time.perf_counter()
+
+    started = mark("started")
     output = Output(Path(out), ExistingOutput.REFUSE)
     spool = output.spool()
     spark = spark_session(master, conf=decode_conf(master, {}), quiet=True)
-    ready = time.perf_counter()
+    ready = mark("start")
     assert executors.probe(spark) is None
-    probed = time.perf_counter()
+    probed = mark("probe")
     decoded = decode(spark, inputs, spool=spool.path)
-    decoded_at = time.perf_counter()
+    decoded_at = mark("decode")
     write(decoded, output)
-    written = time.perf_counter()
+    written = mark("write")
     spark.stop()
     spool.drop()
     output.close()
@@ -113,6 +123,8 @@ def stage_child(master: str, out: str, inputs: list[str]) -> None:
         "write": written - decoded_at,
         "stop": stopped - written,
     }
+    names = list(cpu)
+    stages.update({f"{b} cpu": cpu[b] - cpu[a] for a, b in itertools.pairwise(names)})
     print(json.dumps(stages))
 
 
@@ -221,11 +233,28 @@ def main() -> None:
             f"  {name:<24} {wall:7.1f} s wall {cpu:7.1f} s CPU  {total / 1e6 / wall:6.0f} MB/s"
             f"  read wall / this wall {read_wall / wall:.2f}x"
         )
-    print("\n  stages of the same work (child process), medians:")
-    keys = ("start", "probe", "decode", "write", "stop", "wall", "cpu")
-    print("  " + " ".join(f"{k:>8}" for k in ("", *keys)))
+    spark_wall = median([w for w, _ in columns["kwsniff spark local[2]"]])
+    verdict = "spark finishes first" if spark_wall < read_wall else "read finishes first"
+    print(
+        f"\n  goal (issue 19.5): spark local[2] {spark_wall:.1f} s wall vs read {read_wall:.1f} s wall:"
+        f" spark / read = {spark_wall / read_wall:.2f} ({verdict})"
+    )
+    print("\n  stages of the same work (child process), medians; CPU of the session's processes by stage:")
+    keys = (
+        "start",
+        "probe",
+        "decode",
+        "write",
+        "stop",
+        "wall",
+        "start cpu",
+        "probe cpu",
+        "decode cpu",
+        "cpu",
+    )
+    print("  " + " ".join(f"{k:>10}" for k in ("", *keys)))
     for master, runs in stages.items():
-        print("  " + f"{master:>8} " + " ".join(f"{median([r[k] for r in runs]):8.1f}" for k in keys))
+        print("  " + f"{master:>10} " + " ".join(f"{median([r[k] for r in runs]):10.1f}" for k in keys))
     one = median([r["decode"] for r in stages["local[1]"]])
     two = median([r["decode"] for r in stages["local[2]"]])
     print(f"\n  decode-stage scaling local[1] -> local[2]: {one:.1f} s -> {two:.1f} s = {one / two:.2f}x")

@@ -615,6 +615,13 @@ def start_kwsniff_capture(net: ReplayNet, args: Sequence[str], err_path: Path) -
     return proc
 
 
+def run_python(code: str, timeout: float = 60.0) -> list[str]:
+    """The stdout lines of ``code`` run by this interpreter in a process of its own (asserted to exit 0)."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.splitlines()
+
+
 def run_kwsniff(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
     """`kwsniff ARGS` in a process of its own, as a user runs it (Spark's JVM is its child)."""
     command = [sys.executable, "-m", "kwsniff", *args]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
+from realparts import run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_pcaps" / "quickstart.pcap"
@@ -177,6 +178,4 @@ def test_arrow_without_pandas_leaves_pandas_conversions_working() -> None:
         "t = pa.table({'a': [1, 2]}); df = t.to_pandas(); print(list(df['a']), "
         "pa.Table.from_pandas(df).column('a').to_pylist())"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.splitlines() == ["False", "[1, 2] [1, 2]"]
+    assert run_python(code) == ["False", "[1, 2] [1, 2]"]

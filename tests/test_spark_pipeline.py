@@ -14,14 +14,14 @@ import duckdb
 import pyarrow.dataset as ds
 import pytest
 from click.testing import CliRunner
-from realparts import report_on_spark, run_kwsniff
+from realparts import report_on_spark, run_kwsniff, run_python
 
 from kwsniff.cli import main
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
 from kwsniff.spark.inputs import expand_inputs
-from kwsniff.spark.pipeline import decode, write
+from kwsniff.spark.pipeline import LIGHT_JVM, decode, decode_conf, write
 from kwsniff.spark.tasks import capture_date, flow_bucket
 from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.tables.schemas import SCHEMAS
@@ -226,3 +226,41 @@ def test_spark_workers_run_the_drivers_interpreter() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines()[-1] == sys.executable
+
+
+def test_local_mode_gets_the_light_jvm_and_kwsniffs_daemon_unless_set() -> None:
+    assert decode_conf("local[2]", {}) == {
+        "spark.driver.extraJavaOptions": LIGHT_JVM,
+        "spark.python.daemon.module": "kwsniff.spark.daemon",
+    }
+    mine = {"spark.python.daemon.module": "pyspark.daemon", "spark.driver.extraJavaOptions": "-Xmx2g"}
+    assert decode_conf("local[*]", mine) == mine
+    assert decode_conf("spark://head:7077", {}) == {}
+
+
+def test_the_daemon_preloads_without_starting_a_thread() -> None:
+    """A fork copies only the forking thread: what the daemon imports before it forks starts none."""
+    code = (
+        "import os, sys; from kwsniff.spark import daemon; daemon.preload(); "
+        "print(len(os.listdir('/proc/self/task')), all(m in sys.modules for m in daemon.PRELOADED), "
+        "'pyarrow' in sys.modules)"
+    )
+    assert run_python(code, timeout=120) == ["1 True False"]
+
+
+def test_local_workers_are_forked_by_kwsniffs_daemon_and_never_import_pandas() -> None:
+    """`kwsniff spark`'s session in local mode: the workers come from kwsniff.spark.daemon, and a
+    task (status rows built with pyarrow) does not make them import pandas (1-2 s of CPU each)."""
+    code = (
+        "import sys, pyarrow as pa\n"
+        "from kwsniff.spark.pipeline import decode_conf, one_task_each, spark_session\n"
+        "s = spark_session('local[1]', conf=decode_conf('local[1]', {}), quiet=True)\n"
+        "def work(_):\n"
+        "    import os, sys\n"
+        "    parent = open(f'/proc/{os.getppid()}/cmdline').read().split(chr(0))\n"
+        "    yield pa.RecordBatch.from_pylist([{'status': parent[2]}, {'status': str('pandas' in sys.modules)}])\n"
+        "schema = pa.schema([('status', pa.string())])\n"
+        "print(*one_task_each(s, [0], work, schema).toArrow().column('status').to_pylist())\n"
+        "s.stop()\n"
+    )
+    assert run_python(code, timeout=300)[-1] == "kwsniff.spark.daemon False"

@@ -88,7 +88,8 @@ def arrow_without_pandas() -> None:
     a third of reading a 300 MB capture, for rows that hold only plain Python values. A refused
     import is remembered as "no pandas" for that recognition only: `Table.to_pandas` and
     `Table.from_pandas` import pandas again when called. Called by the commands that never hand
-    pandas objects to Arrow (`read`, `capture`), not by the Spark pipeline, whose workers do.
+    pandas objects to Arrow (`read`, `capture`) and by `kwsniff spark`'s tasks in each Python
+    worker (their batches hold plain values too: two workers importing pandas cost 1-2 s of CPU).
     Pandas ≥ 2.2.2 is pyarrow's own check for the shim (pyarrow/pandas-shim.pxi)."""
     if "pandas" in sys.modules:
         return

@@ -96,6 +96,10 @@ def checked(work: Callable[[Iterator[Any]], Iterator[Any]]) -> Callable[[Iterato
             raise RuntimeError(problem)
         from pyspark import cloudpickle as _cloudpickle
 
+        from kwsniff.sinks.parquet import arrow_without_pandas
+
+        arrow_without_pandas()  # kwsniff's tasks hand Arrow plain Python values only
+
         yield from _cloudpickle.loads(blob)(batches)
 
     return run
@@ -113,6 +117,10 @@ def probe(spark: SparkSession) -> str | None:
 
         for batch in batches:
             problem = check() or ""
+            if not problem:  # a worker's first task; pandas, which Arrow would import, is not needed
+                from kwsniff.sinks.parquet import arrow_without_pandas
+
+                arrow_without_pandas()
             yield pa.RecordBatch.from_pylist(
                 [{"problem": problem}] * batch.num_rows, schema=pa.schema([("problem", pa.string())])
             )

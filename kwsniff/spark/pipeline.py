@@ -97,14 +97,18 @@ class Task:
 # on the two-core bench machine (bench/bench_spark_local.py, docs/spark.md "On one machine").
 LIGHT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1"
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+# In local mode the Python workers are forked by kwsniff's daemon, which has imported their code
+# once (kwsniff.spark.daemon); on a cluster the workers' kwsniff may differ, so PySpark's own daemon.
+DAEMON_MODULE = "spark.python.daemon.module"
 
 
 def decode_conf(master: str, conf: Mapping[str, str]) -> dict[str, str]:
-    """The session settings of `kwsniff spark`: ``conf``, and in local mode the light JVM unless the
-    user set the driver's Java options (not for `kwsniff report`, whose SQL runs in the JVM)."""
-    if master.startswith("local") and DRIVER_JAVA_OPTIONS not in conf:
-        return {DRIVER_JAVA_OPTIONS: LIGHT_JVM, **conf}
-    return dict(conf)
+    """The session settings of `kwsniff spark`: ``conf``, and in local mode the light JVM and
+    kwsniff's Python daemon, each unless the user set it (not for `kwsniff report`, whose SQL runs
+    in the JVM)."""
+    if not master.startswith("local"):
+        return dict(conf)
+    return {DRIVER_JAVA_OPTIONS: LIGHT_JVM, DAEMON_MODULE: "kwsniff.spark.daemon", **conf}
 
 
 def spark_session(

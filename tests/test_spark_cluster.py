@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 import sysconfig
@@ -310,7 +311,9 @@ def test_ship_env_refuses_a_venv_with_system_site_packages(tmp_path: Path) -> No
         [str(env / "bin/python"), "-m", "kwsniff", "spark", str(CAPTURES[0]), "--out", "o", "--ship-env"]
         + ["--master", "spark://127.0.0.1:7077"],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        # kwsniff and its dependencies from this checkout and the test venv: the system site-packages
+        # (the base interpreter's) need not hold them, so the refusal is what the run reaches.
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *site.getsitepackages()])},
         capture_output=True,
         text=True,
         timeout=120,

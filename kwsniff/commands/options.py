@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -13,40 +12,12 @@ from typing import Any
 import click
 
 from kwsniff.commands import messages
+from kwsniff.commands.sizes import BYTE_SIZE
 from kwsniff.defaults import DEFAULT_BROKER_PORT
 from kwsniff.memory import DEFAULT_MEMORY_LIMIT
 from kwsniff.net import FRAGMENT_BYTES, GENEVE_PORTS, TUNNEL_KINDS, VXLAN_PORTS
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.protocol import api_names
-
-_SIZE = re.compile(r"\s*(\d+)\s*([kmgt]i?b?|b)?\s*", re.IGNORECASE)
-_UNITS = {
-    "": 1,
-    "b": 1,
-    **{p + "b": 1000**n for n, p in enumerate("kmgt", 1)},
-    **{p: 1000**n for n, p in enumerate("kmgt", 1)},
-    **{p + "ib": 1024**n for n, p in enumerate("kmgt", 1)},
-    **{p + "i": 1024**n for n, p in enumerate("kmgt", 1)},
-}
-
-
-class ByteSize(click.ParamType):
-    """A positive number of bytes: `104857600`, `100MiB`, `64MB`, `512KiB` (KB/MB/GB are powers of
-    1000, KiB/MiB/GiB of 1024, as in IEC 80000-13)."""
-
-    name = "size"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            n = value
-        else:
-            match = _SIZE.fullmatch(str(value))
-            if match is None:
-                self.fail(f"{value!r} is not a size (a number of bytes, or e.g. 100MiB, 64MB)", param, ctx)
-            n = int(match[1]) * _UNITS[(match[2] or "").lower()]
-        if n <= 0:
-            self.fail(f"{value!r} must be more than 0 bytes", param, ctx)
-        return n
 
 
 class FlowBuckets(click.ParamType):
@@ -96,7 +67,6 @@ class ApiName(click.ParamType):
         self.fail(f"{value!r} is not a Kafka API name or key (e.g. Produce, fetch, 3)", param, ctx)
 
 
-BYTE_SIZE = ByteSize()
 PORT = Port()
 API = ApiName()
 

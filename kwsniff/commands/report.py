@@ -11,7 +11,7 @@ import click
 
 from kwsniff.commands import messages
 from kwsniff.commands.extras import require
-from kwsniff.commands.options import BYTE_SIZE
+from kwsniff.commands.sizes import BYTE_SIZE
 from kwsniff.memory import DEFAULT_MEMORY_LIMIT
 
 TEXT_ROWS = 20
@@ -143,7 +143,9 @@ def report(
             shown = {n: rows[:limit] if limit else rows for n, rows in answers.items()}
             totals = {n: len(rows) for n, rows in answers.items()}
     except Exception as exc:
-        if type(exc).__name__ != "OutOfMemoryException":  # duckdb's, past --memory-limit and the disk
+        import duckdb  # a base dependency; already loaded where the engine is DuckDB
+
+        if not isinstance(exc, duckdb.OutOfMemoryException):  # past --memory-limit and the disk
             raise
         messages.error(
             f"{tables}: DuckDB ran out of memory ({str(exc).splitlines()[0]}); raise --memory-limit"

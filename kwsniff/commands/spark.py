@@ -12,7 +12,6 @@ from kwsniff.commands import messages
 from kwsniff.commands.exits import EXIT_STRICT
 from kwsniff.commands.extras import NeedsExtra
 from kwsniff.commands.options import (
-    ByteSize,
     Decoding,
     FlowBuckets,
     broker_port_option,
@@ -20,6 +19,7 @@ from kwsniff.commands.options import (
     decoding_options,
     session_options,
 )
+from kwsniff.commands.sizes import ByteSize
 from kwsniff.tables import DEFAULT_TABLES
 
 

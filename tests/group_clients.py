@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from realparts import LOOPBACK, free_port, start_broker, stop_process, wait_for_listener
+from realparts import LOOPBACK, free_ports, start_broker, stop_process, wait_for_listener
 
 TESTS = Path(__file__).resolve().parent
 # KIP-848's protocol, read from the start of the topic.
@@ -88,7 +88,7 @@ class Coordinated:
 @contextmanager
 def coordinated_broker(tmp: Path, topic: str, partitions: int) -> Iterator[Coordinated]:
     """tansu behind the test coordinator, both stopped by PID at the end."""
-    proxy_port, broker_port = free_port(), free_port()
+    proxy_port, broker_port = free_ports(2)
     log = tmp / "coordinator.jsonl"
     with start_broker(broker_port, advertised_port=proxy_port, log_dir=str(tmp)):
         command = [sys.executable, str(TESTS / "group_coordinator.py"), str(proxy_port), str(broker_port)]

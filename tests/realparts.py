@@ -37,9 +37,17 @@ def netns_prefix(netns: str | None) -> list[str]:
 
 def free_port() -> int:
     # The kernel hands out an unused ephemeral port; the tiny race before tansu binds it is acceptable.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct unused ports: every socket stays bound until all are chosen, so the kernel
+    cannot hand the same port out twice (calling free_port() in a row sometimes does)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
+        for sock in socks:
+            sock.bind((LOOPBACK, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 def stop_process(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -36,7 +37,7 @@ from kwsniff.spark.shipping import _editable
 from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.tables.schemas import SCHEMAS
 from kwsniff.view.summary import human_size
-from tests.realparts import LOOPBACK, free_port, stop_process, wait_for_port
+from tests.realparts import LOOPBACK, free_ports, stop_process, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 # The row tables; the per-input `captures` rows are compared with read's in tests/test_spark_isolation.py.
@@ -77,30 +78,45 @@ def spark_rows(out: Path) -> dict[str, list[dict[str, Any]]]:
     return found
 
 
-def _wait_for_worker(ui_port: int, master: subprocess.Popen[bytes], worker: subprocess.Popen[bytes]) -> None:
+def _master_ui_port(master_log: Path, asked: int) -> int:
+    """The port the master's web UI really bound: Spark moves to the next one when ``asked`` is taken."""
+    found = re.search(rb"Successfully started service 'MasterUI' on port (\d+)", master_log.read_bytes())
+    return int(found.group(1)) if found else asked
+
+
+def _wait_for_worker(
+    ui_port: int, master_log: Path, master: subprocess.Popen[bytes], worker: subprocess.Popen[bytes]
+) -> None:
     """Bounded wait until the master's JSON status lists one ALIVE worker."""
     deadline = time.monotonic() + READY_TIMEOUT_S
+    seen = "nothing"
     for _ in range(1000):
         for proc, name in ((master, "master"), (worker, "worker")):
             if proc.poll() is not None:
                 raise RuntimeError(f"spark {name} exited early with code {proc.returncode}")
+        url = f"http://{LOOPBACK}:{_master_ui_port(master_log, ui_port)}/json/"
         try:
-            with urllib.request.urlopen(f"http://{LOOPBACK}:{ui_port}/json/", timeout=2) as answer:
-                if any(w["state"] == "ALIVE" for w in json.load(answer)["workers"]):
-                    return
-        except OSError:
-            pass
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                body = answer.read()
+            status = json.loads(body)
+            if any(w["state"] == "ALIVE" for w in status["workers"]):
+                return
+            seen = f"{url}: {len(status['workers'])} workers, none ALIVE"
+        except OSError as e:
+            seen = f"{url}: {e}"
+        except (ValueError, KeyError, TypeError):
+            seen = f"{url}: not the master's status: {body[:80]!r}"
         if time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    raise TimeoutError(f"no worker registered with the master within {READY_TIMEOUT_S}s")
+    raise TimeoutError(f"no worker registered with the master within {READY_TIMEOUT_S}s (last: {seen})")
 
 
 @contextmanager
 def standalone(tmp_path: Path, *, hidden: Path) -> Iterator[str]:
     """A standalone Master and Worker on 127.0.0.1 (yields the master URL), stopped by PID. ``hidden``:
     a path the worker must not see (a tmpfs is mounted over it in the worker's own mount namespace)."""
-    port, ui_port, worker_ui = free_port(), free_port(), free_port()
+    port, ui_port, worker_ui = free_ports(3)
     env = {
         "PATH": PLAIN_PATH,
         "HOME": str(tmp_path),
@@ -126,7 +142,7 @@ def standalone(tmp_path: Path, *, hidden: Path) -> Iterator[str]:
         try:
             wait_for_port(port, master, None, READY_TIMEOUT_S)
             worker = subprocess.Popen(worker_cmd, env=env, stdout=worker_log, stderr=subprocess.STDOUT)
-            _wait_for_worker(ui_port, master, worker)
+            _wait_for_worker(ui_port, logs / "master.log", master, worker)
             yield f"spark://{LOOPBACK}:{port}"
         finally:
             if worker is not None:

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from realparts import (
     LOOPBACK,
-    free_port,
+    free_ports,
     ip_certificate,
     start_broker,
     stop_process,
@@ -150,7 +150,7 @@ class TlsTraffic:
 def capture_tls_traffic(tmp: Path, tls12: bool) -> TlsTraffic:
     cert, key = ip_certificate(tmp)
     keylog, pcap = tmp / "keys.log", tmp / "tls.pcap"
-    proxy_port, broker_port = free_port(), free_port()
+    proxy_port, broker_port = free_ports(2)
     with start_broker(broker_port, advertised_port=proxy_port, log_dir=str(tmp)) as broker:
         proxy = subprocess.Popen(
             [sys.executable, str(TESTS / "tls_proxy.py"), str(proxy_port), str(broker_port)]

@@ -1,6 +1,7 @@
-"""The compiled packet path (kwsniff/pipeline/_fastpath.c); everything else is in pyproject.toml.
+"""The compiled packet path (kwsniff/pipeline/_fastpath.c) and TLS record loop (kwsniff/tls/_records.c);
+everything else is in pyproject.toml.
 
-The extension is optional: where no C compiler is found, `pip install .` still succeeds and kwsniff
+The extensions are optional: where no C compiler is found, `pip install .` still succeeds and kwsniff
 runs the pure-Python path, which gives the same tables (docs/performance.md, "The compiled path").
 """
 
@@ -13,6 +14,13 @@ setup(
             ["kwsniff/pipeline/_fastpath.c"],
             optional=True,
             extra_compile_args=["-O2"],
-        )
+        ),
+        # TLS application-data records on one OpenSSL cipher context (libcrypto loaded at import).
+        Extension(
+            "kwsniff.tls._records",
+            ["kwsniff/tls/_records.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        ),
     ]
 )

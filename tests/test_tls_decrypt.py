@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import dpkt
@@ -118,8 +119,31 @@ def decrypt_with_kwsniff(pcap: Path, keylog: KeyLog | None, port: int) -> tuple[
 
     stream = TlsStream(keylog, on_plain, lambda d, ts: None)
     for d, ts, data in directions(pcap, port):
-        stream.feed(d, int(ts * 1e6), data)
+        stream.feeders[d](int(ts * 1e6), data)  # as a connection feeds it (compiled: _records.c)
     stream.finish()
+    return plain, stream
+
+
+def both_record_loops(
+    pcap: Path, keylog: Path, port: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[bytes], TlsStream]:
+    """decrypt_with_kwsniff, with the compiled record loop (kwsniff/tls/_records.c) and then with the
+    pure-Python loop on cryptography: the same plaintext and the same counters."""
+    plain, stream = decrypt_with_kwsniff(pcap, load_keylog([keylog]), port)
+    opened = [s.protection.opener.records() for s in stream.dirs if s.protection and s.protection.opener]
+    assert len(opened) == 2 and min(opened) >= 1  # the compiled loop ran both ways
+    with monkeypatch.context() as m:
+        m.setattr(stream_module, "Opener", None)
+        m.setattr(stream_module, "Feeder", None)
+        again, python = decrypt_with_kwsniff(pcap, load_keylog([keylog]), port)
+        assert type(python.feeders[0]) is partial
+    assert again == plain
+    counters = [
+        [(s.overhead, s.decrypted, s.undecryptable, s.records, s.failed) for s in t.dirs]
+        for t in (stream, python)
+    ]
+    assert counters[0] == counters[1]
+    assert all(s.protection is None or s.protection.opener is None for s in python.dirs)
     return plain, stream
 
 
@@ -160,13 +184,13 @@ TLS12_SUITES = {
 
 @pytest.mark.parametrize("suite", TLS13_SUITES)
 def test_tls13_suite_with_key_updates_both_ways_decrypts_as_tshark_does(
-    suite: str, certificate: tuple[Path, Path], tmp_path: Path
+    suite: str, certificate: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pcap, keylog, port = openssl_session(tmp_path, certificate, ["-ciphersuites", suite], key_update=True)
     assert key_updates_seen_by_tshark(pcap, keylog) == 2  # the client's, and the one it asked for
     expected = [b"".join(CLIENT_LINES), b"".join(SERVER_LINES)]
     assert decrypt_with_tshark(pcap, keylog, port) == expected
-    plain, stream = decrypt_with_kwsniff(pcap, load_keylog([keylog]), port)
+    plain, stream = both_record_loops(pcap, keylog, port, monkeypatch)
     assert plain == expected
     assert (stream.state, stream.cipher, stream.version) == ("decrypted", suite, 0x0304)
     assert [(s.failed, s.undecryptable) for s in stream.dirs] == [(0, 0), (0, 0)]
@@ -174,14 +198,14 @@ def test_tls13_suite_with_key_updates_both_ways_decrypts_as_tshark_does(
 
 @pytest.mark.parametrize("cipher", sorted(TLS12_SUITES))
 def test_tls12_suite_decrypts_as_tshark_does(
-    cipher: str, certificate: tuple[Path, Path], tmp_path: Path
+    cipher: str, certificate: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pcap, keylog, port = openssl_session(
         tmp_path, certificate, ["-tls1_2", "-cipher", cipher], key_update=False
     )
     expected = [b"".join(CLIENT_LINES), b"".join(SERVER_LINES)]
     assert decrypt_with_tshark(pcap, keylog, port) == expected
-    plain, stream = decrypt_with_kwsniff(pcap, load_keylog([keylog]), port)
+    plain, stream = both_record_loops(pcap, keylog, port, monkeypatch)
     assert plain == expected
     assert (stream.state, stream.cipher, stream.version) == ("decrypted", TLS12_SUITES[cipher], 0x0303)
 
@@ -520,6 +544,7 @@ def test_without_decrypt_into_records_decrypt_the_same_by_copying(
 ) -> None:
     keylog = tmp_path / "keys.log"
     pcap, port = echo_over_tls(tmp_path, certificate, PAYLOAD, keylog, piece=1000)
+    monkeypatch.setattr(stream_module, "Opener", None)  # the loop on cryptography, not the compiled one
     monkeypatch.setattr(stream_module, "decrypt_into", lambda aead: schedule.decrypt_into(DecryptOnly(aead)))
     plain, stream = decrypt_with_kwsniff(pcap, load_keylog([keylog]), port)
     assert plain == [PAYLOAD, PAYLOAD]
@@ -539,27 +564,35 @@ def test_records_cut_anywhere_decrypt_to_the_same_bytes_and_counters(
     certificate: tuple[Path, Path], tmp_path: Path
 ) -> None:
     """The stream waits for the bytes the record at its front needs before reading anything: fed
-    one byte at a time, or each segment whole, it gives the payload and the same counters."""
+    one byte at a time, or each segment whole, through ``feed`` or through its ``feeders`` (compiled:
+    kwsniff/tls/_records.c), it gives the payload and the same counters."""
     keylog = tmp_path / "keys.log"
     pcap, port = echo_over_tls(tmp_path, certificate, PAYLOAD, keylog, piece=1000)
     keys = load_keylog([keylog])
     pieces = directions(pcap, port)
     counters = []
     for one_byte_at_a_time in (False, True):
-        plain = [bytearray(), bytearray()]
-        stream = TlsStream(keys, lambda d, ts, data, plain=plain: plain[d].extend(data), lambda d, ts: None)
-        for d, _ts, data in pieces:
-            if one_byte_at_a_time:
-                for i in range(len(data)):
-                    stream.feed(d, 0, data[i : i + 1])
-            else:
-                stream.feed(d, 0, data)
-        stream.finish()
-        assert plain == [PAYLOAD, PAYLOAD]
-        assert stream.state == "decrypted"
-        counters.append(
-            [(s.overhead, s.decrypted, s.undecryptable, s.records, s.failed) for s in stream.dirs]
-        )
-    assert counters[0] == counters[1]
+        for through_feeders in (False, True):
+            plain = [bytearray(), bytearray()]
+            stream = TlsStream(
+                keys, lambda d, ts, data, plain=plain: plain[d].extend(data), lambda d, ts: None
+            )
+            assert type(stream.feeders[0]).__name__ == "Feeder"
+            feeders = (
+                stream.feeders if through_feeders else (partial(stream.feed, 0), partial(stream.feed, 1))
+            )
+            for d, _ts, data in pieces:
+                if one_byte_at_a_time:
+                    for i in range(len(data)):
+                        feeders[d](0, data[i : i + 1])
+                else:
+                    feeders[d](0, data)
+            stream.finish()
+            assert plain == [PAYLOAD, PAYLOAD]
+            assert stream.state == "decrypted"
+            counters.append(
+                [(s.overhead, s.decrypted, s.undecryptable, s.records, s.failed) for s in stream.dirs]
+            )
+    assert counters[0] == counters[1] == counters[2] == counters[3]
     assert counters[0][0][1] == counters[0][1][1] == len(PAYLOAD)
     assert counters[0][0][2] == counters[0][1][2] == 0

@@ -37,6 +37,7 @@ from kwsniff.pipeline.keylogs import load_keylog
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
+from kwsniff.tls import stream as tls_stream
 
 TESTS = Path(__file__).resolve().parent
 RECORDS = 5
@@ -228,6 +229,19 @@ def test_every_decrypted_request_equals_its_plaintext_twin(traffic: TlsTraffic) 
     assert {c["tls_state"] for c in tls_conns} == {"decrypted"}
     assert all(c["encrypted_bytes_to_broker"] == c["encrypted_bytes_to_client"] == 0 for c in tls_conns)
     assert all(c["decode_errors"] == 0 for c in tls_conns)
+
+
+def test_the_compiled_record_loop_gives_the_tables_of_the_pure_python_one(
+    traffic: TlsTraffic, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kwsniff/tls/_records.c (one OpenSSL context per direction, runs of records read in C) against
+    the loop on cryptography, on real clients' traffic: every table row for row."""
+    compiled = decode(traffic, load_keylog([traffic.keylog]))
+    monkeypatch.setattr(tls_stream, "Opener", None)
+    monkeypatch.setattr(tls_stream, "Feeder", None)
+    pure = decode(traffic, load_keylog([traffic.keylog]))
+    assert compiled.tables == pure.tables
+    assert sum(r["api_key"] == 0 for r in compiled.tables["requests"]) >= 3
 
 
 def test_keys_injected_into_the_capture_decrypt_without_a_key_log(

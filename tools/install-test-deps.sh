@@ -10,8 +10,9 @@
 #     network namespaces of tools/make_capture.py and bench/bench_capture.py), and tcpreplay (the live
 #     capture tests and bench/bench_live.py replay captures into a veth pair);
 #  3. kwsniff itself, editable, with its `test` and `spark` extras, into .venv; the editable install
-#     compiles the packet path's C extension (kwsniff/pipeline/_fastpath.c, setup.py) in place, with
-#     gcc and the Python headers (Debian: gcc, python3-dev for its own python3).
+#     compiles the packet path's C extension (kwsniff/pipeline/_fastpath.c, setup.py) and the TLS
+#     record loop (kwsniff/tls/_records.c) in place, with gcc and the Python headers (Debian: gcc,
+#     python3-dev for its own python3); the record loop loads libcrypto.so.3 (libssl3) at import.
 # tshark and editcap decrypt TLS as the TLS tests' oracle. Run the tests with `.venv/bin/python -m pytest`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,5 +84,10 @@ if .venv/bin/python -c 'import kwsniff.pipeline._fastpath' 2>/dev/null; then
   step "compiled packet path built (kwsniff/pipeline/_fastpath.c)"
 else
   echo "install-test-deps: warning: the C extension kwsniff.pipeline._fastpath was not built (no gcc or Python headers?): kwsniff runs its pure-Python path, and tests/test_fastpath.py fails" >&2
+fi
+if .venv/bin/python -c 'import kwsniff.tls._records' 2>/dev/null; then
+  step "compiled TLS record loop built (kwsniff/tls/_records.c, on libcrypto.so.3)"
+else
+  echo "install-test-deps: warning: kwsniff.tls._records was not built or found no libcrypto: TLS decryption runs its loop on cryptography alone, and tests/test_tls_records.py fails" >&2
 fi
 step "done: run the tests with .venv/bin/python -m pytest -q"

@@ -23,6 +23,13 @@ class Suite:
     tls13: bool
 
     @property
+    def evp_name(self) -> str:
+        """The AEAD's name for the compiled record loop (kwsniff/tls/_records.c)."""
+        if self.aead is ChaCha20Poly1305:
+            return "chacha20-poly1305"
+        return f"aes-{self.key_len * 8}-gcm"
+
+    @property
     def explicit_nonce(self) -> int:
         """Bytes of explicit nonce at the front of each TLS 1.2 record: 8 for AES-GCM (RFC 5288
         section 3), none for ChaCha20-Poly1305 (RFC 7905 section 2) and TLS 1.3."""
@@ -69,11 +76,11 @@ def hkdf_expand_label(secret: bytes, label: str, context: bytes, length: int, ha
     return HKDFExpand(algorithm, length, info).derive(secret)
 
 
-def tls13_keys(suite: Suite, secret: bytes) -> tuple[object, bytes]:
-    """(AEAD, 12-byte IV) of one traffic secret (RFC 8446 section 7.3)."""
+def tls13_keys(suite: Suite, secret: bytes) -> tuple[bytes, bytes]:
+    """(key, 12-byte IV) of one traffic secret (RFC 8446 section 7.3)."""
     key = hkdf_expand_label(secret, "key", b"", suite.key_len, suite.hash_name)
     iv = hkdf_expand_label(secret, "iv", b"", 12, suite.hash_name)
-    return suite.aead(key), iv
+    return key, iv
 
 
 def tls13_next_secret(suite: Suite, secret: bytes) -> bytes:
@@ -113,8 +120,8 @@ def tls12_prf(secret: bytes, label: bytes, seed: bytes, length: int, hash_name: 
 
 def tls12_keys(
     suite: Suite, master: bytes, client_random: bytes, server_random: bytes
-) -> tuple[tuple[object, bytes], tuple[object, bytes]]:
-    """((client AEAD, IV), (server AEAD, IV)) from the key block (RFC 5246 section 6.3): AEAD suites
+) -> tuple[tuple[bytes, bytes], tuple[bytes, bytes]]:
+    """((client key, IV), (server key, IV)) from the key block (RFC 5246 section 6.3): AEAD suites
     have no MAC keys; the fixed IV is 4 bytes for AES-GCM (RFC 5288) and 12 for ChaCha20 (RFC 7905)."""
     iv_len = 4 if suite.aead is AESGCM else 12
     block = tls12_prf(
@@ -123,4 +130,4 @@ def tls12_keys(
     k = suite.key_len
     client_key, server_key = block[:k], block[k : 2 * k]
     client_iv, server_iv = block[2 * k : 2 * k + iv_len], block[2 * k + iv_len :]
-    return (suite.aead(client_key), client_iv), (suite.aead(server_key), server_iv)
+    return (client_key, client_iv), (server_key, server_iv)

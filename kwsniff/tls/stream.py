@@ -11,8 +11,11 @@ starts protection on each side's ChangeCipherSpec. Every byte fed in ends up in 
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 
@@ -25,6 +28,15 @@ from kwsniff.tls.schedule import (
     tls13_keys,
     tls13_next_secret,
 )
+
+# The compiled record loop (_records.c: one OpenSSL cipher context per direction), unless
+# KWSNIFF_PURE_PYTHON=1 asks for the loop on `cryptography` below, or it was not built or finds no
+# libcrypto. Both give the same results (tests/test_tls_records.py).
+Opener: Any = None
+Feeder: Any = None
+if os.environ.get("KWSNIFF_PURE_PYTHON", "") != "1":
+    with contextlib.suppress(ImportError):
+        from kwsniff.tls._records import Feeder, Opener  # type: ignore[import-not-found,no-redef]
 
 CHANGE_CIPHER_SPEC = 20
 ALERT = 21
@@ -74,15 +86,20 @@ Sink = Callable[[int, bytes | memoryview], None]
 class _Protection:
     """One direction's current record protection: AEAD, IV and sequence number."""
 
-    __slots__ = ("aead", "decrypt_into", "iv", "iv_int", "seq", "secret")
+    __slots__ = ("aead", "decrypt_into", "iv", "iv_int", "seq", "secret", "opener", "bulk")
 
-    def __init__(self, aead: object, iv: bytes, secret: bytes = b"") -> None:
-        self.aead = aead
-        self.decrypt_into = decrypt_into(aead)
+    def __init__(self, suite: Suite, key: bytes, iv: bytes, secret: bytes = b"") -> None:
+        self.aead = suite.aead(key)
+        self.decrypt_into = decrypt_into(self.aead)
         self.iv = iv
         self.iv_int = int.from_bytes(iv, "big")
         self.seq = 0
         self.secret = secret  # TLS 1.3 traffic secret, for KeyUpdate
+        # Whether runs of application data go through _application_run: TLS 1.3 under a traffic
+        # secret (not the handshake's), and TLS 1.2 when the compiled loop is there to run them.
+        bulk = bool(secret) if suite.tls13 else Opener is not None
+        self.opener = Opener(suite.evp_name, key, iv, suite.tls13) if bulk and Opener is not None else None
+        self.bulk = bulk
 
 
 class _Direction:
@@ -171,8 +188,16 @@ class TlsStream:
         # Where each direction's plaintext goes: ``on_plain`` with the direction bound, or a caller's
         # own pair (the connection's frame splitters, once it has them: no call in between).
         self.sinks: tuple[Sink, Sink] = (partial(on_plain, 0), partial(on_plain, 1))
-        # ``feed`` with the direction bound, for a caller that hands each direction's bytes straight.
-        self.feeders: tuple[Sink, Sink] = (partial(self.feed, 0), partial(self.feed, 1))
+        # ``feed`` with the direction bound, for a caller that hands each direction's bytes straight;
+        # compiled, the bytes of a record not complete yet are kept with no Python call.
+        self.feeders: tuple[Sink, Sink] = (
+            (partial(self.feed, 0), partial(self.feed, 1))
+            if Feeder is None
+            else (
+                Feeder(self, 0, partial(self._drain, 0)),
+                Feeder(self, 1, partial(self._drain, 1)),
+            )
+        )
 
     # -- results -------------------------------------------------------------------------------------
     @property
@@ -200,11 +225,15 @@ class TlsStream:
     # -- input ---------------------------------------------------------------------------------------
     def feed(self, d: int, ts: int, chunk: memoryview | bytes) -> None:
         side = self.dirs[d]
+        side.buf += chunk
+        if len(side.buf) >= side.need:  # else the rest of a record that began in an earlier segment
+            self._drain(d, ts)
+
+    def _drain(self, d: int, ts: int) -> None:
+        """Read the records ``buf`` holds (``feed``'s work once a record at its front is whole)."""
+        side = self.dirs[d]
         buf = side.buf
-        buf += chunk
         n = len(buf)
-        if n < side.need:
-            return  # the rest of a record that began in an earlier segment (most segments of a big one)
         view = memoryview(buf)
         try:
             pos = 0
@@ -213,7 +242,7 @@ class TlsStream:
             if (
                 buf[0] == APPLICATION_DATA
                 and protection is not None
-                and protection.secret  # a TLS 1.3 traffic secret (not the handshake's)
+                and protection.bulk
                 and not side.app_secret
                 and not side.resync
             ):
@@ -266,7 +295,7 @@ class TlsStream:
             typ = buf[pos]
             if typ == APPLICATION_DATA:
                 protection = side.protection
-                if protection is not None and protection.secret and not side.app_secret:
+                if protection is not None and protection.bulk and not side.app_secret:
                     pos = self._application_run(d, side, protection, buf, view, pos, n)
                     if n - pos < 5:
                         break
@@ -303,7 +332,20 @@ class TlsStream:
         """The common case, inline: TLS 1.3 records under a traffic secret holding application data
         without padding, from ``pos`` on, decrypted straight into one buffer back to back (each
         record's inner content type is overwritten by the next one's plaintext). Returns where it
-        stopped: at a record that is incomplete or not that case, for the careful path."""
+        stopped: at a record that is incomplete or not that case, for the careful path. The
+        compiled loop does the same, and TLS 1.2's application data too."""
+        opener = protection.opener
+        if opener is not None:
+            first = protection.seq
+            end, seq, content = opener.run(buf, pos, n, first)
+            if seq != first:
+                protection.seq = seq
+                side.records += seq - first
+                side.decrypted += len(content)
+                side.overhead += end - pos - len(content)
+                if content:
+                    self._out[d].append(content)
+            return end  # type: ignore[no-any-return]
         decrypt_into = protection.decrypt_into
         iv = protection.iv_int
         seq = first = protection.seq
@@ -450,7 +492,7 @@ class TlsStream:
         if plain is None and side.app_secret and side.records == 0:
             # The handshake records before were lost or are not ours: try the traffic secret.
             assert self.suite is not None
-            trial = _Protection(*tls13_keys(self.suite, side.app_secret), side.app_secret)
+            trial = _Protection(self.suite, *tls13_keys(self.suite, side.app_secret), side.app_secret)
             plain = self._open(trial, typ, rec, True, 0)
             if plain is not None:
                 side.protection = protection = trial
@@ -560,19 +602,17 @@ class TlsStream:
                 return
             chts, shts, cts, sts = found
             client, server = self.dirs
-            client.protection = _Protection(*tls13_keys(suite, chts))
-            server.protection = _Protection(*tls13_keys(suite, shts))
+            client.protection = _Protection(suite, *tls13_keys(suite, chts))
+            server.protection = _Protection(suite, *tls13_keys(suite, shts))
             client.app_secret, server.app_secret = cts, sts
         else:
             found = self.keys.secrets(self.client_random, TLS12_LABELS)
             if found is None:
                 self.keys_missing = True
                 return
-            (c_aead, c_iv), (s_aead, s_iv) = tls12_keys(
-                suite, found[0], self.client_random, self.server_random
-            )
-            self.dirs[0].next_protection = _Protection(c_aead, c_iv)
-            self.dirs[1].next_protection = _Protection(s_aead, s_iv)
+            (c_key, c_iv), (s_key, s_iv) = tls12_keys(suite, found[0], self.client_random, self.server_random)
+            self.dirs[0].next_protection = _Protection(suite, c_key, c_iv)
+            self.dirs[1].next_protection = _Protection(suite, s_key, s_iv)
         was_missing, self.keys_missing = self.keys_missing, False
         if was_missing:
             self._replay_pending()
@@ -591,7 +631,9 @@ class TlsStream:
         """TLS 1.3: this side's records after its Finished use its traffic secret."""
         side = self.dirs[d]
         if side.app_secret and self.suite is not None:
-            side.protection = _Protection(*tls13_keys(self.suite, side.app_secret), side.app_secret)
+            side.protection = _Protection(
+                self.suite, *tls13_keys(self.suite, side.app_secret), side.app_secret
+            )
             side.app_secret = b""
 
     def _key_update(self, d: int) -> None:
@@ -601,7 +643,7 @@ class TlsStream:
         if current is None or not current.secret or self.suite is None:
             return
         secret = tls13_next_secret(self.suite, current.secret)
-        side.protection = _Protection(*tls13_keys(self.suite, secret), secret)
+        side.protection = _Protection(self.suite, *tls13_keys(self.suite, secret), secret)
 
     # -- after a gap ---------------------------------------------------------------------------------
     def _resync(self, d: int, ts: int, start: int) -> int:

@@ -4,10 +4,11 @@ in the same run.
 
     python bench/bench_tls.py                 # makes bench/captures/tls/ (real traffic) if missing
     python bench/bench_tls.py --mb 200 --runs 5
+    python bench/bench_tls.py --tls12 --consume   # other shapes: bench/captures/tls-tls12-consume/
 
-The capture is real: confluent-kafka produces --mb of records (and a consumer reads them back)
-through a TLS-terminating proxy (tests/tls_proxy.py, TLS 1.3, AES-256-GCM: Java's and Kafka's
-default) in front of tansu, in an MTU 1500 network namespace, so segments are Ethernet-sized as on a
+The capture is real: confluent-kafka produces --mb of records (with --consume, a consumer then reads
+them back) through a TLS-terminating proxy (tests/tls_proxy.py, TLS 1.3, AES-256-GCM: Java's and
+Kafka's default; --tls12: TLS 1.2, ECDHE with AES-GCM) in front of tansu, in an MTU 1500 network namespace, so segments are Ethernet-sized as on a
 real network (no segmentation offloads, so both legs have the same packet shape); both sides are
 captured. The capture is then split into its TLS half (the proxy's
 port) and its plaintext twin (the broker's port), which carry the same Kafka bytes.
@@ -41,8 +42,10 @@ NETNS = "kwsniff-bench-tls"
 PROXY_PORT, BROKER_PORT = 19093, 19092
 
 
-def make_capture(work: Path, mb: int) -> tuple[Path, Path]:
-    """(capture of both ports, key log): confluent-kafka through the TLS proxy, MTU 1500."""
+def make_capture(work: Path, mb: int, tls12: bool = False, consume: bool = False) -> tuple[Path, Path]:
+    """(capture of both ports, key log): confluent-kafka through the TLS proxy, MTU 1500. ``tls12``:
+    the proxy capped at TLS 1.2 (ECDHE with AES-GCM); ``consume``: a consumer then reads everything
+    back, so the broker's large fetch responses are half the TLS payload."""
     pcap, keylog = work / "tls-both.pcap", work / "keys.log"
     cert, key = realparts.ip_certificate(work)
     subprocess.run(["ip", "netns", "add", NETNS], check=True)
@@ -58,7 +61,8 @@ def make_capture(work: Path, mb: int) -> tuple[Path, Path]:
         with realparts.start_broker(BROKER_PORT, netns=NETNS, advertised_port=PROXY_PORT, log_dir=str(work)):
             proxy = subprocess.Popen(
                 [*ns, sys.executable, str(ROOT / "tests" / "tls_proxy.py"), str(PROXY_PORT), str(BROKER_PORT)]
-                + [str(cert), str(key), str(keylog)],
+                + [str(cert), str(key), str(keylog)]
+                + (["--tls12"] if tls12 else []),
                 stdout=subprocess.DEVNULL,
             )
             try:
@@ -72,11 +76,18 @@ def make_capture(work: Path, mb: int) -> tuple[Path, Path]:
                         "p = Producer({'bootstrap.servers': sys.argv[2], 'linger.ms': 5, **tls});"
                         "n = int(sys.argv[4]) * 1000;"
                         "[ (p.produce('tls-bench', value=bytes(1000)), p.poll(0)) for _ in range(n) ];"
-                        "p.flush(120)"
+                        "p.flush(120);"
+                        "c = Consumer({'bootstrap.servers': sys.argv[2], 'group.id': 'tls-bench',"
+                        " 'auto.offset.reset': 'earliest', **tls}) if sys.argv[5] == '1' else None;"
+                        "c and c.subscribe(['tls-bench']);"
+                        "got, deadline = 0, time.monotonic() + 600;"
+                        "while c and got < n and time.monotonic() < deadline:"
+                        " got += len(c.consume(1000, 1.0));"
+                        "c and c.close()"
                     )
                     subprocess.run(
                         [*ns, sys.executable, "-c", workload, str(ROOT), f"127.0.0.1:{PROXY_PORT}", str(cert)]
-                        + [str(mb)],
+                        + [str(mb), "1" if consume else "0"],
                         check=True,
                         timeout=900,
                     )
@@ -135,14 +146,15 @@ def decrypt_rate(tls_pcap: Path, keylog: Path) -> tuple[float, float]:
         # The ClientHello (it may span segments), then the server's side, then the rest.
         hello, fed = 5 + int.from_bytes(client[0][3:5], "big"), 0
         i = 0
+        feed_client, feed_server = stream.feeders  # as a connection feeds it (compiled: _records.c)
         while fed < hello:
-            stream.feed(0, 0, client[i])
+            feed_client(0, client[i])
             fed += len(client[i])
             i += 1
         for chunk in server:
-            stream.feed(1, 0, chunk)
+            feed_server(0, chunk)
         for chunk in client[i:]:
-            stream.feed(0, 0, chunk)
+            feed_client(0, chunk)
         total += sum(map(len, client)) + sum(map(len, server))
         assert stream.state == "decrypted", stream.state
     seconds = time.process_time() - started
@@ -155,13 +167,21 @@ def main() -> None:
     )
     parser.add_argument("--mb", type=int, default=100, help="MB of records to produce (default 100)")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--work", type=Path, default=ROOT / "bench" / "captures" / "tls")
+    parser.add_argument("--tls12", action="store_true", help="the proxy capped at TLS 1.2 (AES-GCM)")
+    parser.add_argument(
+        "--consume", action="store_true", help="a consumer reads the records back (fetch responses too)"
+    )
+    parser.add_argument(
+        "--work", type=Path, help="where the capture is kept (default bench/captures/tls[-tls12][-consume])"
+    )
     args = parser.parse_args()
+    shape = "tls" + ("-tls12" if args.tls12 else "") + ("-consume" if args.consume else "")
+    args.work = args.work or ROOT / "bench" / "captures" / shape
     args.work.mkdir(parents=True, exist_ok=True)
     both, keylog = args.work / "tls-both.pcap", args.work / "keys.log"
     if not both.exists():
         print(f"making {both} ({args.mb} MB of records through the TLS proxy)...", flush=True)
-        both, keylog = make_capture(args.work, args.mb)
+        both, keylog = make_capture(args.work, args.mb, args.tls12, args.consume)
     tls_pcap = split(both, PROXY_PORT, args.work / "tls.pcap")
     plain_pcap = split(both, BROKER_PORT, args.work / "plain.pcap")
     mb, rate = decrypt_rate(tls_pcap, keylog)

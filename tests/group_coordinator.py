@@ -20,6 +20,7 @@ line to LOG: what the coordinator sent, for the tests to hold the decoded tables
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
 import importlib
 import io
@@ -85,6 +86,19 @@ HEARTBEATS = {
 }
 
 
+def kafka_member_id() -> str:
+    """A member id as Kafka's group coordinator names a member (`Uuid.randomUuid().toString()`): 16
+    random bytes in URL-safe base64 without padding, never starting with "-". Clients may parse it:
+    kafka-clients 3.9.1's share consumer reads it with `Uuid.fromString`, which throws on a 36-character
+    UUID; the exception, swallowed in the heartbeat's response handler, left the member JOINING (an
+    immediate heartbeat after every answer), with no share fetches, and close() spent its whole timeout
+    waiting for the acknowledgements it could not send, before its leave heartbeat."""
+    while True:
+        member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+        if not member_id.startswith("-"):
+            return member_id
+
+
 class Group:
     """One consumer group's members, epochs and target assignment."""
 
@@ -115,7 +129,7 @@ class Group:
             return 0, member_id, epoch, None
         if epoch == 0:
             if not member_id:
-                member_id = str(uuid.uuid4())  # v0: the coordinator names the member
+                member_id = kafka_member_id()  # v0: the coordinator names the member
             self.members[member_id] = {"epoch": 0, "assigned": None}
             self.epoch += 1
         member = self.members.get(member_id)

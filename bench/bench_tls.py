@@ -46,7 +46,8 @@ def make_capture(work: Path, mb: int, tls12: bool = False, consume: bool = False
     """(capture of both ports, key log): confluent-kafka through the TLS proxy, MTU 1500. ``tls12``:
     the proxy capped at TLS 1.2 (ECDHE with AES-GCM); ``consume``: a consumer then reads everything
     back, so the broker's large fetch responses are half the TLS payload."""
-    pcap, keylog = work / "tls-both.pcap", work / "keys.log"
+    # Written under another name and renamed when whole: a failed run leaves no capture to reuse.
+    pcap, keylog = work / "tls-both.partial.pcap", work / "keys.log"
     cert, key = realparts.ip_certificate(work)
     subprocess.run(["ip", "netns", "add", NETNS], check=True)
     try:
@@ -69,21 +70,23 @@ def make_capture(work: Path, mb: int, tls12: bool = False, consume: bool = False
                 time.sleep(1.5)
                 bpf = f"tcp port {PROXY_PORT} or tcp port {BROKER_PORT}"
                 with realparts.tcpdump_capture(pcap, PROXY_PORT, netns=NETNS, bpf=bpf):
-                    workload = (
-                        "import sys, time; sys.path.insert(0, sys.argv[1]);"
-                        "from confluent_kafka import Producer, Consumer;"
-                        "tls = {'security.protocol': 'ssl', 'ssl.ca.location': sys.argv[3]};"
-                        "p = Producer({'bootstrap.servers': sys.argv[2], 'linger.ms': 5, **tls});"
-                        "n = int(sys.argv[4]) * 1000;"
-                        "[ (p.produce('tls-bench', value=bytes(1000)), p.poll(0)) for _ in range(n) ];"
-                        "p.flush(120);"
-                        "c = Consumer({'bootstrap.servers': sys.argv[2], 'group.id': 'tls-bench',"
-                        " 'auto.offset.reset': 'earliest', **tls}) if sys.argv[5] == '1' else None;"
-                        "c and c.subscribe(['tls-bench']);"
-                        "got, deadline = 0, time.monotonic() + 600;"
-                        "while c and got < n and time.monotonic() < deadline:"
-                        " got += len(c.consume(1000, 1.0));"
-                        "c and c.close()"
+                    workload = "\n".join(
+                        [
+                            "import sys, time; sys.path.insert(0, sys.argv[1])",
+                            "from confluent_kafka import Producer, Consumer",
+                            "tls = {'security.protocol': 'ssl', 'ssl.ca.location': sys.argv[3]}",
+                            "p = Producer({'bootstrap.servers': sys.argv[2], 'linger.ms': 5, **tls})",
+                            "n = int(sys.argv[4]) * 1000",
+                            "for _ in range(n): p.produce('tls-bench', value=bytes(1000)); p.poll(0)",
+                            "p.flush(120)",
+                            "if sys.argv[5] == '1':",
+                            "    c = Consumer({'bootstrap.servers': sys.argv[2], 'group.id': 'tls-bench',"
+                            " 'auto.offset.reset': 'earliest', **tls})",
+                            "    c.subscribe(['tls-bench'])",
+                            "    got, deadline = 0, time.monotonic() + 600",
+                            "    while got < n and time.monotonic() < deadline: got += len(c.consume(1000, 1.0))",
+                            "    c.close()",
+                        ]
                     )
                     subprocess.run(
                         [*ns, sys.executable, "-c", workload, str(ROOT), f"127.0.0.1:{PROXY_PORT}", str(cert)]
@@ -95,7 +98,7 @@ def make_capture(work: Path, mb: int, tls12: bool = False, consume: bool = False
                 realparts.stop_process(proxy)  # type: ignore[arg-type]
     finally:
         subprocess.run(["ip", "netns", "delete", NETNS], check=False)
-    return pcap, keylog
+    return pcap.rename(work / "tls-both.pcap"), keylog
 
 
 def split(pcap: Path, port: int, out: Path) -> Path:

@@ -188,11 +188,31 @@ def walk_records(node: object) -> list[bytes]:
     return found
 
 
+def tls_seeds() -> None:
+    """The tls target's seeds (tls_wire.py format): every suite, segment sizes from 1 byte to a record
+    and more, and each operation: records, odd inner types and padding, KeyUpdate or a wrong sequence
+    number, raw bytes, gaps, damage."""
+    runs = [
+        bytes([0, 0, 0, 20, 0, 200]),  # two records
+        bytes([0, 3, 0, 7, 1, 22, 0, 0, 9, 2, 0, 40]),  # then a handshake record, a KeyUpdate, more
+        bytes([0, 206, 0, 255, 0, 255, 0, 255, 0, 255, 0, 1]),  # 2.3 KB records in 1.4 KB segments
+        bytes([0, 100, 1, 23, 3, 1, 21, 0, 0, 30]),  # padding after application data, an alert
+        bytes([0, 100, 0, 50, 4, 3, 0, 50, 0, 50]),  # a gap before a record: resynchronise
+        bytes([0, 100, 0, 50, 5, 9, 0, 50, 0, 50]),  # a damaged record: one failed tag
+        bytes([0, 100, 0, 10, 3, 5, 23, 3, 3, 255, 255, 0, 10]),  # raw bytes that look like a header
+        bytes([0, 100, 3, 3, 22, 3, 1, 0, 60]),  # raw bytes first: the stream is out of step
+    ]
+    for suite in range(6):
+        for run in runs:
+            save("tls", bytes([suite]) + run[1:])
+
+
 def main() -> None:
     seen: dict[tuple[int, int, str], int] = defaultdict(int)
     for path in CAPTURES:
         capture_seeds(path)
         kafka_seeds(path, seen)
+    tls_seeds()
     for target in sorted((HERE / "corpus").iterdir()):
         files = list(target.iterdir())
         print(f"{target.name}: {len(files)} seeds, {sum(f.stat().st_size for f in files):,} bytes")

@@ -11,6 +11,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+import tls_wire
 from segments import ACK, FIN, RST, SYN, ipv4_tcp, segments
 
 from kwsniff.capture import CaptureError, open_capture_file
@@ -30,6 +31,8 @@ from kwsniff.protocol import (
 from kwsniff.records import counts_v2, summarize_records
 from kwsniff.rows import ListSink
 from kwsniff.tcp import IMPLAUSIBLE_GAP, SNAPLEN, TcpReassembler
+from kwsniff.tls import stream as tls_stream
+from kwsniff.tls.schedule import tls13_keys
 
 LINKTYPE_IPV4 = 228
 LINKTYPE_ETHERNET = 1
@@ -247,6 +250,47 @@ def delivered_bytes(row: dict[str, Any]) -> int:
     return total
 
 
+def tls(data: bytes) -> None:
+    """One TLS connection's client bytes (tls_wire.py format), cut into segments, through the compiled
+    TLS feeder and record loop (kwsniff/tls/_records.c) and through the pure-Python stream on
+    cryptography: the same plaintext, counters and state both ways, and every byte fed is overhead,
+    decrypted or undecryptable."""
+    suite, piece, client, gaps = tls_wire.wire(data)
+    results = []
+    saved = tls_stream.Opener, tls_stream.Feeder
+    try:
+        for compiled in (True, False):
+            tls_stream.Opener, tls_stream.Feeder = saved if compiled else (None, None)
+            plain = bytearray()
+            stream = tls_stream.TlsStream(
+                None, lambda d, ts, chunk, plain=plain: plain.extend(chunk), lambda d, ts: None
+            )
+            stream.suite = suite
+            side = stream.dirs[0]
+            if suite.tls13:
+                secret = tls_wire.SECRET
+                side.protection = tls_stream._Protection(suite, *tls13_keys(suite, secret), secret)
+            else:
+                side.protection = tls_stream._Protection(suite, *tls_wire.keys_12(suite))
+            assert (side.protection.opener is not None) == (compiled and saved[0] is not None)
+            feed = stream.feeders[0]
+            at = 0
+            for offset, lost in [*gaps, (len(client), 0)]:
+                while at < offset:
+                    feed(at, client[at : min(offset, at + piece)])
+                    at = min(offset, at + piece)
+                if lost:
+                    stream.gap(0, at, lost)
+            stream.finish()
+            counters = (side.overhead, side.decrypted, side.undecryptable, side.records, side.failed)
+            assert side.overhead + side.decrypted + side.undecryptable == len(client), counters
+            assert side.decrypted == len(plain), (side.decrypted, len(plain))
+            results.append((bytes(plain), counters, side.lost_gaps, stream.state))
+    finally:
+        tls_stream.Opener, tls_stream.Feeder = saved
+    assert results[0] == results[1], "the compiled and the pure-Python TLS paths disagree"
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "capture": capture,
     "stream": stream,
@@ -254,6 +298,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "records": records,
     "session": session,
     "fastpath": fastpath,
+    "tls": tls,
 }
 # libFuzzer's -max_len per target: large enough for the seeds, small enough to stay fast.
 MAX_LEN = {
@@ -263,4 +308,5 @@ MAX_LEN = {
     "records": 65536,
     "session": 65536,
     "fastpath": 65536,
+    "tls": 4096,
 }

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from kwsniff.capture import CaptureError, open_capture_file
+from kwsniff.tls import TlsStream
+from kwsniff.tls import stream as tls_stream
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -104,6 +106,25 @@ def test_fuzzer_found_session_input_runs_clean() -> None:
 # -- the seed corpora still run clean through their targets -------------------------------------------------
 sys.path[:0] = [str(ROOT / "fuzz")]
 import targets  # noqa: E402  (fuzz/targets.py: the fuzz targets without atheris)
+import tls_wire  # noqa: E402  (fuzz/tls_wire.py: the tls target's input format)
+
+
+def test_fuzzer_found_tls12_record_shorter_than_its_tag_counts_as_one_failed_record() -> None:
+    """A TLS 1.2 AES-GCM record of 10 bytes (less than its 8-byte nonce and 16-byte tag) raised
+    OverflowError building the additional data; it is now one failed record, and the stream goes on."""
+    data = (HOSTILE / "fuzz_tls12_record_shorter_than_its_tag.bin").read_bytes()
+    targets.tls(data)  # the compiled and the pure-Python paths agree, every byte accounted
+    suite, _piece, client, _gaps = tls_wire.wire(data)
+    stream = TlsStream(None, lambda d, ts, chunk: None, lambda d, ts: None)
+    stream.suite = suite
+    side = stream.dirs[0]
+    side.protection = tls_stream._Protection(suite, *tls_wire.keys_12(suite))
+    stream.feeders[0](0, client)
+    stream.finish()
+    assert suite.name == "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"
+    assert (side.records, side.failed, side.decrypted) == (1, 1, 90)  # the record before it
+    assert side.undecryptable == len(client) - side.overhead - 90
+
 
 CORPUS = ROOT / "fuzz" / "corpus"
 

@@ -307,7 +307,8 @@ splitter_middle(PyObject *sp, PyObject *ts, PyObject *plain)
     Py_XDECREF(inc);
     if (sum == NULL)
         goto done;
-    if (PyList_Append(body, view) < 0 || PyList_Append(body_ts, ts) < 0 || PyObject_SetAttr(sp, s_s_need, left) < 0)
+    if (PyList_Append(body, view) < 0 || PyList_Append(body_ts, ts) < 0
+        || PyObject_SetAttr(sp, s_s_need, left) < 0)
         goto done;
     PyList_SetItem(held, 0, sum); /* steals sum */
     sum = NULL;
@@ -385,11 +386,18 @@ fast_drain(Feeder *self, PyObject *buf, PyObject *ts)
     if (plain == NULL)
         goto error;
     Py_ssize_t o = 0;
-    Py_ssize_t stop = run_records((Opener *)opener, p, 0, whole, &seq, (unsigned char *)PyBytes_AS_STRING(plain), &o);
+    /* The loop lets other threads run: exported, the buffer cannot be resized under it. */
+    Py_buffer held;
+    if (PyObject_GetBuffer(buf, &held, PyBUF_SIMPLE) < 0)
+        goto error;
+    Py_ssize_t stop = run_records((Opener *)opener, held.buf, 0, whole, &seq,
+                                  (unsigned char *)PyBytes_AS_STRING(plain), &o);
+    PyBuffer_Release(&held);
     if (stop == 0)
         goto done;
     Py_XSETREF(flag, PyLong_FromUnsignedLongLong(seq));
-    if (flag == NULL || PyObject_SetAttr(prot, s_seq, flag) < 0 || add_to(self->side, s_records, (long long)(seq - first)) < 0
+    if (flag == NULL || PyObject_SetAttr(prot, s_seq, flag) < 0
+        || add_to(self->side, s_records, (long long)(seq - first)) < 0
         || add_to(self->side, s_decrypted, o) < 0 || add_to(self->side, s_overhead, stop - o) < 0
         || PySequence_DelSlice(buf, 0, stop) < 0)
         goto error;

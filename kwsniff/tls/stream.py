@@ -477,6 +477,8 @@ class TlsStream:
             else:
                 nonce = (protection.iv_int ^ seq).to_bytes(12, "big")
                 body = rec[5:]
+            if len(body) < 16:
+                return None  # shorter than a tag (damage, or not a record): it fails as a bad tag would
             # RFC 5246 section 6.2.3.3: seq_num + type + version + the plaintext's length.
             aad = seq.to_bytes(8, "big") + rec[:3] + (len(body) - 16).to_bytes(2, "big")
         try:

@@ -12,35 +12,20 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from kwsniff.tls._records import LIBCRYPTO, Opener
 
 from kwsniff.tls import TlsStream
 from kwsniff.tls import stream as stream_module
 from kwsniff.tls.schedule import SUITES, Suite, tls13_keys, tls13_next_secret
 
-HEADER_VERSION = b"\x03\x03"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fuzz"))
+from tls_wire import seal  # noqa: E402  (fuzz/tls_wire.py: records sealed with cryptography's AEAD)
+
 SUITE_CODES = [0x1301, 0x1302, 0x1303, 0xC02F, 0xC030, 0xCCA8]
-
-
-def seal(
-    suite: Suite, key: bytes, iv: bytes, seq: int, content: bytes, inner: int = 23, typ: int = 23
-) -> bytes:
-    """One protected record as RFC 8446 section 5.2 (TLS 1.3) or RFC 5246/5288/7905 (TLS 1.2) has it."""
-    aead = AESGCM(key) if suite.aead is AESGCM else ChaCha20Poly1305(key)
-    if suite.tls13:
-        inner_plain = content + bytes([inner])
-        length = len(inner_plain) + 16
-        header = bytes([typ]) + HEADER_VERSION + length.to_bytes(2, "big")
-        nonce = (int.from_bytes(iv, "big") ^ seq).to_bytes(12, "big")
-        return header + aead.encrypt(nonce, inner_plain, header)
-    explicit = seq.to_bytes(8, "big") if suite.aead is AESGCM else b""
-    nonce = iv + explicit if explicit else (int.from_bytes(iv, "big") ^ seq).to_bytes(12, "big")
-    aad = seq.to_bytes(8, "big") + bytes([typ]) + HEADER_VERSION + len(content).to_bytes(2, "big")
-    body = explicit + aead.encrypt(nonce, content, aad)
-    return bytes([typ]) + HEADER_VERSION + len(body).to_bytes(2, "big") + body
 
 
 def keys(suite: Suite) -> tuple[bytes, bytes]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from kwsniff.kafka import Conversation, plausible_request
-from kwsniff.kafka.framing import FrameSplitter
 from kwsniff.kafka.opening import kafka_evidence
 from kwsniff.kafka.sasl import looks_like_gssapi_token
 from kwsniff.kafka.tls import TlsHellos, guess_protocol, looks_like_tls, looks_like_tls_record
@@ -436,9 +435,6 @@ class Connection:
         self.kafka = on_broker_port
         self.protocol_guess = "tls"
         from kwsniff.tls import TlsStream  # and cryptography: only once a run meets TLS
-        from kwsniff.tls.stream import take_splitter
-
-        take_splitter(FrameSplitter.data)  # plaintext for the middle of a frame: kept by the compiled feeder
 
         tls = self.tls = TlsHellos()
         stream = self.tls_stream = TlsStream(

@@ -253,10 +253,10 @@ static PyTypeObject OpenerType = {
  * bytes are appended to the direction's buf. Until it holds its `need` bytes (a whole record at its
  * front) nothing else happens: most TCP segments of a record that spans several end there, with
  * no Python call. Then, in the common case (the direction's protection has an Opener, no gap to
- * resynchronise after, TLS 1.3's traffic keys in use, and the buffer holds whole application-data
- * records then at most the start of the next), the records are opened here and the plaintext
- * handed to stream.sinks[d], with the counters TlsStream._drain would have kept. Anything else,
- * and whatever this loop stops at, is left to drain(ts), TlsStream._drain. */
+ * resynchronise after, no TLS 1.3 traffic secret still to switch to, and the buffer holds whole
+ * application-data records then at most the start of the next), the records are opened here and
+ * the plaintext handed to stream.sinks[d], with the counters TlsStream._drain would have kept.
+ * Anything else, and whatever this loop stops at, is left to drain(ts), TlsStream._drain. */
 typedef struct {
     PyObject_HEAD
     PyObject *stream;
@@ -267,61 +267,7 @@ typedef struct {
 } Feeder;
 
 static PyObject *s_buf, *s_need, *s_protection, *s_opener, *s_resync, *s_app_secret, *s_seq, *s_records,
-    *s_decrypted, *s_overhead, *s_sinks, *s_dirs, *s_s_need, *s_s_body, *s_s_body_ts, *s_s_held;
-
-/* kwsniff.kafka.framing.FrameSplitter.data, the function (given by take_splitter), or NULL. */
-static PyObject *splitter_data;
-
-/* FrameSplitter.data's first case, for plaintext going to a Kafka frame splitter: the middle of a
- * frame begun in an earlier chunk is kept (a view of it) with no Python call, as the splitter
- * itself and kwsniff/pipeline/_fastpath.c keep it. 1: kept; 0: not that case; -1: an error. */
-static int
-splitter_middle(PyObject *sp, PyObject *ts, PyObject *plain)
-{
-    Py_ssize_t n = PyBytes_GET_SIZE(plain);
-    int rc = -1;
-    PyObject *body = NULL, *body_ts = NULL, *held = NULL, *view = NULL, *left = NULL, *sum = NULL;
-    PyObject *need_o = PyObject_GetAttr(sp, s_s_need);
-    if (need_o == NULL)
-        return -1;
-    Py_ssize_t need = PyLong_AsSsize_t(need_o);
-    Py_DECREF(need_o);
-    if (need == -1 && PyErr_Occurred())
-        return -1;
-    if (!(0 < n && n < need))
-        return 0;
-    body = PyObject_GetAttr(sp, s_s_body);
-    body_ts = body == NULL ? NULL : PyObject_GetAttr(sp, s_s_body_ts);
-    held = body_ts == NULL ? NULL : PyObject_GetAttr(sp, s_s_held);
-    if (held == NULL)
-        goto done;
-    if (!PyList_CheckExact(body) || !PyList_CheckExact(body_ts) || !PyList_CheckExact(held)
-        || PyList_GET_SIZE(held) < 1) {
-        rc = 0;
-        goto done;
-    }
-    view = PyMemoryView_FromObject(plain);
-    left = view == NULL ? NULL : PyLong_FromSsize_t(need - n);
-    PyObject *inc = left == NULL ? NULL : PyLong_FromSsize_t(n);
-    sum = inc == NULL ? NULL : PyNumber_Add(PyList_GET_ITEM(held, 0), inc);
-    Py_XDECREF(inc);
-    if (sum == NULL)
-        goto done;
-    if (PyList_Append(body, view) < 0 || PyList_Append(body_ts, ts) < 0
-        || PyObject_SetAttr(sp, s_s_need, left) < 0)
-        goto done;
-    PyList_SetItem(held, 0, sum); /* steals sum */
-    sum = NULL;
-    rc = 1;
-done:
-    Py_XDECREF(body);
-    Py_XDECREF(body_ts);
-    Py_XDECREF(held);
-    Py_XDECREF(view);
-    Py_XDECREF(left);
-    Py_XDECREF(sum);
-    return rc;
-}
+    *s_decrypted, *s_overhead, *s_sinks, *s_dirs;
 
 static int
 add_to(PyObject *obj, PyObject *name, long long by)
@@ -428,18 +374,12 @@ fast_drain(Feeder *self, PyObject *buf, PyObject *ts)
         PyObject *sink = PySequence_GetItem(sinks, self->d);
         if (sink == NULL)
             goto error;
-        int kept = 0;
-        if (splitter_data != NULL && PyMethod_Check(sink) && PyMethod_GET_FUNCTION(sink) == splitter_data)
-            kept = splitter_middle(PyMethod_GET_SELF(sink), ts, plain);
-        if (kept == 0) {
-            PyObject *call[2] = {ts, plain};
-            PyObject *r = PyObject_Vectorcall(sink, call, 2, NULL);
-            kept = r == NULL ? -1 : 1;
-            Py_XDECREF(r);
-        }
+        PyObject *call[2] = {ts, plain};
+        PyObject *r = PyObject_Vectorcall(sink, call, 2, NULL);
         Py_DECREF(sink);
-        if (kept < 0)
+        if (r == NULL)
             goto error;
+        Py_DECREF(r);
     }
     rc = stop == whole; /* else a record this loop does not take: drain(ts) reads it and the rest */
     goto done;
@@ -603,34 +543,18 @@ load_libcrypto(void)
     return 0;
 }
 
-static PyObject *
-take_splitter(PyObject *Py_UNUSED(module), PyObject *func)
-{
-    Py_INCREF(func);
-    Py_XSETREF(splitter_data, func);
-    Py_RETURN_NONE;
-}
-
-static PyMethodDef module_methods[] = {
-    {"take_splitter", take_splitter, METH_O,
-     "take_splitter(FrameSplitter.data): plaintext for the middle of a frame is kept without calling it."},
-    {NULL},
-};
-
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "kwsniff.tls._records",
-    "Runs of TLS application-data records decrypted with one OpenSSL cipher context.", -1, module_methods,
+    "Runs of TLS application-data records decrypted with one OpenSSL cipher context.", -1, NULL,
 };
 
 PyMODINIT_FUNC
 PyInit__records(void)
 {
     PyObject **names[] = {&s_buf, &s_need, &s_protection, &s_opener, &s_resync, &s_app_secret, &s_seq,
-                          &s_records, &s_decrypted, &s_overhead, &s_sinks, &s_dirs, &s_s_need, &s_s_body,
-                          &s_s_body_ts, &s_s_held};
+                          &s_records, &s_decrypted, &s_overhead, &s_sinks, &s_dirs};
     const char *texts[] = {"buf", "need", "protection", "opener", "resync", "app_secret", "seq",
-                           "records", "decrypted", "overhead", "sinks", "dirs", "_need", "_body",
-                           "_body_ts", "_held"};
+                           "records", "decrypted", "overhead", "sinks", "dirs"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if ((*names[i] = PyUnicode_InternFromString(texts[i])) == NULL)
             return NULL;

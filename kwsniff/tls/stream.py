@@ -39,16 +39,6 @@ if os.environ.get("KWSNIFF_PURE_PYTHON", "") != "1":
         from kwsniff.tls._records import Feeder, Opener  # type: ignore[import-not-found,no-redef]
 
 
-def take_splitter(data: Callable[..., None]) -> None:
-    """The pipeline's frame splitter's ``data`` function (kwsniff.kafka.framing.FrameSplitter.data;
-    this layer does not import the one above): plaintext bound for the middle of a frame it has begun
-    is kept the way that function's first case keeps it, with no call (compiled feeder only)."""
-    if Feeder is not None:
-        from kwsniff.tls._records import take_splitter  # type: ignore[import-not-found]
-
-        take_splitter(data)
-
-
 CHANGE_CIPHER_SPEC = 20
 ALERT = 21
 HANDSHAKE = 22

@@ -48,7 +48,10 @@ def _run(args: tuple[str, ...], code: Path | None) -> tuple[float, str]:
     env["PYTHONPATH"] = str(code or ROOT)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "kwsniff", *args], capture_output=True, text=True, env=env)
+    # Run from the checkout itself: `python -m` puts the working directory before PYTHONPATH.
+    done = subprocess.run(
+        [sys.executable, "-m", "kwsniff", *args], capture_output=True, text=True, env=env, cwd=code or ROOT
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     if done.returncode != 0:

@@ -63,6 +63,18 @@ def nearest_rank(values: pd.Series, p: float) -> float:
     return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
 
 
+def with_request(rows: pd.DataFrame, requests: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """``rows`` joined to ``columns`` of their exchange's `requests` row (an oracle apart from the
+    tables' own copies); where ``rows`` repeats a column, the copy must equal the request's."""
+    keys = ["capture", "conn_id", "correlation_id"]
+    joined = rows.merge(requests[[*keys, *columns]], on=keys, suffixes=("_repeated", ""))
+    for c in columns:
+        if f"{c}_repeated" in joined:
+            assert joined[f"{c}_repeated"].fillna(-1).tolist() == joined[c].fillna(-1).tolist(), c
+            joined = joined.drop(columns=f"{c}_repeated")
+    return joined
+
+
 def test_latency_percentiles(sdf: dict, pdt: dict) -> None:
     req, conn = pdt["requests"], pdt["connections"]
     conn = conn.assign(broker=conn.broker_ip + ":" + conn.broker_port.astype(str))[
@@ -84,8 +96,7 @@ def test_latency_percentiles(sdf: dict, pdt: dict) -> None:
 
 def test_error_rates(sdf: dict, pdt: dict) -> None:
     req, err = pdt["requests"], pdt["errors"]
-    keys = ["capture", "conn_id", "correlation_id"]
-    joined = err.merge(req[[*keys, "client_id"]], on=keys)
+    joined = with_request(err, req, "client_id")
     per_client = req.groupby("client_id").size()
     expected = []
     for (name, topic, client), g in joined.groupby(["error_name", "topic", "client_id"], dropna=False):
@@ -120,10 +131,7 @@ def test_throttled_clients(spark: Any, sdf: dict, pdt: dict) -> None:
 
 
 def test_throughput_per_minute(sdf: dict, pdt: dict) -> None:
-    keys = ["capture", "conn_id", "correlation_id"]
-    prod = pdt["partitions"][pdt["partitions"].api_key == 0].merge(
-        pdt["requests"][[*keys, "ts_request"]], on=keys
-    )
+    prod = with_request(pdt["partitions"][pdt["partitions"].api_key == 0], pdt["requests"], "ts_request")
     prod = prod.assign(minute=prod.ts_request.dt.floor("min"))
     expected = [
         (topic, minute, int(g.record_count.sum()), int(g.record_bytes.sum()))
@@ -136,11 +144,10 @@ def test_throughput_per_minute(sdf: dict, pdt: dict) -> None:
 
 
 def test_consumer_lag(sdf: dict, pdt: dict) -> None:
-    keys = ["capture", "conn_id", "correlation_id"]
-    parts, req = pdt["partitions"], pdt["requests"][[*keys, "ts_request", "ts_response"]]
-    com = parts[parts.api_key.isin([8, 9]) & (parts.committed_offset >= 0)].merge(req, on=keys)
+    parts, req = pdt["partitions"], pdt["requests"]
+    com = with_request(parts[parts.api_key.isin([8, 9]) & (parts.committed_offset >= 0)], req, "ts_request")
     com = com.sort_values("ts_request").groupby(["capture", "group_id", "topic", "partition"]).last()
-    fet = parts[(parts.api_key == 1) & parts.high_watermark.notna()].merge(req, on=keys)
+    fet = with_request(parts[(parts.api_key == 1) & parts.high_watermark.notna()], req, "ts_response")
     hwm = fet.sort_values("ts_response").groupby(["capture", "topic", "partition"]).high_watermark.last()
     expected = []
     for (cap, group, topic, p), row in com.iterrows():
@@ -154,8 +161,7 @@ def test_consumer_lag(sdf: dict, pdt: dict) -> None:
 
 
 def test_produce_to_consume_latency(sdf: dict, pdt: dict) -> None:
-    keys = ["capture", "conn_id", "correlation_id"]
-    parts = pdt["partitions"].merge(pdt["requests"][[*keys, "ts_request", "ts_response"]], on=keys)
+    parts = with_request(pdt["partitions"], pdt["requests"], "ts_request", "ts_response")
     parts = parts[parts.first_offset.notna() & parts.last_offset.notna()]
     first: dict[str, dict] = {"produce": {}, "consume": {}}
     for kind, api, ts in (("produce", 0, "ts_request"), ("consume", 1, "ts_response")):

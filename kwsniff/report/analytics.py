@@ -40,7 +40,9 @@ def load_tables(spark: SparkSession, out: str | Path) -> dict[str, DataFrame]:
 def _exchanges(df: DataFrame, requests: DataFrame, *columns: str) -> DataFrame:
     """``df`` (rows of exchanges) with columns of their `requests` row."""
     keys = ["capture", "conn_id", "correlation_id"]
-    return df.join(requests.select(*keys, *columns), keys)
+    picked = requests.select(*keys, *columns)
+    # The tables repeat the exchange's client and times on its rows (equal to the request's): taken once.
+    return df.drop(*(c for c in picked.columns if c in df.columns and c not in keys)).join(picked, keys)
 
 
 def latency_percentiles(requests: DataFrame, connections: DataFrame, *, fetch: bool = False) -> DataFrame:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kwsniff.report.views import DERIVED, table_columns
+from kwsniff.report.views import DERIVED, FILLED, MATERIALIZED, fill, table_columns
 
 Row = dict[str, Any]
 
@@ -38,7 +38,13 @@ class Filters:
 
 def _time_filter(table: str, f: Filters) -> str:
     """A WHERE clause keeping a table's rows inside --since/--until (by the table's own time)."""
-    column = {"requests": "ts_request", "groups": "ts_request", "connections": "ts_last"}.get(table)
+    column = {
+        "requests": "ts_request",
+        "groups": "ts_request",
+        "partitions": "ts_request",
+        "errors": "ts_request",
+        "connections": "ts_last",
+    }.get(table)
     if column is None:
         return ""
     conds = []
@@ -48,6 +54,24 @@ def _time_filter(table: str, f: Filters) -> str:
         low = "ts_first" if table == "connections" else column
         conds.append(f"{low} <= TIMESTAMP '{f.until:%Y-%m-%d %H:%M:%S.%f}'")
     return " WHERE " + " AND ".join(conds) if conds else ""
+
+
+def has_columns(con: Any, paths: list[str], names: tuple[str, ...]) -> bool:
+    """Every file of ``paths`` has every column of ``names`` (read from the files' footers)."""
+    if not paths or not names:
+        return True
+    listed = ", ".join(f"'{n}'" for n in names)
+    counts = con.execute(
+        f"SELECT file_name, COUNT(DISTINCT name) FROM parquet_schema({paths!r}) "
+        f"WHERE name IN ({listed}) GROUP BY file_name"
+    ).fetchall()
+    return len(counts) == len(paths) and all(n == len(names) for _, n in counts)
+
+
+def in_fill_order(columns: dict[str, Any]) -> list[str]:
+    """The tables, `connections` and `requests` first: the others are filled from them."""
+    first = ["connections", "requests"]
+    return first + [t for t in columns if t not in first]
 
 
 def _value(v: Any) -> Any:
@@ -94,7 +118,9 @@ class DuckEngine:
 
     def _views(self, tables: Path, filters: Filters) -> None:
         self.con.execute("SET TimeZone = 'UTC'")
-        for table, columns in table_columns().items():
+        columns = table_columns()
+        complete = {}
+        for table, wanted in columns.items():
             paths = files(tables, table)
             present = set()
             if paths:
@@ -102,17 +128,22 @@ class DuckEngine:
                 present = {r[0] for r in self.con.sql(f"DESCRIBE SELECT * FROM {source}").fetchall()}
             else:
                 source = "(SELECT 1 AS _none WHERE false)"
+            complete[table] = has_columns(self.con, paths, FILLED.get(table, ()))
             # A table written before a column existed (or not written at all) reads as nulls there.
-            select = ", ".join(
-                f'"{c}"' if c in present else f'CAST(NULL AS {t}) AS "{c}"' for c, t in columns
-            )
-            self.con.execute(
-                f"CREATE VIEW {table} AS SELECT * FROM (SELECT {select} FROM {source}){_time_filter(table, filters)}"
-            )
-        # The shared views are joined by several sections: computed once (record_times, over the
-        # opt-in records table, stays a view: it is read only where a Produce is missing).
+            select = ", ".join(f'"{c}"' if c in present else f'CAST(NULL AS {t}) AS "{c}"' for c, t in wanted)
+            self.con.execute(f"CREATE VIEW _{table}_all AS SELECT {select} FROM {source}")
+        for table in in_fill_order(columns):
+            where = _time_filter(table, filters)
+            if complete[table]:
+                self.con.execute(f"CREATE VIEW {table} AS SELECT * FROM _{table}_all{where}")
+            else:
+                # Written before the exchange's client and times were repeated on its rows: joined
+                # once (requests with connections stays a view: that join is cheap).
+                kind = "VIEW" if table == "requests" else "TEMP TABLE"
+                sql = fill(table, columns[table], f"_{table}_all")
+                self.con.execute(f"CREATE {kind} {table} AS SELECT * FROM ({sql}) AS f{where}")
         for name, sql in DERIVED.items():
-            kind = "VIEW" if name == "record_times" else "TEMP TABLE"
+            kind = "TEMP TABLE" if name in MATERIALIZED else "VIEW"
             self.con.execute(f"CREATE {kind} {name} AS {sql}")
 
     def run(self, sql: str, params: list[Any] | None = None) -> list[Row]:
@@ -126,24 +157,41 @@ class DuckEngine:
         sorted by ``sort_by`` descending when it has it) and the count of all such rows.
 
         The same rows as run.keep and output.sort_rows over every row, without carrying millions of
-        rows into Python for a text report of twenty: the answer is kept as a temporary table (in
-        its ORDER BY's order), counted and cut there; `rowid` (insertion order) keeps --sort stable."""
-        self.con.execute(f"CREATE OR REPLACE TEMP TABLE _answer AS {sql}")
+        rows into Python for a text report of twenty, and without sorting them all: the answer is
+        kept unsorted as a temporary table, counted there, and its first rows taken by the section's
+        own ORDER BY (after ``sort_by``) with a top-N heap."""
+        body, order = split_order(sql)
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE _answer AS {body}")
         columns = self.con.table("_answer").columns
         where = [f'"{c}" = ?' for c in wanted if c in columns]
         values = [v for c, v in wanted.items() if c in columns]
         kept = f"FROM _answer{' WHERE ' + ' AND '.join(where) if where else ''}"
-        order = f'ORDER BY "{sort_by}" DESC NULLS LAST, rowid' if sort_by in columns else "ORDER BY rowid"
-        # One statement for the rows and their count (each statement costs a few ms to plan).
-        rows = self.run(f"SELECT *, COUNT(*) OVER () AS _total {kept} {order} LIMIT {int(limit)}", values)
-        total = rows[0].pop("_total") if rows else 0
-        for row in rows[1:]:
-            del row["_total"]
+        keys = ([f'"{sort_by}" DESC NULLS LAST'] if sort_by in columns else []) + ([order] if order else [])
+        ((total,),) = self.con.execute(f"SELECT COUNT(*) {kept}", values).fetchall()
+        rows = self.run(
+            f"SELECT * {kept} {'ORDER BY ' + ', '.join(keys) if keys else ''} LIMIT {int(limit)}", values
+        )
         return rows, total
 
     def close(self) -> None:
         self.con.close()
         shutil.rmtree(self._spill, ignore_errors=True)
+
+
+def split_order(sql: str) -> tuple[str, str]:
+    """``sql`` without its final ORDER BY (outside any parentheses), and that ORDER BY's keys ("" if none)."""
+    depth, at = 0, -1
+    upper = sql.upper()
+    for i, ch in enumerate(sql):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif depth == 0 and upper.startswith("ORDER BY", i):
+            at = i
+    if at < 0:
+        return sql, ""
+    return sql[:at], sql[at + len("ORDER BY") :].strip()
 
 
 def to_spark(sql: str) -> str:
@@ -165,16 +213,29 @@ class SparkEngine:
     name = "spark"
 
     def __init__(self, tables: Path, filters: Filters, spark: Any) -> None:
+        import duckdb
+
         self.spark = spark
-        for table, columns in table_columns().items():
+        columns = table_columns()
+        complete = {}
+        footers = duckdb.connect()
+        for table, wanted in columns.items():
             paths = files(tables, table)
+            complete[table] = has_columns(footers, paths, FILLED.get(table, ()))
             # The schema given, not inferred: no job to merge file schemas, and columns a file
             # lacks read as nulls.
-            ddl = ", ".join(f"`{c}` {_spark_type(t)}" for c, t in columns)
+            ddl = ", ".join(f"`{c}` {_spark_type(t)}" for c, t in wanted)
             df = spark.read.schema(ddl).parquet(*paths) if paths else spark.createDataFrame([], ddl)
             df.createOrReplaceTempView(f"_{table}_all")
+        footers.close()
+        for table in in_fill_order(columns):
+            source = (
+                f"_{table}_all"
+                if complete[table]
+                else f"({fill(table, columns[table], f'_{table}_all')}) AS f"
+            )
             spark.sql(
-                to_spark(f"SELECT * FROM _{table}_all{_time_filter(table, filters)}")
+                to_spark(f"SELECT * FROM {source}{_time_filter(table, filters)}")
             ).createOrReplaceTempView(table)
             # Every section reads the tables again: kept after the first read (spilled to disk
             # when large).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kwsniff.report.sql import millis, pct
+from kwsniff.report.sql import bucket, millis, pct
 
 # Classic generations: from the first JoinGroup request of a generation (a member's
 # MEMBER_ID_REQUIRED attempt, KIP-394, counts for the generation it then joins) to the last
@@ -95,7 +95,7 @@ WITH starts AS (
   FROM groups WHERE protocol IN ('consumer', 'streams', 'share') AND event = 'assignment'
   GROUP BY capture, group_id, protocol, member_epoch_response
 )
-SELECT capture, group_id, protocol, DATE_TRUNC('{STORM_WINDOW}', ts) AS window_start, COUNT(*) AS rebalances
+SELECT capture, group_id, protocol, {bucket(STORM_WINDOW, "ts")} AS window_start, COUNT(*) AS rebalances
 FROM starts
 GROUP BY 1, 2, 3, 4 HAVING COUNT(*) > {STORM_REBALANCES}
 ORDER BY rebalances DESC, capture, group_id, window_start
@@ -109,9 +109,8 @@ SELECT p.capture, p.group_id, g.member_id, p.topic, p.partition, p.api_key,
        p.acquired_records, p.redelivered_records, p.max_delivery_count,
        p.acquired_first_offset, p.acquired_last_offset, p.acquisition_lock_timeout_ms,
        p.accepted_records, p.released_records, p.rejected_records,
-       p.acknowledged_first_offset, p.acknowledged_last_offset, r.ts_request, r.ts_response
-FROM partitions p JOIN requests r
-  ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
+       p.acknowledged_first_offset, p.acknowledged_last_offset, p.ts_request, p.ts_response
+FROM partitions p
 LEFT JOIN groups g ON g.capture = p.capture AND g.conn_id = p.conn_id AND g.correlation_id = p.correlation_id
 WHERE p.api_key IN (78, 79) AND p.group_id IS NOT NULL
 """

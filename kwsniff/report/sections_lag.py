@@ -8,7 +8,7 @@ Produce is not in the capture, minus the record's own timestamp (the `records` t
 
 from __future__ import annotations
 
-from kwsniff.report.sql import seconds
+from kwsniff.report.sql import bucket, seconds
 
 # Each committed offset with the time it was produced (acknowledged), or its record timestamp.
 _COMMITS_DATED = """
@@ -36,32 +36,40 @@ _SOURCE = """CASE WHEN committed_offset >= hwm THEN 'caught_up' WHEN produced_at
 # Over time: at every commit and every new high watermark of a partition a group committed on, the
 # group's latest commit against the latest watermark; one row per second (its worst moment).
 LAG = f"""
-WITH dated AS ({_COMMITS_DATED}),
-followed AS (SELECT DISTINCT capture, group_id, topic, partition FROM dated),
+WITH commits_dated AS ({_COMMITS_DATED}),
+-- One integer per followed (capture, group, topic, partition): the window below sorts by it, not by
+-- four columns of which three are strings (several times faster).
+followed AS (
+  SELECT capture, group_id, topic, partition, ROW_NUMBER() OVER (ORDER BY capture, group_id, topic, partition) AS k
+  FROM (SELECT DISTINCT capture, group_id, topic, partition FROM commits_dated) AS d
+),
+dated AS (
+  SELECT f.k, d.ts, d.committed_offset, d.produced_at, d.record_ts
+  FROM commits_dated d JOIN followed f ON f.capture = d.capture AND f.group_id = d.group_id
+    AND f.topic = d.topic AND f.partition = d.partition
+),
 events AS (
-  SELECT capture, group_id, topic, partition, ts, 0 AS kind, CAST(NULL AS BIGINT) AS hwm FROM dated
+  SELECT k, ts, 0 AS kind, CAST(NULL AS BIGINT) AS hwm FROM dated
   UNION ALL
-  SELECT f.capture, f.group_id, f.topic, f.partition, w.ts, 1 AS kind, w.hwm
+  SELECT f.k, w.ts, 1 AS kind, w.hwm
   FROM watermarks w JOIN followed f ON f.capture = w.capture AND f.topic = w.topic AND f.partition = w.partition
 ),
 carried AS (
-  SELECT capture, group_id, topic, partition, ts,
-         MAX(CASE WHEN kind = 0 THEN ts END) OVER w AS commit_ts, MAX(hwm) OVER w AS hwm
+  SELECT k, ts, MAX(CASE WHEN kind = 0 THEN ts END) OVER w AS commit_ts, MAX(hwm) OVER w AS hwm
   FROM events
-  WINDOW w AS (PARTITION BY capture, group_id, topic, partition ORDER BY ts, kind, hwm
-               ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+  WINDOW w AS (PARTITION BY k ORDER BY ts, kind, hwm ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 ),
-state AS (
-  SELECT e.capture, e.group_id, e.topic, e.partition, e.ts, e.hwm, d.committed_offset, d.produced_at, d.record_ts
-  FROM carried e JOIN dated d ON d.capture = e.capture AND d.group_id = e.group_id AND d.topic = e.topic
-    AND d.partition = e.partition AND d.ts = e.commit_ts
+per_second AS (
+  SELECT e.k, {bucket("second", "e.ts")} AS second,
+         MAX(d.committed_offset) AS committed_offset, MAX(e.hwm) AS high_watermark,
+         MAX(e.hwm - d.committed_offset) AS offset_lag, MAX({_lag_seconds("e.ts")}) AS lag_seconds,
+         MAX({_SOURCE}) AS lag_source
+  FROM carried e JOIN dated d ON d.k = e.k AND d.ts = e.commit_ts
+  GROUP BY 1, 2
 )
-SELECT capture, group_id, topic, partition, DATE_TRUNC('second', ts) AS second,
-       MAX(committed_offset) AS committed_offset, MAX(hwm) AS high_watermark,
-       MAX(hwm - committed_offset) AS offset_lag, MAX({_lag_seconds("ts")}) AS lag_seconds,
-       MAX({_SOURCE}) AS lag_source
-FROM state
-GROUP BY 1, 2, 3, 4, 5
+SELECT f.capture, f.group_id, f.topic, f.partition, s.second, s.committed_offset, s.high_watermark,
+       s.offset_lag, s.lag_seconds, s.lag_source
+FROM per_second s JOIN followed f ON f.k = s.k
 ORDER BY capture, group_id, topic, partition, second
 """
 
@@ -84,7 +92,7 @@ latest AS (
 ),
 fetches AS (
   SELECT gc.capture, gc.group_id, MAX(r.ts_request) AS ts_fetch
-  FROM group_clients gc JOIN exchanges r ON r.capture = gc.capture AND r.client_id = gc.client_id
+  FROM group_clients gc JOIN requests r ON r.capture = gc.capture AND r.client_id = gc.client_id
     AND r.client_ip = gc.client_ip AND r.api_key IN (1, 78)
   GROUP BY 1, 2
 ),
@@ -116,11 +124,10 @@ ORDER BY state DESC, lag_seconds DESC, capture, group_id, topic, partition
 # the high watermark that Fetch returned), named by the member id and instance its group rows give.
 MEMBER_LAG = f"""
 WITH members AS (
-  SELECT g.capture, g.group_id, r.client_id, r.client_ip,
-         MAX(g.member_id) AS member_id, MAX(g.group_instance_id) AS group_instance_id
-  FROM groups g JOIN exchanges r
-    ON r.capture = g.capture AND r.conn_id = g.conn_id AND r.correlation_id = g.correlation_id
-  WHERE g.member_id IS NOT NULL AND g.member_id <> ''
+  SELECT capture, group_id, client_id, client_ip,
+         MAX(member_id) AS member_id, MAX(group_instance_id) AS group_instance_id
+  FROM groups
+  WHERE member_id IS NOT NULL AND member_id <> ''
   GROUP BY 1, 2, 3, 4
 ),
 fetched AS (

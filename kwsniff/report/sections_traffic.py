@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kwsniff.report.sql import millis, pct, ranked
+from kwsniff.report.sql import bucket, millis, pct, ranked
 
 # APIs by the role they show a client in (Metadata, FindCoordinator, ApiVersions... show none).
 PRODUCER_APIS = "0, 22, 24, 26, 28"  # Produce, InitProducerId, AddPartitionsToTxn, EndTxn, TxnOffsetCommit
@@ -24,7 +24,7 @@ WITH rows AS (
   -- Admin requests without a topic-partition row (CreateTopics, DescribeConfigs, ListGroups...).
   SELECT r.client_id, r.client_ip, 'admin' AS role, CAST(NULL AS VARCHAR) AS topic, CAST(NULL AS VARCHAR) AS group_id,
          CAST(NULL AS BIGINT) AS record_count, CAST(NULL AS BIGINT) AS record_bytes, r.ts_request, r.capture
-  FROM exchanges r LEFT JOIN partition_exchanges p
+  FROM requests r LEFT JOIN partition_exchanges p
     ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
     AND p.api_key IN ({ADMIN_APIS})
   WHERE r.api_key IN ({ADMIN_APIS}) AND p.conn_id IS NULL
@@ -33,11 +33,6 @@ WITH rows AS (
 client_group AS (
   SELECT capture, client_id, client_ip, topic, MIN(group_id) AS group_id
   FROM rows WHERE role = 'consumer' AND group_id IS NOT NULL GROUP BY capture, client_id, client_ip, topic
-),
-software AS (
-  SELECT client_id, client_ip, MAX(sasl_mechanism) AS sasl_mechanism, MAX(sasl_principal) AS sasl_principal,
-         MAX(client_software_name) AS software_name, MAX(client_software_version) AS software_version
-  FROM exchanges GROUP BY client_id, client_ip
 ),
 -- Summed per capture first: the joins below then meet thousands of rows, not millions.
 counted AS (
@@ -53,7 +48,7 @@ SELECT r.client_id, r.client_ip, s.sasl_mechanism, s.sasl_principal, s.software_
 FROM counted r
 LEFT JOIN client_group g ON g.capture = r.capture AND g.client_id = r.client_id
   AND g.client_ip = r.client_ip AND g.topic = r.topic
-LEFT JOIN software s ON s.client_id = r.client_id AND s.client_ip = r.client_ip
+LEFT JOIN client_software s ON s.client_id = r.client_id AND s.client_ip = r.client_ip
 GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
 ORDER BY client_id, client_ip, role, topic, group_id
 """
@@ -102,8 +97,8 @@ FROM ({ranked(f"SELECT topic, {millis('ts_consume', 'ts_produce')} AS e2e_ms FRO
 GROUP BY topic ORDER BY topic
 """
 
-THROUGHPUT = """
-SELECT topic, DATE_TRUNC('minute', ts_request) AS minute, SUM(record_count) AS records,
+THROUGHPUT = f"""
+SELECT topic, {bucket("minute", "ts_request")} AS minute, SUM(record_count) AS records,
        SUM(record_bytes) AS bytes
 FROM partition_exchanges WHERE api_key = 0
 GROUP BY 1, 2 ORDER BY topic, minute
@@ -129,12 +124,11 @@ EXPECTED = """(e.error_code = 79 AND e.api_key = 11) OR (e.error_code = 27 AND e
 ERRORS = f"""
 WITH per_client AS (SELECT client_id, COUNT(*) AS client_requests FROM requests GROUP BY client_id)
 SELECT CASE WHEN {EXPECTED} THEN 'expected' ELSE 'failure' END AS kind,
-       e.error_name, e.api_name, e.topic, r.client_id, COUNT(*) AS errors,
+       e.error_name, e.api_name, e.topic, e.client_id, COUNT(*) AS errors,
        COUNT(DISTINCT e.partition) AS partitions, MAX(c.client_requests) AS client_requests,
        COUNT(*) / MAX(c.client_requests) AS errors_per_request
-FROM errors e JOIN requests r
-  ON r.capture = e.capture AND r.conn_id = e.conn_id AND r.correlation_id = e.correlation_id
-LEFT JOIN per_client c ON c.client_id IS NOT DISTINCT FROM r.client_id
+FROM errors e
+LEFT JOIN per_client c ON c.client_id IS NOT DISTINCT FROM e.client_id
 GROUP BY 1, 2, 3, 4, 5
 ORDER BY kind DESC, errors DESC, error_name, api_name, topic, client_id
 """
@@ -176,12 +170,12 @@ GROUP BY api_name, client_id ORDER BY api_name, client_id
 
 CHURN = f"""
 WITH opened AS (
-  SELECT DATE_TRUNC('minute', ts_first) AS minute, COUNT(*) AS opened,
+  SELECT {bucket("minute", "ts_first")} AS minute, COUNT(*) AS opened,
          SUM(CASE WHEN (fin_seen OR rst_seen) AND {millis("ts_last", "ts_first")} < 1000 THEN 1 ELSE 0 END) AS short_lived
   FROM connections GROUP BY 1
 ),
 closed AS (
-  SELECT DATE_TRUNC('minute', ts_last) AS minute, COUNT(*) AS closed
+  SELECT {bucket("minute", "ts_last")} AS minute, COUNT(*) AS closed
   FROM connections WHERE fin_seen OR rst_seen GROUP BY 1
 )
 SELECT COALESCE(o.minute, c.minute) AS minute, COALESCE(o.opened, 0) AS opened,

@@ -49,26 +49,60 @@ def table_columns() -> dict[str, list[tuple[str, str]]]:
     return out
 
 
-# Views the sections share. `produced`: each acknowledged Produce batch's offset range and the time
-# the broker's acknowledgement was seen, i.e. when those offsets became readable.
-# `exchanges`: each request with its client's address, SASL mechanism and software;
-# `partition_exchanges`: each topic-partition row (but Metadata's, the most numerous, which no section
-# reads) with its request's client and times. Each is one join of the largest tables, made once and
-# kept for every section, with only the columns sections read (every column is a copy per report).
+# The columns each exchange table repeats from its exchange's `requests` and `connections` rows
+# (kwsniff.tables.schemas._CLIENT and _TIMES). Tables written before they existed get them by a join
+# (engines: `fill`), each once per report; tables that have them need no join of two large tables.
+FILLED = {
+    "requests": ("client_ip",),
+    "partitions": ("client_id", "client_ip", "ts_request", "ts_response", "latency_ms"),
+    "groups": ("client_id", "client_ip"),
+    "errors": ("client_id", "client_ip", "ts_request", "ts_response", "latency_ms"),
+}
+
+
+def fill(table: str, columns: list[tuple[str, str]], source: str) -> str:
+    """SQL of ``table`` read from ``source`` (its rows as written), with its FILLED columns taken from
+    the `connections` (client_ip of a request) or `requests` view where a row lacks them."""
+    select = ", ".join(
+        f'COALESCE(t."{c}", {"c" if table == "requests" else "r"}."{c}") AS "{c}"'
+        if c in FILLED[table]
+        else f't."{c}"'
+        for c, _ in columns
+    )
+    if table == "requests":
+        return (
+            f"SELECT {select} FROM {source} t "
+            "LEFT JOIN connections c ON c.capture = t.capture AND c.conn_id = t.conn_id"
+        )
+    return (
+        f"SELECT {select} FROM {source} t LEFT JOIN requests r "
+        "ON r.capture = t.capture AND r.conn_id = t.conn_id AND r.correlation_id = t.correlation_id"
+    )
+
+
+# Views the sections share, each with only the columns sections read. `partition_exchanges`: each
+# topic-partition row but Metadata's (the most numerous, which no section reads), with its exchange's
+# client and times. `produced`: each acknowledged Produce batch's offset range and the time the
+# broker's acknowledgement was seen, i.e. when those offsets became readable. The ones in MATERIALIZED
+# are computed once per report and kept (several sections join them); the others are views.
+MATERIALIZED = ("produced", "watermarks", "commits", "group_clients", "capture_end")
 DERIVED = {
-    "exchanges": """
-        SELECT r.capture, r.conn_id, r.correlation_id, r.api_key, r.client_id, r.ts_request, r.ts_response,
-               r.latency_ms, c.client_ip, c.sasl_mechanism, c.sasl_principal, c.client_software_name,
-               c.client_software_version
-        FROM requests r LEFT JOIN connections c ON c.capture = r.capture AND c.conn_id = r.conn_id""",
     "partition_exchanges": """
-        SELECT p.capture, p.conn_id, p.correlation_id, p.api_key, p.topic, p.partition, p.group_id,
-               p.record_count, p.record_bytes, p.first_offset, p.last_offset, p.high_watermark,
-               p.fetch_offset, p.committed_offset, p.error_code,
-               r.client_id, r.client_ip, r.ts_request, r.ts_response, r.latency_ms
-        FROM partitions p JOIN exchanges r
-          ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
-        WHERE p.api_key <> 3""",
+        SELECT capture, conn_id, correlation_id, api_key, topic, partition, group_id,
+               record_count, record_bytes, first_offset, last_offset, high_watermark,
+               fetch_offset, committed_offset, error_code,
+               client_id, client_ip, ts_request, ts_response, latency_ms
+        FROM partitions
+        WHERE api_key <> 3""",
+    # Per client (id and address): its SASL mechanism and principal and its software (KIP-511),
+    # from the connections it sent requests on.
+    "client_software": """
+        SELECT r.client_id, r.client_ip, MAX(c.sasl_mechanism) AS sasl_mechanism,
+               MAX(c.sasl_principal) AS sasl_principal, MAX(c.client_software_name) AS software_name,
+               MAX(c.client_software_version) AS software_version
+        FROM (SELECT DISTINCT capture, conn_id, client_id, client_ip FROM requests) AS r
+        LEFT JOIN connections c ON c.capture = r.capture AND c.conn_id = r.conn_id
+        GROUP BY r.client_id, r.client_ip""",
     "produced": """
         SELECT capture, topic, partition, first_offset, last_offset, ts_request, ts_response AS ts_ack
         FROM partition_exchanges
@@ -98,9 +132,7 @@ DERIVED = {
     "group_clients": """
         SELECT DISTINCT capture, group_id, client_id, client_ip FROM commits
         UNION
-        SELECT DISTINCT g.capture, g.group_id, r.client_id, r.client_ip
-        FROM groups g JOIN exchanges r
-          ON r.capture = g.capture AND r.conn_id = g.conn_id AND r.correlation_id = g.correlation_id""",
+        SELECT DISTINCT capture, group_id, client_id, client_ip FROM groups""",
     # The last packet time of each capture: "now" for a stopped group.
     "capture_end": """
         SELECT capture, MAX(ts) AS ts_end FROM (

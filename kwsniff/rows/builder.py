@@ -152,7 +152,7 @@ class TableBuilder:
             self.totals["records_written_early_bytes"] += held
 
     def handler_for(self, conn: Any) -> ExchangeRows:
-        rows = ExchangeRows(self, conn.conn_id)
+        rows = ExchangeRows(self, conn.conn_id, format_ip(conn.client[0]))
         if self.keep_messages:
             # `show` prints each exchange as it completes, long before the connection row exists.
             rows.endpoints = {
@@ -191,9 +191,10 @@ class TableBuilder:
 class ExchangeRows(ConversationHandler):
     """Decodes the frames of one connection and writes `requests` and `errors` rows."""
 
-    def __init__(self, tables: TableBuilder, conn_id: int) -> None:
+    def __init__(self, tables: TableBuilder, conn_id: int, client_ip: str | None = None) -> None:
         self.tables = tables
         self.conn_id = conn_id
+        self.client_ip = client_ip
         self.client_id: str | None = None
         self.client_software_name: str | None = None
         self.client_software_version: str | None = None
@@ -263,8 +264,15 @@ class ExchangeRows(ConversationHandler):
         if errors:
             info["first_error_code"] = errors[0]["error_code"]
             info["first_error_name"] = errors[0]["error_name"]
+        exchange = {
+            "client_id": req.client_id,
+            "client_ip": self.client_ip,
+            "ts_request": req.ts_last,
+            "ts_response": resp.ts_first,
+            "latency_ms": (resp.ts_first - req.ts_last) / 1000.0,
+        }
         for row in errors:
-            self.tables.sink.add("errors", {**context, **row})
+            self.tables.sink.add("errors", {**context, **row, **exchange})
 
     def exchange(self, req: Request, resp: Response | None, status: str) -> None:
         tables = self.tables
@@ -295,12 +303,18 @@ class ExchangeRows(ConversationHandler):
         elif reason:
             # Decoded, with something worth a look (e.g. trailing bytes): a note, not an error.
             tables.notes[reason.split(" at offset")[0]] += 1
-        row = {
-            **self._context(req),
-            "client_id": req.client_id,
+        context = self._context(req)
+        # The exchange's client and times, on its partitions and groups rows too (schemas._CLIENT).
+        client = {"client_id": req.client_id, "client_ip": self.client_ip}
+        times = {
             "ts_request": req.ts_last,
             "ts_response": resp.ts_first if resp is not None else None,
             "latency_ms": (resp.ts_first - req.ts_last) / 1000.0 if resp is not None else None,
+        }
+        row = {
+            **context,
+            "client_id": req.client_id,
+            **times,
             "request_bytes": req.size,
             "response_bytes": resp.size if resp is not None else None,
             "throttle_time_ms": respi.get("throttle_time_ms"),
@@ -320,17 +334,17 @@ class ExchangeRows(ConversationHandler):
             "producer_id_response": respi.get("producer_id_response"),
             "producer_epoch_response": respi.get("producer_epoch_response"),
             "removed_in": removed_in(req.api_key, req.api_version),
+            "client_ip": self.client_ip,
         }
         if tables.keep_messages:
             row.update(self.endpoints)
             row["request"] = reqi.get("message")
             row["response"] = respi.get("message")
         tables.sink.add("requests", row)
-        context = self._context(req)
         topics = tables.topics
         if "group" in reqi:
             group = group_row(
-                context,
+                {**context, **client},
                 reqi.get("group_id"),
                 reqi["group"],
                 respi.get("group"),
@@ -341,7 +355,7 @@ class ExchangeRows(ConversationHandler):
             # KIP-848 assignments name topics by id: written once the topic-id map names them.
             topics.add_spelled("groups", group, topic_ids_of(group), spell_topics)
         damage = tables.record_damage
-        for prow in merged_rows(req.api_key, reqi, respi, context):
+        for prow in merged_rows(req.api_key, reqi, respi, {**context, **client, **times}):
             records = None
             if "_records" in prow:
                 self._release(prow.pop("_held", 0))

@@ -18,6 +18,11 @@ _EXCHANGE = [
     ("api_name", pa.string()),
     ("api_version", pa.int16()),
 ]
+# The exchange's client and times, repeated on the rows of the other exchange tables (each equal to
+# its `requests` row's, `client_ip` to its `connections` row's), so that a question about them needs no
+# join of two large tables (docs/tables.md; the report reads them).
+_CLIENT = [("client_id", pa.string()), ("client_ip", pa.string())]
+_TIMES = [("ts_request", TS), ("ts_response", TS), ("latency_ms", pa.float64())]
 
 REQUESTS = pa.schema(
     _EXCHANGE
@@ -55,6 +60,7 @@ REQUESTS = pa.schema(
         # the ZooKeeper-era inter-broker APIs; "4.1": share-group v0), null while every release accepts it
         # (kwsniff.protocol.removed_in; docs/upgrade.md).
         ("removed_in", pa.string()),
+        ("client_ip", pa.string()),
     ]
 )
 
@@ -140,6 +146,8 @@ ERRORS = pa.schema(
         ("group_id", pa.string()),
         ("resource_name", pa.string()),
     ]
+    + _CLIENT
+    + _TIMES
 )
 
 # One row per topic-partition per exchange, request and response merged (kwsniff/rows/partitions.py).
@@ -204,6 +212,8 @@ PARTITIONS = pa.schema(
         # refuse them (KIP-724); null for magic 2 and on every other API.
         ("removed_in", pa.string()),
     ]
+    + _CLIENT
+    + _TIMES
 )
 
 # One row per record of a Produce request or Fetch response; opt-in (`kwsniff read --records`).
@@ -268,6 +278,7 @@ GROUPS = pa.schema(
         ("assignment", pa.string()),
         ("owned_partitions", pa.string()),
     ]
+    + _CLIENT
 )
 
 # One row per input of `kwsniff read` or `kwsniff spark` (docs/captures-table.md): what was read of

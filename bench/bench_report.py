@@ -4,6 +4,14 @@
     python bench/bench_report.py --before HEAD~1 --gb 0.05 # same answers as a revision? both timed, alternating
     python bench/bench_report.py --gb 0.2 --spark         # smaller, and once on Spark (local[2])
     python bench/bench_report.py --gb 0.05 --runs 1 --per-section  # and the cost of each section
+    python bench/bench_report.py --skip-big --long 100000 --before 5f8d8fb  # one busy partition
+
+Two shapes. ``--gb``: many small captures (the repository's, copied). ``--long N``: one long capture of
+one busy partition, N Produce batches of 10 records acknowledged 1 ms after sending (one every 10 ms),
+each fetched 5 ms after its acknowledgement and a group commit every 100 batches: rows written by
+DuckDB in the tables' own schema, with a connection per role and the quick start's rows around them.
+Range joins on offsets (Produce batch against Fetch range, commit against Produce batch) meet many
+rows per partition there.
 
 The 1 GB are real tables replicated: the repository's captures (tests/data/captures, the quick
 start) read once by `kwsniff read`, then written again and again by DuckDB as distinct captures
@@ -118,6 +126,61 @@ def replicate(base: Path, out: Path, target_bytes: int) -> int:
     return copies
 
 
+def long_partition(quick: Path, out: Path, batches: int) -> None:
+    """The ``--long`` shape (see the module's text) under ``out``, from the quick start's tables."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+
+    def schema(table: str) -> list[tuple[str, str]]:
+        return [
+            (r[0], r[1])
+            for r in con.sql(f"DESCRIBE SELECT * FROM read_parquet('{quick}/{table}/*.parquet')").fetchall()
+        ]
+
+    def write(table: str, select: str) -> None:
+        (out / table).mkdir(parents=True, exist_ok=True)
+        con.execute(f"COPY ({select}) TO '{out / table}/{table}.parquet' (FORMAT parquet)")
+
+    at = "TIMESTAMPTZ '2026-01-01 00:00:00+00' + TO_MICROSECONDS"
+    roles = {  # api_key: (conn_id, first_offset, last_offset, high_watermark, committed, fetch_offset, ts_request µs, rows)
+        0: (1, "i * 10", "i * 10 + 9", "NULL", "NULL", "NULL", "i * 10000", batches),
+        1: (2, "i * 10", "i * 10 + 9", "i * 10 + 10", "NULL", "i * 10", "i * 10000 + 1500", batches),
+        8: (3, "NULL", "NULL", "NULL", "i * 1000", "NULL", "i * 1000000 + 6000", batches // 100),
+    }
+    names = {0: "Produce", 1: "Fetch", 8: "OffsetCommit"}
+    parts = []
+    for api, (conn, first, last, hwm, committed, fetched, ts, rows) in roles.items():
+        value = {
+            "capture": "'long.pcap'", "conn_id": str(conn), "correlation_id": "i", "api_key": str(api),
+            "api_name": f"'{names[api]}'", "api_version": "9", "topic": "'busy'", "partition": "0",
+            "error_code": "0", "record_count": "10", "record_bytes": "1000", "first_offset": first,
+            "last_offset": last, "high_watermark": hwm, "committed_offset": committed, "fetch_offset": fetched,
+            "group_id": "'g'" if api == 8 else "NULL", "client_id": "'c'", "client_ip": "'127.0.0.1'",
+            "ts_request": f"{at}({ts})", "ts_response": f"{at}({ts} + {3500 if api == 1 else 1000})",
+            "latency_ms": "3.5" if api == 1 else "1.0",
+        }  # fmt: skip
+        columns = ", ".join(f'CAST({value.get(c, "NULL")} AS {t}) AS "{c}"' for c, t in schema("partitions"))
+        parts.append(f"SELECT {columns} FROM range({rows}) AS r(i)")
+    write("partitions", " UNION ALL ".join(parts))
+    have = {c for c, _ in schema("partitions")}
+    request = ", ".join(c if c in have else f"CAST(NULL AS {t}) AS {c}" for c, t in schema("requests"))
+    write(
+        "requests",
+        f"SELECT {request} FROM '{out}/partitions/partitions.parquet' UNION ALL "
+        f"SELECT * FROM read_parquet('{quick}/requests/*.parquet')",
+    )
+    write(
+        "connections",
+        f"SELECT q.* REPLACE ('long.pcap' AS capture, c.i AS conn_id, 'c' AS client_id) "
+        f"FROM (SELECT * FROM read_parquet('{quick}/connections/*.parquet') LIMIT 1) AS q, range(1, 4) AS c(i) "
+        f"UNION ALL SELECT * FROM read_parquet('{quick}/connections/*.parquet')",
+    )
+    for table in ("errors", "groups", "captures"):
+        write(table, f"SELECT * FROM read_parquet('{quick}/{table}/*.parquet')")
+
+
 def timed(runs: int, tables: Path, label: str, before: Path | None) -> None:
     """Median wall and CPU of ``runs`` reports, alternating with the before-version when given."""
     load = os.getloadavg()[0]
@@ -145,7 +208,7 @@ def timed(runs: int, tables: Path, label: str, before: Path | None) -> None:
     )
 
 
-def per_section(tables: Path) -> None:
+def per_section(tables: Path, memory_limit: int | None = 4 << 30) -> None:
     """CPU and wall seconds of opening the tables (views, shared temp tables) and of each section,
     in this process, as a text report runs them (each answer kept in DuckDB, its first 20 rows out)."""
     sys.path.insert(0, str(ROOT))
@@ -157,7 +220,7 @@ def per_section(tables: Path) -> None:
         return time.process_time(), time.perf_counter()
 
     cpu, wall = clocks()
-    engine = DuckEngine(tables, Filters())
+    engine = DuckEngine(tables, Filters(), memory_limit)
     done = clocks()
     print(
         f"  {'(open: views and shared tables)':34} CPU {done[0] - cpu:6.2f} s, wall {done[1] - wall:6.2f} s"
@@ -199,7 +262,8 @@ def main() -> None:
         metavar="REV",
         help="git revision to compare with: same JSON rows required, timed alternately with this checkout",
     )
-    parser.add_argument("--skip-big", action="store_true", help="time the quick start only")
+    parser.add_argument("--skip-big", action="store_true", help="no --gb tables")
+    parser.add_argument("--long", type=int, metavar="N", help="also the one-busy-partition shape, N batches")
     parser.add_argument(
         "--per-section", action="store_true", help="then once more in this process, timing each section"
     )
@@ -220,6 +284,15 @@ def main() -> None:
         if before:
             same_answers(quick, before)
         timed(args.runs, quick, "quick start (target 5 s)", before)
+        if args.long:
+            long = Path(tmp) / "long"
+            long_partition(quick, long, args.long)
+            print(
+                f"one busy partition: {args.long:,} Produce batches, {args.long:,} fetches, {args.long // 100:,} commits"
+            )
+            if before:
+                same_answers(long, before)
+            timed(args.runs, long, f"one busy partition ({args.long:,} batches)", before)
         if args.skip_big:
             return
         where = args.tables or ROOT / f"bench/captures/report-tables-{args.gb:g}gb"

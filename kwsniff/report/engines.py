@@ -177,6 +177,12 @@ class DuckEngine:
         self.con.close()
         shutil.rmtree(self._spill, ignore_errors=True)
 
+    def __enter__(self) -> DuckEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def split_order(sql: str) -> tuple[str, str]:
     """``sql`` without its final ORDER BY (outside any parentheses), and that ORDER BY's keys ("" if none)."""

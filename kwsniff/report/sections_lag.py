@@ -8,19 +8,7 @@ Produce is not in the capture, minus the record's own timestamp (the `records` t
 
 from __future__ import annotations
 
-from kwsniff.report.sql import bucket, seconds
-
-# Each committed offset with the time it was produced (acknowledged), or its record timestamp.
-_COMMITS_DATED = """
-SELECT c.capture, c.group_id, c.topic, c.partition, c.ts, MAX(c.committed_offset) AS committed_offset,
-       MIN(pr.ts_ack) AS produced_at, MIN(rt.ts) AS record_ts
-FROM commits c
-LEFT JOIN produced pr ON pr.capture = c.capture AND pr.topic = c.topic AND pr.partition = c.partition
-  AND c.committed_offset BETWEEN pr.first_offset AND pr.last_offset
-LEFT JOIN record_times rt ON rt.capture = c.capture AND rt.topic = c.topic AND rt.partition = c.partition
-  AND rt."offset" = c.committed_offset
-GROUP BY 1, 2, 3, 4, 5
-"""
+from kwsniff.report.sql import bucket, offset_bucket, seconds
 
 
 def _lag_seconds(at: str) -> str:
@@ -36,7 +24,7 @@ _SOURCE = """CASE WHEN committed_offset >= hwm THEN 'caught_up' WHEN produced_at
 # Over time: at every commit and every new high watermark of a partition a group committed on, the
 # group's latest commit against the latest watermark; one row per second (its worst moment).
 LAG = f"""
-WITH commits_dated AS ({_COMMITS_DATED}),
+WITH
 -- One integer per followed (capture, group, topic, partition): the window below sorts by it, not by
 -- four columns of which three are strings (several times faster).
 followed AS (
@@ -78,7 +66,7 @@ ORDER BY capture, group_id, topic, partition, second
 SESSION_TIMEOUT = "__SESSION_TIMEOUT_MS__"
 
 STOPPED = f"""
-WITH dated AS ({_COMMITS_DATED}),
+WITH dated AS (SELECT * FROM commits_dated),
 last_commit AS (
   SELECT capture, group_id, topic, partition, MAX(ts) AS ts_commit FROM dated GROUP BY 1, 2, 3, 4
 ),
@@ -143,8 +131,8 @@ SELECT m.capture, m.group_id, m.member_id, m.group_instance_id, f.client_id, f.c
             ELSE {seconds("f.ts_response", "MIN(pr.ts_ack)")} END AS lag_seconds,
        f.ts_response AS last_fetch
 FROM fetched f JOIN members m ON m.capture = f.capture AND m.client_id = f.client_id AND m.client_ip = f.client_ip
-LEFT JOIN produced pr ON pr.capture = f.capture AND pr.topic = f.topic AND pr.partition = f.partition
-  AND f.fetch_offset BETWEEN pr.first_offset AND pr.last_offset
+LEFT JOIN produced_buckets pr ON pr.capture = f.capture AND pr.topic = f.topic AND pr.partition = f.partition
+  AND pr.bucket = {offset_bucket("f.fetch_offset")} AND f.fetch_offset BETWEEN pr.first_offset AND pr.last_offset
 WHERE f._last = 1
 GROUP BY m.capture, m.group_id, m.member_id, m.group_instance_id, f.client_id, f.client_ip, f.topic,
          f.partition, f.fetch_offset, f.high_watermark, f.ts_response

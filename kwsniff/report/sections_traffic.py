@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kwsniff.report.sql import bucket, millis, pct, ranked
+from kwsniff.report.sql import bucket, millis, offset_bucket, offset_buckets, pct, ranked
 
 # APIs by the role they show a client in (Metadata, FindCoordinator, ApiVersions... show none).
 PRODUCER_APIS = "0, 22, 24, 26, 28"  # Produce, InitProducerId, AddPartitionsToTxn, EndTxn, TxnOffsetCommit
@@ -78,17 +78,20 @@ FROM ({
 GROUP BY topic ORDER BY topic
 """
 
-# Per Produce batch, the first Fetch response carrying its first offset (a range join on offsets).
+# Per Produce batch, the first Fetch response carrying its first offset (a range join on offsets,
+# by offset bucket: sql.offset_buckets).
 PRODUCE_TO_CONSUME = f"""
 WITH fetched AS (
-  SELECT capture, topic, partition, first_offset, last_offset, ts_response
+  SELECT capture, topic, partition, first_offset, last_offset, ts_response,
+         {offset_buckets("first_offset", "last_offset")} AS bucket
   FROM partition_exchanges WHERE api_key = 1 AND first_offset IS NOT NULL AND ts_response IS NOT NULL
 ),
 batches AS (
   SELECT pr.capture, pr.topic, pr.partition, pr.first_offset, MIN(pr.ts_request) AS ts_produce,
          MIN(f.ts_response) AS ts_consume
   FROM produced pr JOIN fetched f ON f.capture = pr.capture AND f.topic = pr.topic
-    AND f.partition = pr.partition AND pr.first_offset BETWEEN f.first_offset AND f.last_offset
+    AND f.partition = pr.partition AND f.bucket = {offset_bucket("pr.first_offset")}
+    AND pr.first_offset BETWEEN f.first_offset AND f.last_offset
   GROUP BY 1, 2, 3, 4
 )
 SELECT topic, COUNT(*) AS batches, {pct(0.5, "e2e_ms")} AS p50_ms, {pct(0.99, "e2e_ms")} AS p99_ms,

@@ -33,3 +33,19 @@ def bucket(unit: str, ts: str) -> str:
     calendar for every row, several times slower. Spark reads MAKE_TIMESTAMP as TIMESTAMP_MICROS."""
     us = _UNIT_US[unit]
     return f"MAKE_TIMESTAMP(EPOCH_US({ts}) // {us} * {us})"
+
+
+# Offsets are compared in buckets of this many: a range join on offsets ("the Produce batch holding
+# this committed offset", "the Fetch responses carrying this batch") is an equality join on the
+# bucket first, so its work grows with the rows, not with their product per partition.
+OFFSET_BUCKET = 1024
+
+
+def offset_bucket(offset: str) -> str:
+    """The bucket of one offset."""
+    return f"({offset} // {OFFSET_BUCKET})"
+
+
+def offset_buckets(first: str, last: str) -> str:
+    """One row per bucket the range ``first``..``last`` touches (a set-returning select item)."""
+    return f"UNNEST(GENERATE_SERIES({first} // {OFFSET_BUCKET}, {last} // {OFFSET_BUCKET}))"

@@ -3,6 +3,8 @@ where an older table lacks one) and a few derived views shared by sections, in D
 
 from __future__ import annotations
 
+from kwsniff.report.sql import offset_bucket, offset_buckets
+
 # The groups columns of the KIP-848/share/streams decoding (docs/groups.md "Columns"): the report
 # reads them whether or not the tables it is given were written by a kwsniff that fills them.
 GROUPS_CONTRACT = (
@@ -85,7 +87,15 @@ def fill(table: str, columns: list[tuple[str, str]], source: str) -> str:
 # client and times. `produced`: each acknowledged Produce batch's offset range and the time the
 # broker's acknowledgement was seen, i.e. when those offsets became readable. The ones in MATERIALIZED
 # are computed once per report and kept (several sections join them); the others are views.
-MATERIALIZED = ("produced", "watermarks", "commits", "group_clients", "capture_end")
+MATERIALIZED = (
+    "produced",
+    "produced_buckets",
+    "watermarks",
+    "commits",
+    "commits_dated",
+    "group_clients",
+    "capture_end",
+)
 DERIVED = {
     "partition_exchanges": """
         SELECT capture, conn_id, correlation_id, api_key, topic, partition, group_id,
@@ -94,19 +104,22 @@ DERIVED = {
                client_id, client_ip, ts_request, ts_response, latency_ms
         FROM partitions
         WHERE api_key <> 3""",
-    # Per client (id and address): its SASL mechanism and principal and its software (KIP-511),
-    # from the connections it sent requests on.
+    # Per client (id and address): its SASL mechanism and principal and its software (KIP-511), from
+    # its connections (a connection's client id is its first request's, the one its ApiVersions sent).
     "client_software": """
-        SELECT r.client_id, r.client_ip, MAX(c.sasl_mechanism) AS sasl_mechanism,
-               MAX(c.sasl_principal) AS sasl_principal, MAX(c.client_software_name) AS software_name,
-               MAX(c.client_software_version) AS software_version
-        FROM (SELECT DISTINCT capture, conn_id, client_id, client_ip FROM requests) AS r
-        LEFT JOIN connections c ON c.capture = r.capture AND c.conn_id = r.conn_id
-        GROUP BY r.client_id, r.client_ip""",
+        SELECT client_id, client_ip, MAX(sasl_mechanism) AS sasl_mechanism, MAX(sasl_principal) AS sasl_principal,
+               MAX(client_software_name) AS software_name, MAX(client_software_version) AS software_version
+        FROM connections WHERE client_id IS NOT NULL
+        GROUP BY client_id, client_ip""",
     "produced": """
         SELECT capture, topic, partition, first_offset, last_offset, ts_request, ts_response AS ts_ack
         FROM partition_exchanges
         WHERE api_key = 0 AND first_offset IS NOT NULL AND last_offset IS NOT NULL AND ts_response IS NOT NULL""",
+    # `produced` once per offset bucket its range touches (sql.offset_buckets): joined by bucket.
+    "produced_buckets": f"""
+        SELECT capture, topic, partition, first_offset, last_offset, ts_ack,
+               {offset_buckets("first_offset", "last_offset")} AS bucket
+        FROM produced""",
     # Offsets' record timestamps (Fetch rows of the opt-in records table): lag's fallback.
     "record_times": """
         SELECT capture, topic, partition, "offset", MIN("timestamp") AS ts
@@ -128,6 +141,17 @@ DERIVED = {
         FROM partition_exchanges
         WHERE api_key IN (8, 9) AND committed_offset >= 0 AND group_id IS NOT NULL
           AND (error_code IS NULL OR error_code = 0)""",
+    # Each committed offset with the time it was produced (acknowledged), or its record timestamp.
+    "commits_dated": f"""
+        SELECT c.capture, c.group_id, c.topic, c.partition, c.ts, MAX(c.committed_offset) AS committed_offset,
+               MIN(pr.ts_ack) AS produced_at, MIN(rt.ts) AS record_ts
+        FROM commits c
+        LEFT JOIN produced_buckets pr ON pr.capture = c.capture AND pr.topic = c.topic
+          AND pr.partition = c.partition AND pr.bucket = {offset_bucket("c.committed_offset")}
+          AND c.committed_offset BETWEEN pr.first_offset AND pr.last_offset
+        LEFT JOIN record_times rt ON rt.capture = c.capture AND rt.topic = c.topic AND rt.partition = c.partition
+          AND rt."offset" = c.committed_offset
+        GROUP BY 1, 2, 3, 4, 5""",
     # Which client (id and address) is in which group: it committed for it or joined it.
     "group_clients": """
         SELECT DISTINCT capture, group_id, client_id, client_ip FROM commits

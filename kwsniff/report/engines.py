@@ -142,12 +142,31 @@ class DuckEngine:
                 kind = "VIEW" if table == "requests" else "TEMP TABLE"
                 sql = fill(table, columns[table], f"_{table}_all")
                 self.con.execute(f"CREATE {kind} {table} AS SELECT * FROM ({sql}) AS f{where}")
+        # The shared views; those in MATERIALIZED are computed once, when a section first reads them
+        # (`--section latency` computes none of the lag ones).
         for name, sql in DERIVED.items():
-            kind = "TEMP TABLE" if name in MATERIALIZED else "VIEW"
-            self.con.execute(f"CREATE {kind} {name} AS {sql}")
+            self.con.execute(f"CREATE VIEW {name} AS {sql}")
+        self._kept: set[str] = set()
+
+    def _keep_shared(self, sql: str) -> None:
+        """Materialize the MATERIALIZED views ``sql`` reads (directly or through another shared
+        view) and not yet kept, in DERIVED's order, so each is computed from those before it."""
+        wanted, todo = set(), [sql]
+        while todo:
+            text = todo.pop()
+            for name, body in DERIVED.items():
+                if name not in wanted and re.search(rf"\b{name}\b", text):
+                    wanted.add(name)
+                    todo.append(body)
+        for name in DERIVED:
+            if name in wanted and name in MATERIALIZED and name not in self._kept:
+                self.con.execute(f"CREATE TEMP TABLE _kept_{name} AS SELECT * FROM {name}")
+                self.con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _kept_{name}")
+                self._kept.add(name)
 
     def run(self, sql: str, params: list[Any] | None = None) -> list[Row]:
         # Python tuples straight from DuckDB: no Arrow table (whose to_pylist imports pandas, ~1 s).
+        self._keep_shared(sql)
         done = self.con.execute(sql, params)
         names = [d[0] for d in done.description]
         return [{k: _value(v) for k, v in zip(names, row, strict=True)} for row in done.fetchall()]
@@ -161,6 +180,7 @@ class DuckEngine:
         kept unsorted as a temporary table, counted there, and its first rows taken by the section's
         own ORDER BY (after ``sort_by``) with a top-N heap."""
         body, order = split_order(sql)
+        self._keep_shared(body)
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE _answer AS {body}")
         columns = self.con.table("_answer").columns
         where = [f'"{c}" = ?' for c in wanted if c in columns]

@@ -56,16 +56,13 @@ def _time_filter(table: str, f: Filters) -> str:
     return " WHERE " + " AND ".join(conds) if conds else ""
 
 
-def has_columns(con: Any, paths: list[str], names: tuple[str, ...]) -> bool:
-    """Every file of ``paths`` has every column of ``names`` (read from the files' footers)."""
-    if not paths or not names:
-        return True
-    listed = ", ".join(f"'{n}'" for n in names)
-    counts = con.execute(
-        f"SELECT file_name, COUNT(DISTINCT name) FROM parquet_schema({paths!r}) "
-        f"WHERE name IN ({listed}) GROUP BY file_name"
-    ).fetchall()
-    return len(counts) == len(paths) and all(n == len(names) for _, n in counts)
+def columns_by_file(con: Any, paths: list[str]) -> dict[str, set[str]]:
+    """The column names of each Parquet file of ``paths``, from their footers (one DuckDB query)."""
+    found: dict[str, set[str]] = {p: set() for p in paths}
+    if paths:
+        for path, name in con.execute(f"SELECT file_name, name FROM parquet_schema({paths!r})").fetchall():
+            found[path].add(name)
+    return found
 
 
 def in_fill_order(columns: dict[str, Any]) -> list[str]:
@@ -119,16 +116,16 @@ class DuckEngine:
     def _views(self, tables: Path, filters: Filters) -> None:
         self.con.execute("SET TimeZone = 'UTC'")
         columns = table_columns()
+        paths = {table: files(tables, table) for table in columns}
+        names = columns_by_file(self.con, [p for listed in paths.values() for p in listed])
         complete = {}
         for table, wanted in columns.items():
-            paths = files(tables, table)
-            present = set()
-            if paths:
-                source = f"read_parquet({paths!r}, union_by_name = true)"
-                present = {r[0] for r in self.con.sql(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+            present = set().union(*(names[p] for p in paths[table]))
+            complete[table] = all(set(FILLED.get(table, ())) <= names[p] for p in paths[table])
+            if paths[table]:
+                source = f"read_parquet({paths[table]!r}, union_by_name = true)"
             else:
                 source = "(SELECT 1 AS _none WHERE false)"
-            complete[table] = has_columns(self.con, paths, FILLED.get(table, ()))
             # A table written before a column existed (or not written at all) reads as nulls there.
             select = ", ".join(f'"{c}"' if c in present else f'CAST(NULL AS {t}) AS "{c}"' for c, t in wanted)
             self.con.execute(f"CREATE VIEW _{table}_all AS SELECT {select} FROM {source}")
@@ -247,7 +244,8 @@ class SparkEngine:
         footers = duckdb.connect()
         for table, wanted in columns.items():
             paths = files(tables, table)
-            complete[table] = has_columns(footers, paths, FILLED.get(table, ()))
+            names = columns_by_file(footers, paths)
+            complete[table] = all(set(FILLED.get(table, ())) <= names[p] for p in paths)
             # The schema given, not inferred: no job to merge file schemas, and columns a file
             # lacks read as nulls.
             ddl = ", ".join(f"`{c}` {_spark_type(t)}" for c, t in wanted)

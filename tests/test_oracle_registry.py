@@ -26,6 +26,10 @@ TSHARK_EXCHANGES = RC + "test_sizes_times_and_client_ids_of_each_exchange_equal_
 TSHARK_IDS = RC + "test_correlation_ids_per_connection_equal_tsharks"
 TSHARK_STREAMS = RC + "test_connections_carry_what_tsharks_streams_carry"
 DPKT_FLOWS = RC + "test_connection_packets_bytes_flags_and_times_equal_dpkts"
+EXCHANGE_OF_ROW = RC + "test_every_row_of_an_exchange_carries_its_client_and_times_as_tshark_sees_them"
+EXCHANGE_COLUMNS = {
+    c: EXCHANGE_OF_ROW for c in ("client_id", "client_ip", "ts_request", "ts_response", "latency_ms")
+}
 CAPTURE_NAME = RC + "test_every_row_names_its_capture_file"
 PT = "test_partitions_table.py::"
 FETCH_OFFSETS = PT + "test_fetch_rows_carry_the_offsets_asked_and_answered"
@@ -86,6 +90,7 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "producer_epoch_response": TXN,
         # Kafka's specs (minimum validVersions) and kafka-python pinned to old broker versions.
         "removed_in": UPGRADE + "test_requests_flag_exactly_the_versions_kafka_4_refuses",
+        "client_ip": EXCHANGE_OF_ROW,
     },
     "connections": {
         "capture": CAPTURE_NAME,
@@ -178,6 +183,7 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "partition": "test_errors_table.py::test_partition_error_has_topic_partition_and_message",
         "group_id": "test_errors_table.py::test_group_error_takes_the_group_id_from_the_request",
         "resource_name": "test_errors_table.py::test_resource_error_has_resource_name_and_throttle_time_is_kept",
+        **EXCHANGE_COLUMNS,
     },
     "partitions": {
         "capture": FETCH_OFFSETS,
@@ -229,6 +235,7 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "acknowledged_first_offset": SHARE_PARTS,
         "acknowledged_last_offset": SHARE_PARTS,
         "removed_in": UPGRADE + "test_produced_message_formats_v0_and_v1_are_flagged_on_their_partitions",
+        **EXCHANGE_COLUMNS,
     },
     "records": {
         "capture": BUILT_RECORDS,
@@ -298,6 +305,8 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "server_assignor": WIRE_JOIN,
         "assignment": KIP848_CALLBACKS,
         "owned_partitions": KIP848_CALLBACKS,
+        "client_id": EXCHANGE_OF_ROW,
+        "client_ip": EXCHANGE_OF_ROW,
     },
     # Sizes from the file system, packets from dpkt, statuses and reasons from inputs the test made.
     "captures": {

@@ -125,6 +125,38 @@ def test_sizes_times_and_client_ids_of_each_exchange_equal_tsharks(
         assert row["latency_ms"] == pytest.approx(latency_us / 1000, abs=1e-9)
 
 
+def test_every_row_of_an_exchange_carries_its_client_and_times_as_tshark_sees_them(
+    decoded: tuple[Path, ListSink, dict[str, Any]],
+) -> None:
+    """`requests` rows name their client's address, and `partitions`, `errors` and `groups` rows
+    repeat their exchange's client id, client address and times: tshark's request and response PDUs
+    of the same stream and correlation id, and the stream's client endpoint."""
+    _, sink, expected = decoded
+    stream_of = _stream_of_conn(sink, expected)
+    address = {s["stream"]: s["client"].rsplit(":", 1)[0].strip("[]") for s in expected["streams"]}
+    answered = defaultdict(list)
+    for pdu in expected["responses"]:
+        answered[(pdu["stream"], pdu["correlation_id"])].append(_us(pdu["first_frame_time_epoch"]))
+    exchanges = defaultdict(set)  # (stream, correlation id) -> {(client id, ts_request, ts_response)}
+    for pdu in expected["requests"]:
+        key = (pdu["stream"], pdu["correlation_id"])
+        for ts_response in answered[key] or [None]:
+            exchanges[key].add((pdu["client_id"], _us(pdu["frame_time_epoch"]), ts_response))
+    for r in sink.tables["requests"]:
+        assert r["client_ip"] == address[stream_of[r["conn_id"]]]
+    checked = Counter()
+    for table, timed in (("partitions", True), ("errors", True), ("groups", False)):
+        for row in sink.tables.get(table, []):
+            stream = stream_of[row["conn_id"]]
+            assert row["client_ip"] == address[stream], table
+            ours = (row["client_id"], row["ts_request"], row["ts_response"])
+            assert ours in exchanges[(stream, row["correlation_id"])], (table, ours)
+            if timed and row["ts_response"] is not None:
+                assert row["latency_ms"] == (row["ts_response"] - row["ts_request"]) / 1000
+            checked[table] += 1
+    assert checked["partitions"] >= 5
+
+
 def test_connections_carry_what_tsharks_streams_carry(decoded: tuple[Path, ListSink, dict[str, Any]]) -> None:
     """Per connection: frames and frame bytes per direction, requests, responses and unanswered
     ones, from tshark's PDUs of the same stream; the client's id from its first request."""

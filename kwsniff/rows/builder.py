@@ -264,13 +264,7 @@ class ExchangeRows(ConversationHandler):
         if errors:
             info["first_error_code"] = errors[0]["error_code"]
             info["first_error_name"] = errors[0]["error_name"]
-        exchange = {
-            "client_id": req.client_id,
-            "client_ip": self.client_ip,
-            "ts_request": req.ts_last,
-            "ts_response": resp.ts_first,
-            "latency_ms": (resp.ts_first - req.ts_last) / 1000.0,
-        }
+        exchange = self._exchange(req, resp)
         for row in errors:
             self.tables.sink.add("errors", {**context, **row, **exchange})
 
@@ -304,17 +298,10 @@ class ExchangeRows(ConversationHandler):
             # Decoded, with something worth a look (e.g. trailing bytes): a note, not an error.
             tables.notes[reason.split(" at offset")[0]] += 1
         context = self._context(req)
-        # The exchange's client and times, on its partitions and groups rows too (schemas._CLIENT).
-        client = {"client_id": req.client_id, "client_ip": self.client_ip}
-        times = {
-            "ts_request": req.ts_last,
-            "ts_response": resp.ts_first if resp is not None else None,
-            "latency_ms": (resp.ts_first - req.ts_last) / 1000.0 if resp is not None else None,
-        }
+        exchange = self._exchange(req, resp)  # on its partitions, errors and groups rows too
         row = {
             **context,
-            "client_id": req.client_id,
-            **times,
+            **exchange,
             "request_bytes": req.size,
             "response_bytes": resp.size if resp is not None else None,
             "throttle_time_ms": respi.get("throttle_time_ms"),
@@ -334,7 +321,6 @@ class ExchangeRows(ConversationHandler):
             "producer_id_response": respi.get("producer_id_response"),
             "producer_epoch_response": respi.get("producer_epoch_response"),
             "removed_in": removed_in(req.api_key, req.api_version),
-            "client_ip": self.client_ip,
         }
         if tables.keep_messages:
             row.update(self.endpoints)
@@ -344,7 +330,7 @@ class ExchangeRows(ConversationHandler):
         topics = tables.topics
         if "group" in reqi:
             group = group_row(
-                {**context, **client},
+                {**context, "client_id": req.client_id, "client_ip": self.client_ip},
                 reqi.get("group_id"),
                 reqi["group"],
                 respi.get("group"),
@@ -355,7 +341,7 @@ class ExchangeRows(ConversationHandler):
             # KIP-848 assignments name topics by id: written once the topic-id map names them.
             topics.add_spelled("groups", group, topic_ids_of(group), spell_topics)
         damage = tables.record_damage
-        for prow in merged_rows(req.api_key, reqi, respi, {**context, **client, **times}):
+        for prow in merged_rows(req.api_key, reqi, respi, {**context, **exchange}):
             records = None
             if "_records" in prow:
                 self._release(prow.pop("_held", 0))
@@ -401,6 +387,16 @@ class ExchangeRows(ConversationHandler):
             "api_key": req.api_key,
             "api_name": api_name(req.api_key),
             "api_version": req.api_version,
+        }
+
+    def _exchange(self, req: Request, resp: Response | None) -> dict[str, Any]:
+        """The exchange's client and times (tables.schemas._CLIENT and _TIMES), as every row of it has them."""
+        return {
+            "client_id": req.client_id,
+            "client_ip": self.client_ip,
+            "ts_request": req.ts_last,
+            "ts_response": resp.ts_first if resp is not None else None,
+            "latency_ms": (resp.ts_first - req.ts_last) / 1000.0 if resp is not None else None,
         }
 
     def connection_fields(self) -> dict[str, Any]:

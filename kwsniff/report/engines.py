@@ -56,13 +56,21 @@ def _time_filter(table: str, f: Filters) -> str:
     return " WHERE " + " AND ".join(conds) if conds else ""
 
 
-def columns_by_file(con: Any, paths: list[str]) -> dict[str, set[str]]:
-    """The column names of each Parquet file of ``paths``, from their footers (one DuckDB query)."""
-    found: dict[str, set[str]] = {p: set() for p in paths}
-    if paths:
-        for path, name in con.execute(f"SELECT file_name, name FROM parquet_schema({paths!r})").fetchall():
-            found[path].add(name)
-    return found
+def written(con: Any, paths: dict[str, list[str]]) -> dict[str, tuple[set[str], bool]]:
+    """Per table of ``paths`` (its Parquet files): the columns any of its files has, and whether every
+    file has the FILLED ones, read from the files' footers in one DuckDB query."""
+    listed = [p for files_of in paths.values() for p in files_of]
+    names: dict[str, set[str]] = {p: set() for p in listed}
+    if listed:
+        for path, name in con.execute(f"SELECT file_name, name FROM parquet_schema({listed!r})").fetchall():
+            names[path].add(name)
+    return {
+        table: (
+            set().union(*(names[p] for p in files_of)),
+            all(set(FILLED.get(table, ())) <= names[p] for p in files_of),
+        )
+        for table, files_of in paths.items()
+    }
 
 
 def in_fill_order(columns: dict[str, Any]) -> list[str]:
@@ -117,11 +125,9 @@ class DuckEngine:
         self.con.execute("SET TimeZone = 'UTC'")
         columns = table_columns()
         paths = {table: files(tables, table) for table in columns}
-        names = columns_by_file(self.con, [p for listed in paths.values() for p in listed])
-        complete = {}
+        found = written(self.con, paths)
         for table, wanted in columns.items():
-            present = set().union(*(names[p] for p in paths[table]))
-            complete[table] = all(set(FILLED.get(table, ())) <= names[p] for p in paths[table])
+            present = found[table][0]
             if paths[table]:
                 source = f"read_parquet({paths[table]!r}, union_by_name = true)"
             else:
@@ -131,7 +137,7 @@ class DuckEngine:
             self.con.execute(f"CREATE VIEW _{table}_all AS SELECT {select} FROM {source}")
         for table in in_fill_order(columns):
             where = _time_filter(table, filters)
-            if complete[table]:
+            if found[table][1]:
                 self.con.execute(f"CREATE VIEW {table} AS SELECT * FROM _{table}_all{where}")
             else:
                 # Written before the exchange's client and times were repeated on its rows: joined
@@ -240,22 +246,23 @@ class SparkEngine:
 
         self.spark = spark
         columns = table_columns()
-        complete = {}
-        footers = duckdb.connect()
+        paths = {table: files(tables, table) for table in columns}
+        with duckdb.connect() as footers:
+            found = written(footers, paths)
         for table, wanted in columns.items():
-            paths = files(tables, table)
-            names = columns_by_file(footers, paths)
-            complete[table] = all(set(FILLED.get(table, ())) <= names[p] for p in paths)
             # The schema given, not inferred: no job to merge file schemas, and columns a file
             # lacks read as nulls.
             ddl = ", ".join(f"`{c}` {_spark_type(t)}" for c, t in wanted)
-            df = spark.read.schema(ddl).parquet(*paths) if paths else spark.createDataFrame([], ddl)
+            df = (
+                spark.read.schema(ddl).parquet(*paths[table])
+                if paths[table]
+                else spark.createDataFrame([], ddl)
+            )
             df.createOrReplaceTempView(f"_{table}_all")
-        footers.close()
         for table in in_fill_order(columns):
             source = (
                 f"_{table}_all"
-                if complete[table]
+                if found[table][1]
                 else f"({fill(table, columns[table], f'_{table}_all')}) AS f"
             )
             spark.sql(

@@ -32,7 +32,6 @@ from kwsniff.records import counts_v2, summarize_records
 from kwsniff.rows import ListSink
 from kwsniff.tcp import IMPLAUSIBLE_GAP, SNAPLEN, TcpReassembler
 from kwsniff.tls import stream as tls_stream
-from kwsniff.tls.schedule import tls13_keys
 
 LINKTYPE_IPV4 = 228
 LINKTYPE_ETHERNET = 1
@@ -262,16 +261,8 @@ def tls(data: bytes) -> None:
         for compiled in (True, False):
             tls_stream.Opener, tls_stream.Feeder = saved if compiled else (None, None)
             plain = bytearray()
-            stream = tls_stream.TlsStream(
-                None, lambda d, ts, chunk, plain=plain: plain.extend(chunk), lambda d, ts: None
-            )
-            stream.suite = suite
+            stream = tls_wire.keyed_stream(suite, lambda d, ts, chunk, plain=plain: plain.extend(chunk))
             side = stream.dirs[0]
-            if suite.tls13:
-                secret = tls_wire.SECRET
-                side.protection = tls_stream._Protection(suite, *tls13_keys(suite, secret), secret)
-            else:
-                side.protection = tls_stream._Protection(suite, *tls_wire.keys_12(suite))
             assert (side.protection.opener is not None) == (compiled and saved[0] is not None)
             feed = stream.feeders[0]
             at = 0

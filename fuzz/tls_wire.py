@@ -19,8 +19,11 @@ A missing argument reads as 0.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
+from kwsniff.tls import stream as tls_stream
 from kwsniff.tls.schedule import SUITES, Suite, tls13_keys, tls13_next_secret
 
 SUITE_CODES = (0x1301, 0x1302, 0x1303, 0xC02F, 0xC030, 0xCCA8)
@@ -36,6 +39,19 @@ def keys_12(suite: Suite) -> tuple[bytes, bytes]:
     """TLS 1.2 record keys: the key and the fixed IV (4 bytes for AES-GCM, 12 for ChaCha20)."""
     iv_len = 4 if suite.aead is AESGCM else 12
     return bytes(range(1, suite.key_len + 1)), bytes(range(100, 100 + iv_len))
+
+
+def keyed_stream(
+    suite: Suite, on_plain: Callable[[int, int, bytes], object], secret: bytes = SECRET
+) -> tls_stream.TlsStream:
+    """A TlsStream whose client direction (0) is already under ``suite`` with this module's fixed keys
+    (TLS 1.3: those of traffic ``secret``), its plaintext to ``on_plain(direction, ts, chunk)``. The
+    compiled Opener and Feeder are used when kwsniff.tls.stream has them at the time of the call."""
+    stream = tls_stream.TlsStream(None, on_plain, lambda d, ts: None)
+    stream.suite = suite
+    keys = (*tls13_keys(suite, secret), secret) if suite.tls13 else keys_12(suite)
+    stream.dirs[0].protection = tls_stream._Protection(suite, *keys)
+    return stream
 
 
 def seal(

@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 
 from kwsniff.capture import CaptureError, open_capture_file
-from kwsniff.tls import TlsStream
-from kwsniff.tls import stream as tls_stream
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -115,10 +113,8 @@ def test_fuzzer_found_tls12_record_shorter_than_its_tag_counts_as_one_failed_rec
     data = (HOSTILE / "fuzz_tls12_record_shorter_than_its_tag.bin").read_bytes()
     targets.tls(data)  # the compiled and the pure-Python paths agree, every byte accounted
     suite, _piece, client, _gaps = tls_wire.wire(data)
-    stream = TlsStream(None, lambda d, ts, chunk: None, lambda d, ts: None)
-    stream.suite = suite
+    stream = tls_wire.keyed_stream(suite, lambda d, ts, chunk: None)
     side = stream.dirs[0]
-    side.protection = tls_stream._Protection(suite, *tls_wire.keys_12(suite))
     stream.feeders[0](0, client)
     stream.finish()
     assert suite.name == "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"

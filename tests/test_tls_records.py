@@ -18,14 +18,11 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from kwsniff.tls._records import LIBCRYPTO, Opener
 
-from kwsniff.tls import TlsStream
 from kwsniff.tls import stream as stream_module
 from kwsniff.tls.schedule import SUITES, Suite, tls13_keys, tls13_next_secret
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fuzz"))
-from tls_wire import seal  # noqa: E402  (fuzz/tls_wire.py: records sealed with cryptography's AEAD)
-
-SUITE_CODES = [0x1301, 0x1302, 0x1303, 0xC02F, 0xC030, 0xCCA8]
+from tls_wire import SUITE_CODES, keyed_stream, seal  # noqa: E402  (fuzz/tls_wire.py: records sealed by cryptography)
 
 
 def keys(suite: Suite) -> tuple[bytes, bytes]:
@@ -114,10 +111,8 @@ def feed_both_ways(
                 m.setattr(stream_module, "Opener", None)
                 m.setattr(stream_module, "Feeder", None)
             plain = bytearray()
-            stream = TlsStream(None, lambda d, ts, data, plain=plain: plain.extend(data), lambda d, ts: None)
-            stream.suite = suite
+            stream = keyed_stream(suite, lambda d, ts, data, plain=plain: plain.extend(data), secret)
             side = stream.dirs[0]
-            side.protection = stream_module._Protection(suite, *tls13_keys(suite, secret), secret)
             assert (side.protection.opener is not None) is compiled
             for i in range(0, len(wire), piece):
                 stream.feeders[0](i, wire[i : i + piece])

@@ -98,11 +98,13 @@ def replicate(base: Path, out: Path, target_bytes: int) -> int:
     """Copies of ``base``'s tables under ``out`` until their files reach ``target_bytes``; the count.
 
     Copy k of a capture is the capture `name@k`, every timestamp shifted by k minutes. DuckDB
-    writes them (a cross join with a range of k), COPIES_PER_FILE copies per file and table."""
+    writes them (a cross join with a range of k), up to COPIES_PER_FILE copies per file and table (fewer
+    for large tables, so the last file overshoots ``target_bytes`` by at most a tenth)."""
     import duckdb
 
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
+    per_file = max(1, min(COPIES_PER_FILE, target_bytes // (10 * size_of(base))))
     copies, chunk = 0, 0
     while size_of(out) < target_bytes:
         for table in sorted(t.name for t in base.iterdir() if t.is_dir()):
@@ -118,10 +120,10 @@ def replicate(base: Path, out: Path, target_bytes: int) -> int:
             )
             (out / table).mkdir(parents=True, exist_ok=True)
             con.execute(
-                f"COPY (SELECT {select} FROM {source}, range({copies}, {copies + COPIES_PER_FILE}) AS c(k)) "
+                f"COPY (SELECT {select} FROM {source}, range({copies}, {copies + per_file}) AS c(k)) "
                 f"TO '{out / table}/copies-{chunk:04d}.parquet' (FORMAT parquet)"
             )
-        copies += COPIES_PER_FILE
+        copies += per_file
         chunk += 1
     return copies
 
@@ -233,15 +235,17 @@ def per_section(tables: Path, memory_limit: int | None = 4 << 30) -> None:
     engine.close()
 
 
-def cached_tables(gb: float, where: Path, base: Path) -> tuple[Path, int]:
+def cached_tables(gb: float, where: Path, base: Path, captures: list[Path]) -> tuple[Path, int]:
     """The replicated tables of ``gb`` under ``where`` (built once, then reused: ~10 min per GB)."""
     done = where / "_built.json"
-    if done.is_file() and json.loads(done.read_text())["gb"] == gb:
-        return where, json.loads(done.read_text())["copies"]
+    if done.is_file():
+        built = json.loads(done.read_text())
+        if built["gb"] == gb and built["captures"] == [str(c) for c in captures]:
+            return where, built["copies"]
     shutil.rmtree(where, ignore_errors=True)
     where.mkdir(parents=True)
     copies = replicate(base, where, int(gb * 1e9))
-    done.write_text(json.dumps({"gb": gb, "copies": copies, "captures": [str(c) for c in CAPTURES]}))
+    done.write_text(json.dumps({"gb": gb, "copies": copies, "captures": [str(c) for c in captures]}))
     return where, copies
 
 
@@ -261,6 +265,13 @@ def main() -> None:
         "--before",
         metavar="REV",
         help="git revision to compare with: same JSON rows required, timed alternately with this checkout",
+    )
+    parser.add_argument(
+        "--captures",
+        type=Path,
+        nargs="+",
+        metavar="PCAP",
+        help="replicate these captures' tables for --gb [default: the repository's small captures]",
     )
     parser.add_argument("--skip-big", action="store_true", help="no --gb tables")
     parser.add_argument("--long", type=int, metavar="N", help="also the one-busy-partition shape, N batches")
@@ -295,13 +306,15 @@ def main() -> None:
             timed(args.runs, long, f"one busy partition ({args.long:,} batches)", before)
         if args.skip_big:
             return
-        where = args.tables or ROOT / f"bench/captures/report-tables-{args.gb:g}gb"
+        captures = [c.resolve() for c in args.captures] if args.captures else CAPTURES
+        shape = "" if captures == CAPTURES else "-" + "-".join(c.stem for c in captures)
+        where = args.tables or ROOT / f"bench/captures/report-tables-{args.gb:g}gb{shape}"
         if not (where / "_built.json").is_file():
-            kwsniff("read", "-q", *map(str, CAPTURES), "--out", str(base))
-        big, copies = cached_tables(args.gb, where, base)
+            kwsniff("read", "-q", *map(str, captures), "--out", str(base))
+        big, copies = cached_tables(args.gb, where, base, captures)
         rows = sum(pq.ParquetFile(p).metadata.num_rows for p in big.rglob("*.parquet"))
         print(
-            f"tables {big}: {size_of(big) / 1e9:.2f} GB, {copies:,} copies of {len(CAPTURES)} captures,"
+            f"tables {big}: {size_of(big) / 1e9:.2f} GB, {copies:,} copies of {len(captures)} captures,"
             f" {rows:,} rows ({rows / (size_of(big) / 1e9):,.0f} rows per GB)"
         )
         if before:

@@ -199,6 +199,33 @@ def test_a_killed_consumer_shows_as_stopped_with_growing_lag(traffic: dict) -> N
     assert len(after_kill) >= 3 and after_kill == sorted(after_kill) and after_kill[-1] > after_kill[0] + 1
 
 
+def test_member_lag_names_each_member_and_its_last_fetch_against_the_producers_acks(traffic: dict) -> None:
+    rows = {r["group_id"]: r for r in traffic["report"]["member_lag"]}
+    assert {(g, r["client_id"], r["client_ip"], r["topic"], r["partition"]) for g, r in rows.items()} == {
+        ("g-active", "lag-active", "127.0.0.1", TOPIC, 0),
+        ("g-stopped", "lag-stopped", "127.0.0.1", TOPIC, 0),
+    }
+    assert len(traffic["report"]["member_lag"]) == 2 and all(r["member_id"] for r in rows.values())
+    alive, dead = rows["g-active"], rows["g-stopped"]
+    # The active member read everything: its last Fetch asked for the offset after the last record.
+    assert (alive["position"], alive["high_watermark"], alive["offset_lag"], alive["lag_seconds"]) == (
+        RECORDS,
+        RECORDS,
+        0,
+        0.0,
+    )
+    # The killed member's last Fetch was before the kill, at or past what it committed, and its
+    # seconds behind are that Fetch's time minus the producer's acknowledgement of its position.
+    assert dt_seconds(dead["last_fetch"]) < traffic["killed_at"] + 0.05
+    assert traffic["stopped"][-1][1] <= dead["position"] <= dead["high_watermark"] < RECORDS
+    assert dead["offset_lag"] == dead["high_watermark"] - dead["position"]
+    if dead["offset_lag"]:
+        behind = dt_seconds(dead["last_fetch"]) - traffic["acks"][dead["position"]]
+        assert abs(dead["lag_seconds"] - behind) < 0.25
+    else:
+        assert dead["lag_seconds"] == 0.0
+
+
 def dt_seconds(iso: str) -> float:
     import datetime as dt
 

@@ -191,6 +191,23 @@ def test_memory_limit_caps_duckdb_spills_to_a_private_folder_and_says_one_line_w
     assert list(tmp_path.iterdir()) == []  # removed on the error too
 
 
+def test_spill_limit_caps_the_disk_duckdb_fills_and_says_one_line_past_it(
+    out: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with DuckEngine(out, Filters(), memory_limit=64 << 20, spill_limit=3 << 30) as engine:
+        ((spill,),) = engine.con.sql("SELECT current_setting('max_temp_directory_size')").fetchall()
+    assert spill == "3.0 GiB"
+    # Without --spill-limit DuckDB would fill up to 90% of the disk's free space; by default 16 GiB.
+    done = CliRunner().invoke(main, ["report", str(out), "--memory-limit", "4MiB", "--spill-limit", "1KiB"])
+    assert done.exit_code == 1
+    assert done.output == (
+        f"kwsniff: error: {out}: DuckDB needed more than --spill-limit (1,024 bytes) of disk past"
+        " --memory-limit; raise either, or report less (--section, --since, --until)\n"
+    )
+    assert list(tmp_path.iterdir()) == []  # the spill folder is removed
+
+
 def test_kip848_reconciliation_and_time_without_assignment(duck: dict) -> None:
     rows = [r for r in duck["reconciliation"] if r["group_id"] == "g848"]
     assert [

@@ -77,6 +77,14 @@ def _utc(value: dt.datetime | None) -> dt.datetime | None:
     help="Memory DuckDB may hold; past it, it spills to a private temporary folder (docs/report.md). "
     "Bytes, or e.g. 512MiB. Not used with --master.",
 )
+@click.option(
+    "--spill-limit",
+    type=BYTE_SIZE,
+    default=DEFAULT_MEMORY_LIMIT * 16,
+    show_default="16GiB",
+    help="Disk DuckDB may fill in its temporary folder past --memory-limit; past it, one line and exit 1 "
+    "(docs/report.md). Not used with --master.",
+)
 def report(
     tables: Path,
     master: str | None,
@@ -93,6 +101,7 @@ def report(
     html_file: Path | None,
     plots: Path | None,
     memory_limit: int,
+    spill_limit: int,
 ) -> None:
     """Fleet report over TABLES (the --out of `kwsniff read` or `kwsniff spark`): clients per topic,
     lag in seconds, stopped groups, rebalances, latency, errors (docs/report.md)."""
@@ -130,7 +139,7 @@ def report(
     limit = top if top is not None else (TEXT_ROWS if fmt == "text" else None)
     engine = None
     try:
-        engine = open_engine(tables, filters, spark, memory_limit)
+        engine = open_engine(tables, filters, spark, memory_limit, spill_limit)
         if limit and html_file is None and plots is None:
             # Only the rows shown leave the engine (with their count): plots and pages need them all.
             cut = answer_top(engine, filters, sections, limit, sort_by)
@@ -147,9 +156,15 @@ def report(
 
         if not isinstance(exc, duckdb.OutOfMemoryException):  # past --memory-limit and the disk
             raise
-        messages.error(
-            f"{tables}: DuckDB ran out of memory ({str(exc).splitlines()[0]}); raise --memory-limit"
-        )
+        if "max_temp_directory_size" in str(exc):
+            messages.error(
+                f"{tables}: DuckDB needed more than --spill-limit ({spill_limit:,} bytes) of disk past"
+                " --memory-limit; raise either, or report less (--section, --since, --until)"
+            )
+        else:
+            messages.error(
+                f"{tables}: DuckDB ran out of memory ({str(exc).splitlines()[0]}); raise --memory-limit"
+            )
         sys.exit(1)
     finally:
         if engine is not None:

@@ -104,16 +104,25 @@ class DuckEngine:
 
     name = "duckdb"
 
-    def __init__(self, tables: Path, filters: Filters, memory_limit: int | None = None) -> None:
+    def __init__(
+        self,
+        tables: Path,
+        filters: Filters,
+        memory_limit: int | None = None,
+        spill_limit: int | None = None,
+    ) -> None:
         import duckdb
 
         # DuckDB holds at most ``memory_limit`` bytes (its own default is 80% of the machine) and
         # spills what is past it into a private temporary folder, removed by close() (its own
-        # default would be `.tmp` in the user's working directory).
+        # default would be `.tmp` in the user's working directory), at most ``spill_limit`` bytes
+        # there (its own default is 90% of that disk's free space).
         self._spill = tempfile.mkdtemp(prefix="kwsniff-report-")
         config: dict[str, str | bool | int | float | list[str]] = {"temp_directory": self._spill}
         if memory_limit is not None:
             config["memory_limit"] = f"{memory_limit}B"
+        if spill_limit is not None:
+            config["max_temp_directory_size"] = f"{spill_limit}B"
         self.con = duckdb.connect(config=config)
         try:
             self._views(tables, filters)

@@ -14,11 +14,15 @@ NAME_FILTERS = {"topic": ("topic",), "client": ("client_id",), "group": ("group_
 
 
 def open_engine(
-    tables: Path, filters: Filters, spark: Any = None, memory_limit: int | None = None
+    tables: Path,
+    filters: Filters,
+    spark: Any = None,
+    memory_limit: int | None = None,
+    spill_limit: int | None = None,
 ) -> DuckEngine | SparkEngine:
-    """DuckDB (under ``memory_limit`` bytes) unless a Spark session is given."""
+    """DuckDB (under ``memory_limit`` bytes, spilling at most ``spill_limit``) unless a Spark session is given."""
     if spark is None:
-        return DuckEngine(tables, filters, memory_limit)
+        return DuckEngine(tables, filters, memory_limit, spill_limit)
     return SparkEngine(tables, filters, spark)
 
 

@@ -8,7 +8,7 @@ Produce is not in the capture, minus the record's own timestamp (the `records` t
 
 from __future__ import annotations
 
-from kwsniff.report.sql import bucket, offset_bucket, seconds
+from kwsniff.report.sql import bucket, latest, offset_bucket, seconds
 
 
 def _lag_seconds(at: str) -> str:
@@ -119,11 +119,12 @@ WITH members AS (
   GROUP BY 1, 2, 3, 4
 ),
 fetched AS (
-  SELECT capture, client_id, client_ip, topic, partition, ts_response, fetch_offset, high_watermark,
-         ROW_NUMBER() OVER (PARTITION BY capture, client_id, client_ip, topic, partition
-                            ORDER BY ts_response DESC, correlation_id DESC) AS _last
+  SELECT capture, client_id, client_ip, topic, partition, MAX(ts_response) AS ts_response,
+         {latest("fetch_offset", "ts_response", "correlation_id")} AS fetch_offset,
+         {latest("high_watermark", "ts_response", "correlation_id")} AS high_watermark
   FROM partition_exchanges
   WHERE api_key = 1 AND fetch_offset IS NOT NULL AND high_watermark IS NOT NULL AND ts_response IS NOT NULL
+  GROUP BY capture, client_id, client_ip, topic, partition
 )
 SELECT m.capture, m.group_id, m.member_id, m.group_instance_id, f.client_id, f.client_ip, f.topic, f.partition,
        f.fetch_offset AS position, f.high_watermark, f.high_watermark - f.fetch_offset AS offset_lag,
@@ -133,7 +134,6 @@ SELECT m.capture, m.group_id, m.member_id, m.group_instance_id, f.client_id, f.c
 FROM fetched f JOIN members m ON m.capture = f.capture AND m.client_id = f.client_id AND m.client_ip = f.client_ip
 LEFT JOIN produced_buckets pr ON pr.capture = f.capture AND pr.topic = f.topic AND pr.partition = f.partition
   AND pr.bucket = {offset_bucket("f.fetch_offset")} AND f.fetch_offset BETWEEN pr.first_offset AND pr.last_offset
-WHERE f._last = 1
 GROUP BY m.capture, m.group_id, m.member_id, m.group_instance_id, f.client_id, f.client_ip, f.topic,
          f.partition, f.fetch_offset, f.high_watermark, f.ts_response
 ORDER BY offset_lag DESC, capture, group_id, member_id, topic, partition

@@ -49,3 +49,11 @@ def offset_bucket(offset: str) -> str:
 def offset_buckets(first: str, last: str) -> str:
     """One row per bucket the range ``first``..``last`` touches (a set-returning select item)."""
     return f"UNNEST(GENERATE_SERIES({first} // {OFFSET_BUCKET}, {last} // {OFFSET_BUCKET}))"
+
+
+def latest(value: str, ts: str, tie: str) -> str:
+    """``value`` of the row with the latest ``ts``, of those the latest ``tie`` (an INTEGER, such as a
+    correlation id), as an aggregate: ARG_MAX on one exact key, ts in microseconds times 2³² plus
+    ``tie`` (Spark: MAX_BY). An aggregate, several times faster in DuckDB than ROW_NUMBER over a window
+    partitioned by the same keys. Only for a ``value`` never null: DuckDB's ARG_MAX skips null values."""
+    return f"ARG_MAX({value}, CAST(EPOCH_US({ts}) AS DECIMAL(38, 0)) * 4294967296 + {tie})"

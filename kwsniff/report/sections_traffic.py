@@ -29,17 +29,18 @@ WITH rows AS (
     AND p.api_key IN ({ADMIN_APIS})
   WHERE r.api_key IN ({ADMIN_APIS}) AND p.conn_id IS NULL
 ),
--- A consumer's Fetch carries no group: it is the group the same client commits for on that topic.
-client_group AS (
-  SELECT capture, client_id, client_ip, topic, MIN(group_id) AS group_id
-  FROM rows WHERE role = 'consumer' AND group_id IS NOT NULL GROUP BY capture, client_id, client_ip, topic
-),
--- Summed per capture first: the joins below then meet thousands of rows, not millions.
+-- Summed per capture first: the joins below then meet thousands of rows, not millions (and `rows`,
+-- read once, is never kept).
 counted AS (
   SELECT capture, client_id, client_ip, role, topic, group_id, SUM(record_count) AS record_count,
          SUM(record_bytes) AS record_bytes, COUNT(*) AS requests, MIN(ts_request) AS first_seen,
          MAX(ts_request) AS last_seen
   FROM rows GROUP BY capture, client_id, client_ip, role, topic, group_id
+),
+-- A consumer's Fetch carries no group: it is the group the same client commits for on that topic.
+client_group AS (
+  SELECT capture, client_id, client_ip, topic, MIN(group_id) AS group_id
+  FROM counted WHERE role = 'consumer' AND group_id IS NOT NULL GROUP BY capture, client_id, client_ip, topic
 )
 SELECT r.client_id, r.client_ip, s.sasl_mechanism, s.sasl_principal, s.software_name, s.software_version, r.role, r.topic,
        CASE WHEN r.role = 'consumer' THEN COALESCE(r.group_id, g.group_id) ELSE r.group_id END AS group_id,

@@ -88,7 +88,6 @@ def fill(table: str, columns: list[tuple[str, str]], source: str) -> str:
 # broker's acknowledgement was seen, i.e. when those offsets became readable. The ones in MATERIALIZED
 # are computed once per report and kept (several sections join them); the others are views.
 MATERIALIZED = (
-    "produced",
     "produced_buckets",
     "watermarks",
     "commits",
@@ -111,15 +110,16 @@ DERIVED = {
                MAX(client_software_name) AS software_name, MAX(client_software_version) AS software_version
         FROM connections WHERE client_id IS NOT NULL
         GROUP BY client_id, client_ip""",
-    "produced": """
-        SELECT capture, topic, partition, first_offset, last_offset, ts_request, ts_response AS ts_ack
+    # Each acknowledged batch once per offset bucket its range touches (sql.offset_buckets), joined
+    # by bucket; kept once, and `produced` (one row per batch) is its rows of the batch's first bucket.
+    "produced_buckets": f"""
+        SELECT capture, topic, partition, first_offset, last_offset, ts_request, ts_response AS ts_ack,
+               {offset_buckets("first_offset", "last_offset")} AS bucket
         FROM partition_exchanges
         WHERE api_key = 0 AND first_offset IS NOT NULL AND last_offset IS NOT NULL AND ts_response IS NOT NULL""",
-    # `produced` once per offset bucket its range touches (sql.offset_buckets): joined by bucket.
-    "produced_buckets": f"""
-        SELECT capture, topic, partition, first_offset, last_offset, ts_ack,
-               {offset_buckets("first_offset", "last_offset")} AS bucket
-        FROM produced""",
+    "produced": f"""
+        SELECT capture, topic, partition, first_offset, last_offset, ts_request, ts_ack
+        FROM produced_buckets WHERE bucket = {offset_bucket("first_offset")}""",
     # Offsets' record timestamps (Fetch rows of the opt-in records table): lag's fallback.
     "record_times": """
         SELECT capture, topic, partition, "offset", MIN("timestamp") AS ts

@@ -5,8 +5,11 @@
     python bench/bench_report.py --gb 0.2 --spark         # smaller, and once on Spark (local[2])
     python bench/bench_report.py --gb 0.05 --runs 1 --per-section  # and the cost of each section
     python bench/bench_report.py --skip-big --long 100000 --before 5f8d8fb  # one busy partition
+    python bench/bench_report.py --gb 0.05 --captures bench/captures/partitions.pcap  # busy captures
 
-Two shapes. ``--gb``: many small captures (the repository's, copied). ``--long N``: one long capture of
+Three shapes. ``--gb``: many small captures (the repository's, copied). ``--gb`` with ``--captures``:
+those captures' tables copied the same way (e.g. bench/captures/*.pcap: busy minutes, 310 M rows per
+GB, most of them Fetch partitions). ``--long N``: one long capture of
 one busy partition, N Produce batches of 10 records acknowledged 1 ms after sending (one every 10 ms),
 each fetched 5 ms after its acknowledgement and a group commit every 100 batches: rows written by
 DuckDB in the tables' own schema, with a connection per role and the quick start's rows around them.
@@ -16,7 +19,8 @@ rows per partition there.
 The 1 GB are real tables replicated: the repository's captures (tests/data/captures, the quick
 start) read once by `kwsniff read`, then written again and again by DuckDB as distinct captures
 (`name@k`), each copy's times shifted by k minutes, until the Parquet files reach ``--gb`` on disk.
-They are kept (bench/captures/report-tables-GBgb, `_built.json` marks them complete) and reused.
+They are kept (bench/captures/report-tables-GBgb, -GBgb-NAMES with ``--captures``; `_built.json` marks
+them complete) and reused.
 Each run is a fresh `kwsniff report` process (Python and DuckDB start-up included), its text output
 discarded. With ``--before REV`` every section's JSON rows must equal that revision's (rows sorted,
 floats to 12 digits) before anything is timed. Targets (issue 18): ≤ 5 s on the quick start, ≤ 30 s

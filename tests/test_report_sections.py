@@ -191,6 +191,37 @@ def test_memory_limit_caps_duckdb_spills_to_a_private_folder_and_says_one_line_w
     assert list(tmp_path.iterdir()) == []  # removed on the error too
 
 
+def test_latest_takes_the_value_of_the_latest_time_then_the_highest_tie_on_both_engines(spark: Any) -> None:
+    import duckdb
+
+    from kwsniff.report.engines import to_spark
+    from kwsniff.report.sql import latest
+
+    t0 = dt.datetime(2026, 11, 27, 12, 0, tzinfo=dt.UTC)
+    us = dt.timedelta(microseconds=1)
+    # (key, time, tie, value): a later time wins whatever its tie; at equal times the higher tie,
+    # negative ties included; one microsecond apart still counts.
+    rows = [
+        ("a", t0, 7, 10),
+        ("a", t0 + us, -5, 11),
+        ("b", t0, -(2**31), 20),
+        ("b", t0, 2**31 - 1, 21),
+        ("b", t0, 0, 22),
+        ("c", t0 + us, -1, 30),
+        ("c", t0 + us, -2, 31),
+        ("c", t0, 2**31 - 1, 32),
+    ]
+    sql = f"SELECT k, {latest('v', 'ts', 'tie')} AS v FROM t GROUP BY k ORDER BY k"
+    expected = [("a", 11), ("b", 21), ("c", 30)]
+    with duckdb.connect() as con:
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute("CREATE TABLE t (k VARCHAR, ts TIMESTAMPTZ, tie INTEGER, v BIGINT)")
+        con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", rows)
+        assert con.execute(sql).fetchall() == expected
+    spark.createDataFrame(rows, "k string, ts timestamp, tie int, v bigint").createOrReplaceTempView("t")
+    assert [tuple(r) for r in spark.sql(to_spark(sql)).collect()] == expected
+
+
 def test_spill_limit_caps_the_disk_duckdb_fills_and_says_one_line_past_it(
     out: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

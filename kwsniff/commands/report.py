@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -21,6 +22,17 @@ NEEDED = ("requests", "connections", "errors", "partitions", "groups")
 
 def _utc(value: dt.datetime | None) -> dt.datetime | None:
     return None if value is None else value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
+
+
+def _duckdb_bytes(name: str, gib: int, text: str) -> Any:
+    """A size option of the DuckDB engine, ``gib`` GiB by default."""
+    return click.option(
+        name,
+        type=BYTE_SIZE,
+        default=DEFAULT_MEMORY_LIMIT * gib,
+        show_default=f"{gib}GiB",
+        help=f"{text} Not used with --master.",
+    )
 
 
 @click.command()
@@ -69,21 +81,17 @@ def _utc(value: dt.datetime | None) -> dt.datetime | None:
 @click.option(
     "--plots", type=click.Path(path_type=Path), help="Also write the plots as PNG files into this directory."
 )
-@click.option(
+@_duckdb_bytes(
     "--memory-limit",
-    type=BYTE_SIZE,
-    default=DEFAULT_MEMORY_LIMIT * 4,
-    show_default="4GiB",
-    help="Memory DuckDB may hold; past it, it spills to a private temporary folder (docs/report.md). "
-    "Bytes, or e.g. 512MiB. Not used with --master.",
+    4,
+    "Memory DuckDB may hold; past it, it spills to a private temporary folder (docs/report.md). "
+    "Bytes, or e.g. 512MiB.",
 )
-@click.option(
+@_duckdb_bytes(
     "--spill-limit",
-    type=BYTE_SIZE,
-    default=DEFAULT_MEMORY_LIMIT * 16,
-    show_default="16GiB",
-    help="Disk DuckDB may fill in its temporary folder past --memory-limit; past it, one line and exit 1 "
-    "(docs/report.md). Not used with --master.",
+    16,
+    "Disk DuckDB may fill in its temporary folder past --memory-limit; past it, one line and exit 1 "
+    "(docs/report.md).",
 )
 def report(
     tables: Path,

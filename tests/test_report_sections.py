@@ -191,6 +191,42 @@ def test_memory_limit_caps_duckdb_spills_to_a_private_folder_and_says_one_line_w
     assert list(tmp_path.iterdir()) == []  # removed on the error too
 
 
+def test_a_figure_takes_its_top_series_and_one_line_of_the_others_from_the_engine(
+    out: Path, duck: dict, spark: Any
+) -> None:
+    from collections import defaultdict
+
+    from kwsniff.report.run import figure_rows
+
+    # From the section's own rows, in Python: series by label, ranked by their largest lag.
+    series: dict[str, dict[Any, float]] = defaultdict(dict)
+    for r in duck["lag"]:
+        if r["lag_seconds"] is not None:
+            label = f"{r['group_id']} {r['topic']}[{r['partition']}]"
+            series[label][r["second"]] = max(series[label].get(r["second"], -math.inf), r["lag_seconds"])
+    ranked = sorted(series, key=lambda k: (-max(series[k].values()), k))
+    assert len(ranked) >= 3  # a top one, and others to fold
+    others: dict[Any, float] = {}
+    for label in ranked[1:]:
+        for x, y in series[label].items():
+            others[x] = max(others.get(x, -math.inf), y)
+    expected = [
+        {"label": ranked[0], "rank": 1, "x": x, "y": y, "series": len(ranked)}
+        for x, y in sorted(series[ranked[0]].items())
+    ] + [
+        {"label": None, "rank": None, "x": x, "y": y, "series": len(ranked)}
+        for x, y in sorted(others.items())
+    ]
+    lag = [BY_NAME["lag"], BY_NAME["rebalances"]]  # rebalances has no figure
+    with DuckEngine(out, Filters()) as engine:
+        assert figure_rows(engine, Filters(), lag, 1) == {"lag": expected}
+        # --group keeps one group's series: no other line when it has one series.
+        one = ranked[0].split(" ")[0]
+        mine = figure_rows(engine, Filters(group=one), lag, 12)["lag"]
+        assert {r["label"].split(" ")[0] for r in mine} == {one} and all(r["rank"] for r in mine)
+    assert figure_rows(SparkEngine(out, Filters(), spark), Filters(), lag, 1) == {"lag": expected}
+
+
 def test_latest_takes_the_value_of_the_latest_time_then_the_highest_tie_on_both_engines(spark: Any) -> None:
     import duckdb
 

@@ -127,7 +127,7 @@ def report(
         sys.exit(1)
     from kwsniff.report import output
     from kwsniff.report.engines import Filters
-    from kwsniff.report.run import answer, answer_top, open_engine
+    from kwsniff.report.run import answer, answer_top, figure_rows, open_engine
     from kwsniff.report.sections import SECTIONS
 
     filters = Filters(_utc(since), _utc(until), topic, client, group, session_timeout_ms)
@@ -148,17 +148,23 @@ def report(
     engine = None
     try:
         engine = open_engine(tables, filters, spark, memory_limit, spill_limit)
-        if limit and html_file is None and plots is None:
-            # Only the rows shown leave the engine (with their count): plots and pages need them all.
-            cut = answer_top(engine, filters, sections, limit, sort_by)
-            shown, totals = {n: rows for n, (rows, _) in cut.items()}, {n: t for n, (_, t) in cut.items()}
-            answers = {}
+        # Only the rows shown (the page's first HTML_ROWS too) leave the engine, with their count;
+        # each plot takes the few rows it draws (figure_rows). JSON and CSV without --top take all.
+        page_rows = HTML_ROWS if html_file is not None else 0
+        if limit:
+            cut = answer_top(engine, filters, sections, max(limit, page_rows), sort_by)
+            first, totals = {n: rows for n, (rows, _) in cut.items()}, {n: t for n, (_, t) in cut.items()}
         else:
-            answers = {
+            first = {
                 n: output.sort_rows(rows, sort_by) for n, rows in answer(engine, filters, sections).items()
             }
-            shown = {n: rows[:limit] if limit else rows for n, rows in answers.items()}
-            totals = {n: len(rows) for n, rows in answers.items()}
+            totals = {n: len(rows) for n, rows in first.items()}
+        shown = {n: rows[:limit] if limit else rows for n, rows in first.items()}
+        drawn = {}
+        if html_file is not None or plots is not None:
+            from kwsniff.report.figures import draw
+
+            drawn = draw(figure_rows(engine, filters, sections, min(top or 8, 12)))
     except Exception as exc:
         import duckdb  # a base dependency; already loaded where the engine is DuckDB
 
@@ -186,25 +192,17 @@ def report(
     else:
         for s in sections:
             click.echo(output.text_table(s.title, shown[s.name], totals[s.name]))
-    if html_file is not None or plots is not None:
-        _draw(answers, {s.name: s.title for s in sections}, top or 8, html_file, plots, str(tables))
-
-
-def _draw(
-    answers: dict, titles: dict[str, str], top: int, html_file: Path | None, plots: Path | None, name: str
-) -> None:
-    from kwsniff.report.figures import FIGURES, draw
-
-    drawn = draw(answers, min(top, 12))
     if plots is not None:
+        from kwsniff.report.figures import FIGURES
+
         plots.mkdir(parents=True, exist_ok=True)
         for section, png in drawn.items():
-            (plots / FIGURES[section][0]).write_bytes(png)
-        click.echo("\nplots: " + ", ".join(str(plots / FIGURES[s][0]) for s in drawn), err=True)
+            (plots / FIGURES[section].file).write_bytes(png)
+        click.echo("\nplots: " + ", ".join(str(plots / FIGURES[s].file) for s in drawn), err=True)
     if html_file is not None:
         from kwsniff.report.html import page
 
-        html_file.write_text(
-            page(f"kwsniff report: {name}", titles, answers, drawn, HTML_ROWS), encoding="utf-8"
-        )
+        titles = {s.name: s.title for s in sections}
+        rows = {n: r[:HTML_ROWS] for n, r in first.items()}
+        html_file.write_text(page(f"kwsniff report: {tables}", titles, rows, totals, drawn), encoding="utf-8")
         click.echo(f"html: {html_file}", err=True)

@@ -1,18 +1,19 @@
-"""The report's plots, drawn from its answers (rows of sections) with matplotlib's Agg backend.
+"""The report's plots, drawn with matplotlib's Agg backend from a few rows each: every figure's SQL
+reduces its section's answer, in the engine, to what it draws.
 
 Made to stay readable for a fleet: time axes are UTC dates, a legend names the top ``top`` series and
-folds the rest into one grey "other", and figures are saved with tight bounding boxes so no label is
-cut off.
+folds the rest into one grey "other" line (their largest value at each time), and figures are saved
+with tight bounding boxes so no label is cut off.
 """
 
 from __future__ import annotations
 
 import io
-from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-Answers = dict[str, list[dict[str, Any]]]
+Rows = list[dict[str, Any]]
 OTHER_COLOUR = "#9e9e9e"
 
 
@@ -41,34 +42,51 @@ def _png(fig: Any) -> bytes:
     return out.getvalue()
 
 
-def _series_over_time(
-    rows: list[dict[str, Any]], label: Callable[[dict[str, Any]], str], x: str, y: str, top: int
-) -> tuple[list[tuple[str, list[Any], list[float]]], list[tuple[list[Any], list[float]]]]:
-    """(top series by their largest y, the others) as (label, xs, ys) sorted by x."""
-    series: dict[str, list[tuple[Any, float]]] = defaultdict(list)
+def series_sql(label: str, x: str, y: str, top: int) -> str:
+    """SQL over ``_answer`` (a section's rows): the points (label, rank, x, y) of the ``top`` series
+    (rows sharing ``label``) with the largest ``y``, ranked by it (then by label), and per ``x`` one
+    row of all the others (label and rank NULL): their largest ``y``; ``series`` counts every series.
+    A fleet's thousands of series reach Python and matplotlib as ``top`` lines and one."""
+    return f"""
+WITH s AS (SELECT {label} AS label, {x} AS x, {y} AS y FROM _answer WHERE {x} IS NOT NULL AND {y} IS NOT NULL),
+ranked AS (SELECT label, ROW_NUMBER() OVER (ORDER BY MAX(y) DESC, label) AS rank FROM s GROUP BY label),
+tagged AS (
+  SELECT CASE WHEN r.rank <= {int(top)} THEN r.label END AS label,
+         CASE WHEN r.rank <= {int(top)} THEN r.rank END AS rank,
+         s.x, s.y
+  FROM s JOIN ranked r ON r.label = s.label
+)
+SELECT label, rank, x, MAX(y) AS y, (SELECT COUNT(*) FROM ranked) AS series
+FROM tagged GROUP BY label, rank, x ORDER BY rank NULLS LAST, x"""
+
+
+def top_rows_sql(key: str, top: int, order: str) -> str:
+    """SQL over ``_answer``: its ``top`` rows with the largest ``key`` (ties in the section's ``order``)."""
+    return (
+        f"SELECT * FROM _answer WHERE {key} IS NOT NULL "
+        f"ORDER BY {key} DESC{', ' + order if order else ''} LIMIT {int(top)}"
+    )
+
+
+def _series(rows: list[dict[str, Any]]) -> tuple[list[tuple[str, list[Any], list[float]]], Any]:
+    """series_sql's rows as (the top series as (label, xs, ys), (count, xs, ys) of the others or None)."""
+    shown: dict[int, tuple[str, list[Any], list[float]]] = {}
+    other: tuple[list[Any], list[float]] = ([], [])
     for r in rows:
-        if r[x] is not None and r[y] is not None:
-            series[label(r)].append((r[x], float(r[y])))
-    ranked = sorted(series, key=lambda k: (-max(v for _, v in series[k]), k))
-    as_xy = {k: (sorted(series[k])) for k in ranked}
-    shown = [(k, [p[0] for p in as_xy[k]], [p[1] for p in as_xy[k]]) for k in ranked[:top]]
-    rest = [([p[0] for p in as_xy[k]], [p[1] for p in as_xy[k]]) for k in ranked[top:]]
-    return shown, rest
+        xs, ys = shown.setdefault(r["rank"], (r["label"], [], []))[1:] if r["rank"] is not None else other
+        xs.append(r["x"])
+        ys.append(float(r["y"]))
+    rest = (rows[0]["series"] - len(shown), *other) if other[0] else None
+    return [shown[k] for k in sorted(shown)], rest
 
 
-def _lines(title: str, ylabel: str, shown: list[Any], rest: list[Any], step: bool = False) -> bytes:
+def _lines(title: str, ylabel: str, shown: list[Any], rest: Any, step: bool = False) -> bytes:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(11, 4.5))
     style = {"drawstyle": "steps-post"} if step else {}
-    for i, (xs, ys) in enumerate(rest):
-        ax.plot(
-            xs,
-            ys,
-            color=OTHER_COLOUR,
-            linewidth=0.8,
-            label=f"other ({len(rest)})" if i == 0 else None,
-            **style,
-        )
+    if rest is not None:
+        count, xs, ys = rest
+        ax.plot(xs, ys, color=OTHER_COLOUR, linewidth=0.8, label=f"other ({count:,}): their largest", **style)
     for label, xs, ys in shown:
         ax.plot(xs, ys, marker=".", linewidth=1.6, label=label, **style)
     ax.set_title(title)
@@ -80,21 +98,17 @@ def _lines(title: str, ylabel: str, shown: list[Any], rest: list[Any], step: boo
     return _png(fig)
 
 
-def lag_seconds(answers: Answers, top: int) -> bytes | None:
-    rows = answers.get("lag") or []
+def lag_seconds(rows: Rows) -> bytes | None:
     if not rows:
         return None
-    shown, rest = _series_over_time(
-        rows, lambda r: f"{r['group_id']} {r['topic']}[{r['partition']}]", "second", "lag_seconds", top
-    )
+    shown, rest = _series(rows)
     return _lines("Consumer lag in seconds per group and partition", "lag (s)", shown, rest)
 
 
-def throughput(answers: Answers, top: int) -> bytes | None:
-    rows = answers.get("throughput") or []
+def throughput(rows: Rows) -> bytes | None:
     if not rows:
         return None
-    shown, rest = _series_over_time(rows, lambda r: r["topic"] or "(unnamed)", "minute", "records", top)
+    shown, rest = _series(rows)
     return _lines("Records produced per topic per minute", "records / minute", shown, rest, step=True)
 
 
@@ -114,44 +128,77 @@ def _bars(title: str, labels: list[str], values: dict[str, list[float]], xlabel:
     return _png(fig)
 
 
-def _top_rows(rows: list[dict[str, Any]], key: str, top: int) -> list[dict[str, Any]]:
-    return sorted((r for r in rows if r[key] is not None), key=lambda r: -r[key])[:top]
-
-
-def produce_latency(answers: Answers, top: int) -> bytes | None:
-    rows = _top_rows(answers.get("produce_latency") or [], "p99_ms", top)
+def produce_latency(rows: Rows) -> bytes | None:
     if not rows:
         return None
     values = {p: [max(r[f"{p}_ms"], 1e-3) for r in rows] for p in ("p50", "p99", "max")}
     labels = [f"{r['topic']} ({r['requests']:,})" for r in rows]
-    return _bars(f"Produce latency per topic (top {top} by p99; requests)", labels, values, "ms, log scale")
+    return _bars(
+        f"Produce latency per topic (top {len(rows)} by p99; requests)", labels, values, "ms, log scale"
+    )
 
 
-def request_latency(answers: Answers, top: int) -> bytes | None:
-    rows = _top_rows(answers.get("latency") or [], "p99_ms", top)
+def request_latency(rows: Rows) -> bytes | None:
     if not rows:
         return None
     values = {p: [max(r[f"{p}_ms"], 1e-3) for r in rows] for p in ("p50", "p99")}
     labels = [
         f"{r['api_name']} v{r['api_version']} {r['client_id'] or '-'} ({r['requests']:,})" for r in rows
     ]
-    return _bars(f"Request latency, long polls apart (top {top} by p99)", labels, values, "ms, log scale")
+    return _bars(
+        f"Request latency, long polls apart (top {len(rows)} by p99)", labels, values, "ms, log scale"
+    )
 
 
-# name: (file name under --plots, drawing function)
-FIGURES: dict[str, tuple[str, Callable[[Answers, int], bytes | None]]] = {
-    "lag": ("lag_seconds.png", lag_seconds),
-    "throughput": ("throughput.png", throughput),
-    "produce_latency": ("produce_latency.png", produce_latency),
-    "latency": ("latency_by_api.png", request_latency),
+@dataclass(frozen=True)
+class Figure:
+    """A plot of one section: its file under --plots, the section's columns --topic/--client/--group
+    may match, the SQL over the section's rows (``_answer``) giving what it draws (top N, section
+    order), and the drawing of those rows."""
+
+    file: str
+    columns: tuple[str, ...]
+    sql: Callable[[int, str], str]
+    draw: Callable[[Rows], bytes | None]
+
+
+LAG_LABEL = (
+    "COALESCE(group_id, '-') || ' ' || COALESCE(topic, '(unnamed)') || '['"
+    " || COALESCE(CAST(partition AS VARCHAR), '-') || ']'"
+)
+FIGURES: dict[str, Figure] = {
+    "lag": Figure(
+        "lag_seconds.png",
+        ("group_id", "topic"),
+        lambda top, _: series_sql(LAG_LABEL, "second", "lag_seconds", top),
+        lag_seconds,
+    ),
+    "throughput": Figure(
+        "throughput.png",
+        ("topic",),
+        lambda top, _: series_sql("COALESCE(topic, '(unnamed)')", "minute", "records", top),
+        throughput,
+    ),
+    "produce_latency": Figure(
+        "produce_latency.png",
+        ("topic",),
+        lambda top, order: top_rows_sql("p99_ms", top, order),
+        produce_latency,
+    ),
+    "latency": Figure(
+        "latency_by_api.png",
+        ("client_id",),
+        lambda top, order: top_rows_sql("p99_ms", top, order),
+        request_latency,
+    ),
 }
 
 
-def draw(answers: Answers, top: int) -> dict[str, bytes]:
-    """{section name: PNG} for every figure whose section has rows."""
+def draw(rows: dict[str, Rows]) -> dict[str, bytes]:
+    """{section name: PNG} for every figure whose rows (its SQL's answer) are not empty."""
     drawn = {}
-    for name, (_, draw_one) in FIGURES.items():
-        png = draw_one(answers, top)
+    for name, figure in FIGURES.items():
+        png = figure.draw(rows.get(name) or [])
         if png is not None:
             drawn[name] = png
     return drawn

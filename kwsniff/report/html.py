@@ -19,34 +19,35 @@ nav a { margin-right: 1em; } .wide { overflow-x: auto; }
 """
 
 
-def _table(rows: list[dict[str, Any]], shown: int) -> str:
+def _table(rows: list[dict[str, Any]], total: int) -> str:
     if not rows:
         return '<p class="none">no rows</p>'
     columns = list(rows[0])
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
     body = "".join(
-        "<tr>" + "".join(f"<td>{escape(cell(r[c]))}</td>" for c in columns) + "</tr>" for r in rows[:shown]
+        "<tr>" + "".join(f"<td>{escape(cell(r[c]))}</td>" for c in columns) + "</tr>" for r in rows
     )
-    more = f'<p class="more">... {len(rows) - shown:,} more rows</p>' if len(rows) > shown else ""
+    more = f'<p class="more">... {total - len(rows):,} more rows</p>' if total > len(rows) else ""
     return f'<div class="wide"><table><tr>{head}</tr>{body}</table></div>{more}'
 
 
 def page(
     title: str,
     titles: dict[str, str],
-    answers: dict[str, list[dict[str, Any]]],
+    rows: dict[str, list[dict[str, Any]]],
+    totals: dict[str, int],
     plots: dict[str, bytes],
-    shown: int,
 ) -> str:
-    """The page: a link per section, then each section's plot (if any) and its first ``shown`` rows."""
-    nav = " ".join(f'<a href="#{n}">{escape(n)}</a>' for n in answers)
+    """The page: a link per section, then each section's plot (if any), its first ``rows`` and how
+    many it has in all (``totals``)."""
+    nav = " ".join(f'<a href="#{n}">{escape(n)}</a>' for n in rows)
     parts = [f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{escape(title)}</title>']
     parts.append(f"<style>{STYLE}</style></head><body><h1>{escape(title)}</h1><nav>{nav}</nav>")
-    for name, rows in answers.items():
-        parts.append(f'<h2 id="{name}">{escape(titles.get(name, name))} ({len(rows):,} rows)</h2>')
+    for name, first in rows.items():
+        parts.append(f'<h2 id="{name}">{escape(titles.get(name, name))} ({totals[name]:,} rows)</h2>')
         if name in plots:
             data = base64.b64encode(plots[name]).decode()
             parts.append(f'<img alt="{escape(name)} plot" src="data:image/png;base64,{data}">')
-        parts.append(_table(rows, shown))
+        parts.append(_table(first, totals[name]))
     parts.append("</body></html>")
     return "\n".join(parts)

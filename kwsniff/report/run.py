@@ -69,6 +69,35 @@ def answer_top(
     return out
 
 
+def figure_rows(
+    engine: DuckEngine | SparkEngine, filters: Filters, sections: Sequence[Section], top: int
+) -> dict[str, list[Row]]:
+    """{section name: the rows its figure draws} (figures.FIGURES), each reduced from the section's
+    answer by the figure's SQL inside the engine, after --topic/--client/--group: at most ``top``
+    series and one line of the others, or ``top`` bars, whatever the answer's size."""
+    from kwsniff.report.engines import split_order
+    from kwsniff.report.figures import FIGURES
+
+    out = {}
+    for s in sections:
+        figure = FIGURES.get(s.name)
+        if figure is None:
+            continue
+        body, order = split_order(_bind(s.sql, filters))
+        kept = [
+            f"{column} = '{wanted.replace(chr(39), chr(39) * 2)}'"
+            for option, (column,) in NAME_FILTERS.items()
+            if (wanted := getattr(filters, option)) is not None and column in figure.columns
+        ]
+        where = " WHERE " + " AND ".join(kept) if kept else ""
+        answer_cte = f"_answer AS (SELECT * FROM ({body}) AS _s{where})"
+        sql = figure.sql(top, order).strip()
+        # The figure's own CTEs (if any) follow the answer's.
+        sql = f"WITH {answer_cte}, {sql[5:]}" if sql.startswith("WITH ") else f"WITH {answer_cte} {sql}"
+        out[s.name] = engine.run(sql)
+    return out
+
+
 def _bind(sql: str, filters: Filters) -> str:
     from kwsniff.report.sections_lag import SESSION_TIMEOUT
 

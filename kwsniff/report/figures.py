@@ -42,13 +42,15 @@ def _png(fig: Any) -> bytes:
     return out.getvalue()
 
 
-def series_sql(label: str, x: str, y: str, top: int) -> str:
-    """SQL over ``_answer`` (a section's rows): the points (label, rank, x, y) of the ``top`` series
-    (rows sharing ``label``) with the largest ``y``, ranked by it (then by label), and per ``x`` one
-    row of all the others (label and rank NULL): their largest ``y``; ``series`` counts every series.
-    A fleet's thousands of series reach Python and matplotlib as ``top`` lines and one."""
+def series_sql(answer: str, label: str, x: str, y: str, top: int) -> str:
+    """SQL over ``answer`` (a query of a section's rows): the points (label, rank, x, y) of the ``top``
+    series (rows sharing ``label``) with the largest ``y``, ranked by it (then by label), and per ``x``
+    one row of all the others (label and rank NULL): their largest ``y``; ``series`` counts every
+    series. A fleet's thousands of series reach Python and matplotlib as ``top`` lines and one."""
     return f"""
-WITH s AS (SELECT {label} AS label, {x} AS x, {y} AS y FROM _answer WHERE {x} IS NOT NULL AND {y} IS NOT NULL),
+WITH s AS (
+  SELECT {label} AS label, {x} AS x, {y} AS y FROM ({answer}) AS a WHERE {x} IS NOT NULL AND {y} IS NOT NULL
+),
 ranked AS (SELECT label, ROW_NUMBER() OVER (ORDER BY MAX(y) DESC, label) AS rank FROM s GROUP BY label),
 tagged AS (
   SELECT CASE WHEN r.rank <= {int(top)} THEN r.label END AS label,
@@ -60,10 +62,11 @@ SELECT label, rank, x, MAX(y) AS y, (SELECT COUNT(*) FROM ranked) AS series
 FROM tagged GROUP BY label, rank, x ORDER BY rank NULLS LAST, x"""
 
 
-def top_rows_sql(key: str, top: int, order: str) -> str:
-    """SQL over ``_answer``: its ``top`` rows with the largest ``key`` (ties in the section's ``order``)."""
+def top_rows_sql(answer: str, key: str, top: int, order: str) -> str:
+    """SQL over ``answer`` (a query of a section's rows): its ``top`` rows with the largest ``key``
+    (ties in the section's ``order``)."""
     return (
-        f"SELECT * FROM _answer WHERE {key} IS NOT NULL "
+        f"SELECT * FROM ({answer}) AS a WHERE {key} IS NOT NULL "
         f"ORDER BY {key} DESC{', ' + order if order else ''} LIMIT {int(top)}"
     )
 
@@ -153,12 +156,12 @@ def request_latency(rows: Rows) -> bytes | None:
 @dataclass(frozen=True)
 class Figure:
     """A plot of one section: its file under --plots, the section's columns --topic/--client/--group
-    may match, the SQL over the section's rows (``_answer``) giving what it draws (top N, section
-    order), and the drawing of those rows."""
+    may match, the SQL giving what it draws from a query of the section's rows (with top N and the
+    section's order), and the drawing of those rows."""
 
     file: str
     columns: tuple[str, ...]
-    sql: Callable[[int, str], str]
+    sql: Callable[[str, int, str], str]
     draw: Callable[[Rows], bytes | None]
 
 
@@ -170,25 +173,25 @@ FIGURES: dict[str, Figure] = {
     "lag": Figure(
         "lag_seconds.png",
         ("group_id", "topic"),
-        lambda top, _: series_sql(LAG_LABEL, "second", "lag_seconds", top),
+        lambda answer, top, _: series_sql(answer, LAG_LABEL, "second", "lag_seconds", top),
         lag_seconds,
     ),
     "throughput": Figure(
         "throughput.png",
         ("topic",),
-        lambda top, _: series_sql("COALESCE(topic, '(unnamed)')", "minute", "records", top),
+        lambda answer, top, _: series_sql(answer, "COALESCE(topic, '(unnamed)')", "minute", "records", top),
         throughput,
     ),
     "produce_latency": Figure(
         "produce_latency.png",
         ("topic",),
-        lambda top, order: top_rows_sql("p99_ms", top, order),
+        lambda answer, top, order: top_rows_sql(answer, "p99_ms", top, order),
         produce_latency,
     ),
     "latency": Figure(
         "latency_by_api.png",
         ("client_id",),
-        lambda top, order: top_rows_sql("p99_ms", top, order),
+        lambda answer, top, order: top_rows_sql(answer, "p99_ms", top, order),
         request_latency,
     ),
 }

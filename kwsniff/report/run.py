@@ -59,10 +59,7 @@ def answer_top(
     for s in sections:
         sql = _bind(s.sql, filters)
         if isinstance(engine, DuckEngine):
-            wanted = {
-                c: getattr(filters, o) for o, (c,) in NAME_FILTERS.items() if getattr(filters, o) is not None
-            }
-            out[s.name] = engine.top(sql, wanted, sort_by, limit)
+            out[s.name] = engine.top(sql, wanted(filters), sort_by, limit)
         else:
             rows = sort_rows(keep(engine.run(sql), filters), sort_by)
             out[s.name] = (rows[:limit], len(rows))
@@ -84,18 +81,20 @@ def figure_rows(
         if figure is None:
             continue
         body, order = split_order(_bind(s.sql, filters))
+        # Literals, not parameters: Spark's SQL takes none.
         kept = [
-            f"{column} = '{wanted.replace(chr(39), chr(39) * 2)}'"
-            for option, (column,) in NAME_FILTERS.items()
-            if (wanted := getattr(filters, option)) is not None and column in figure.columns
+            f"{column} = '{value.replace(chr(39), chr(39) * 2)}'"
+            for column, value in wanted(filters).items()
+            if column in figure.columns
         ]
         where = " WHERE " + " AND ".join(kept) if kept else ""
-        answer_cte = f"_answer AS (SELECT * FROM ({body}) AS _s{where})"
-        sql = figure.sql(top, order).strip()
-        # The figure's own CTEs (if any) follow the answer's.
-        sql = f"WITH {answer_cte}, {sql[5:]}" if sql.startswith("WITH ") else f"WITH {answer_cte} {sql}"
-        out[s.name] = engine.run(sql)
+        out[s.name] = engine.run(figure.sql(f"SELECT * FROM ({body}) AS _s{where}", top, order))
     return out
+
+
+def wanted(filters: Filters) -> dict[str, str]:
+    """{column: value} of the --topic/--client/--group given (NAME_FILTERS)."""
+    return {c: getattr(filters, o) for o, (c,) in NAME_FILTERS.items() if getattr(filters, o) is not None}
 
 
 def _bind(sql: str, filters: Filters) -> str:

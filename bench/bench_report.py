@@ -94,8 +94,13 @@ def same_answers(tables: Path, before: Path) -> None:
     print(f"  same JSON rows as before in all {len(now)} sections ({sum(map(len, now.values())):,} rows)")
 
 
-def size_of(directory: Path) -> int:
-    return sum(p.stat().st_size for p in directory.rglob("*.parquet"))
+def size_of(directory: Path, summaries: bool = False) -> int:
+    """Bytes of the tables' Parquet files under ``directory`` (of the summaries' with ``summaries``)."""
+    return sum(
+        p.stat().st_size
+        for p in directory.rglob("*.parquet")
+        if p.relative_to(directory).parts[0].startswith("summary_") == summaries
+    )
 
 
 def replicate(base: Path, out: Path, target_bytes: int) -> int:
@@ -239,17 +244,46 @@ def per_section(tables: Path, memory_limit: int | None = 4 << 30) -> None:
     engine.close()
 
 
+def summaries() -> tuple[str, ...]:
+    """The summaries `read` writes beside the tables (kwsniff.tables.names.SUMMARIES)."""
+    sys.path.insert(0, str(ROOT))
+    from kwsniff.tables.names import SUMMARIES
+
+    return SUMMARIES
+
+
+def reusable(where: Path, gb: float, captures: list[Path]) -> bool:
+    """Whether ``where`` holds complete tables of ``gb`` built from ``captures`` by a `read` that wrote
+    the summaries this one writes (tables built before are built again)."""
+    done = where / "_built.json"
+    if not done.is_file():
+        return False
+    built = json.loads(done.read_text())
+    return (
+        built["gb"] == gb
+        and built["captures"] == [str(c) for c in captures]
+        and built.get("summaries") == list(summaries())
+    )
+
+
 def cached_tables(gb: float, where: Path, base: Path, captures: list[Path]) -> tuple[Path, int]:
     """The replicated tables of ``gb`` under ``where`` (built once, then reused: ~10 min per GB)."""
     done = where / "_built.json"
-    if done.is_file():
-        built = json.loads(done.read_text())
-        if built["gb"] == gb and built["captures"] == [str(c) for c in captures]:
-            return where, built["copies"]
+    if reusable(where, gb, captures):
+        return where, json.loads(done.read_text())["copies"]
     shutil.rmtree(where, ignore_errors=True)
     where.mkdir(parents=True)
     copies = replicate(base, where, int(gb * 1e9))
-    done.write_text(json.dumps({"gb": gb, "copies": copies, "captures": [str(c) for c in captures]}))
+    done.write_text(
+        json.dumps(
+            {
+                "gb": gb,
+                "copies": copies,
+                "captures": [str(c) for c in captures],
+                "summaries": list(summaries()),
+            }
+        )
+    )
     return where, copies
 
 
@@ -313,13 +347,18 @@ def main() -> None:
         captures = [c.resolve() for c in args.captures] if args.captures else CAPTURES
         shape = "" if captures == CAPTURES else "-" + "-".join(c.stem for c in captures)
         where = args.tables or ROOT / f"bench/captures/report-tables-{args.gb:g}gb{shape}"
-        if not (where / "_built.json").is_file():
+        if not reusable(where, args.gb, captures):
             kwsniff("read", "-q", *map(str, captures), "--out", str(base))
         big, copies = cached_tables(args.gb, where, base, captures)
-        rows = sum(pq.ParquetFile(p).metadata.num_rows for p in big.rglob("*.parquet"))
+        rows = sum(
+            pq.ParquetFile(p).metadata.num_rows
+            for p in big.rglob("*.parquet")
+            if not p.relative_to(big).parts[0].startswith("summary_")
+        )
         print(
             f"tables {big}: {size_of(big) / 1e9:.2f} GB, {copies:,} copies of {len(captures)} captures,"
-            f" {rows:,} rows ({rows / (size_of(big) / 1e9):,.0f} rows per GB)"
+            f" {rows:,} rows ({rows / (size_of(big) / 1e9):,.0f} rows per GB), and their summaries"
+            f" {size_of(big, summaries=True) / 1e9:.2f} GB"
         )
         if before:
             same_answers(big, before)

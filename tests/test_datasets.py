@@ -25,6 +25,7 @@ import pytest
 from kwsniff.sinks import ExistingOutput, Output, OutputError, output_name
 from kwsniff.sinks import commit as commit_module
 from kwsniff.tables import DEFAULT_TABLES
+from kwsniff.tables.names import SUMMARIES
 
 CAPTURES = Path(__file__).parent / "data" / "captures"
 ACKS = CAPTURES / "acks_modes.pcap"  # 103 requests, 10 connections
@@ -105,7 +106,7 @@ def test_overwrite_swaps_in_a_new_directory_and_keeps_what_is_not_a_table(tmp_pa
     assert proc.returncode == 0, proc.stderr
     assert out.stat().st_ino != inode  # the staged directory took the old one's place
     assert version(out)["requests"][0] == 46
-    assert sorted(p.name for p in out.iterdir()) == sorted([*DEFAULT_TABLES, "notes.txt"])
+    assert sorted(p.name for p in out.iterdir()) == sorted([*DEFAULT_TABLES, *SUMMARIES, "notes.txt"])
     assert (out / "notes.txt").read_text() == "mine"
     for table in DEFAULT_TABLES:
         assert sorted(p.name for p in (out / table).iterdir()) == [f"{output_name(KP)}.parquet"]

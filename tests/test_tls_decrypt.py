@@ -8,7 +8,9 @@ twice, independently: by kwsniff's TlsStream fed from dpkt's view of each direct
 
 from __future__ import annotations
 
+import os
 import pickle
+import select
 import signal
 import socket
 import ssl
@@ -18,6 +20,7 @@ import threading
 import time
 from functools import partial
 from pathlib import Path
+from typing import IO
 
 import dpkt
 import pytest
@@ -39,6 +42,18 @@ TIMEOUT_S = 20
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return ip_certificate(tmp_path_factory.mktemp("cert"))
+
+
+def printed(out: IO[bytes], wanted: bytes) -> None:
+    """Wait until `out` prints `wanted` (openssl writes what it receives unbuffered)."""
+    seen, deadline = b"", time.monotonic() + TIMEOUT_S
+    while wanted not in seen:
+        left = deadline - time.monotonic()
+        ready, _, _ = select.select([out], [], [], max(left, 0))
+        chunk = os.read(out.fileno(), 65536) if ready else b""
+        if not chunk:
+            raise AssertionError(f"openssl did not print {wanted!r} within {TIMEOUT_S} s: {seen[-300:]!r}")
+        seen += chunk
 
 
 def openssl_session(
@@ -63,24 +78,25 @@ def openssl_session(
                 ["openssl", "s_client", "-connect", f"{LOOPBACK}:{port}", *protocol],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
             )
-            assert client.stdin is not None and server.stdin is not None and server.stdout is not None
-            time.sleep(0.5)
-            client.stdin.write(CLIENT_LINES[0])
-            client.stdin.flush()
-            server.stdin.write(SERVER_LINES[0])
-            server.stdin.flush()
-            time.sleep(0.5)
-            if key_update:
-                client.stdin.write(b"K\n")
+            assert client.stdin is not None and client.stdout is not None and client.stderr is not None
+            assert server.stdin is not None and server.stdout is not None
+            # Each step waits until the other side has printed what was typed, not a fixed time: under
+            # load the handshake can outlast any sleep, and then nothing is left for tshark to decrypt.
+            # "after K" reaches the server after the client's KeyUpdate, so the server's own KeyUpdate
+            # goes out before its second line.
+            for i in range(2):
+                if i and key_update:  # s_client takes "K" only as a read of its own, and says so
+                    client.stdin.write(b"K\n")
+                    client.stdin.flush()
+                    printed(client.stderr, b"KEYUPDATE")
+                client.stdin.write(CLIENT_LINES[i])
                 client.stdin.flush()
-                time.sleep(0.5)
-            client.stdin.write(CLIENT_LINES[1])
-            client.stdin.flush()
-            server.stdin.write(SERVER_LINES[1])
-            server.stdin.flush()
-            time.sleep(0.5)
+                printed(server.stdout, CLIENT_LINES[i])
+                server.stdin.write(SERVER_LINES[i])
+                server.stdin.flush()
+                printed(client.stdout, SERVER_LINES[i])
     finally:
         if client is not None:
             stop_process(client)  # type: ignore[arg-type]

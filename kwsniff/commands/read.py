@@ -25,6 +25,7 @@ from kwsniff.commands.options import (
     idle_timeout_option,
     session_options,
 )
+from kwsniff.commands.summarize import summarize
 from kwsniff.defaults import MAX_DECOMPRESSED, MAX_FRAME_SIZE
 from kwsniff.memory import ROWS, MemoryBudget
 from kwsniff.pipeline.run import (
@@ -314,6 +315,7 @@ def _read_all(
         # A failed input leaves only its `captures` row, which says why.
         with ParquetSink(output.stage, names[path], ("captures",)) as failed_sink:
             failed_sink.add("captures", row)
+    summarize(output.stage, options.memory_limit)
     try:
         output.commit()
     except OutputError as exc:
@@ -371,6 +373,7 @@ def _read_series(
             result = run_series(list(captures), sink, options)
             if "captures" in tables:
                 sink.add("captures", result_row(result))
+        summarize(output.stage, options.memory_limit)
         output.commit()
     except CaptureError as exc:
         messages.error(str(exc))

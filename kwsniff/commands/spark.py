@@ -20,6 +20,7 @@ from kwsniff.commands.options import (
     session_options,
 )
 from kwsniff.commands.sizes import ByteSize
+from kwsniff.commands.summarize import summarize
 from kwsniff.tables import DEFAULT_TABLES
 
 
@@ -158,7 +159,7 @@ def spark(
             )
             failed = decoded.failed()
             if len(failed) < len(paths):  # nothing decoded: nothing written, as `kwsniff read`
-                write(decoded, output)
+                write(decoded, output, summarize=lambda stage: summarize(stage, decoding.memory_limit))
     except OutputError as exc:
         messages.error(str(exc))
         sys.exit(1)

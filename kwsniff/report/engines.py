@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kwsniff.report.sql import split_order
+from kwsniff.report.summaries import PARTS, stored
 from kwsniff.report.views import DERIVED, FILLED, MATERIALIZED, fill, table_columns
 
 Row = dict[str, Any]
@@ -73,6 +75,15 @@ def written(con: Any, paths: dict[str, list[str]]) -> dict[str, tuple[set[str], 
     }
 
 
+def derived(parts: dict[str, list[str]] | None) -> dict[str, str]:
+    """The views sections share (views.DERIVED), then the sections' per-capture parts: their
+    summaries' files when ``parts`` gives them, else their queries over the rows."""
+    out = dict(DERIVED)
+    for name, sql in PARTS.items():
+        out[name] = f"SELECT * FROM read_parquet({parts[name]!r})" if parts else sql
+    return out
+
+
 def in_fill_order(columns: dict[str, Any]) -> list[str]:
     """The tables, `connections` and `requests` first: the others are filled from them."""
     first = ["connections", "requests"]
@@ -110,6 +121,7 @@ class DuckEngine:
         filters: Filters,
         memory_limit: int | None = None,
         spill_limit: int | None = None,
+        summaries: bool = True,
     ) -> None:
         import duckdb
 
@@ -125,15 +137,18 @@ class DuckEngine:
             config["max_temp_directory_size"] = f"{spill_limit}B"
         self.con = duckdb.connect(config=config)
         try:
-            self._views(tables, filters)
+            self._views(tables, filters, summaries)
         except BaseException:
             self.close()
             raise
 
-    def _views(self, tables: Path, filters: Filters) -> None:
+    def _views(self, tables: Path, filters: Filters, summaries: bool) -> None:
         self.con.execute("SET TimeZone = 'UTC'")
+        # Each file's footer read once per report, not again by every section (a dataset of many
+        # captures is thousands of files).
+        self.con.execute("SET parquet_metadata_cache = true")
         columns = table_columns()
-        paths = {table: files(tables, table) for table in columns}
+        self.paths = paths = {table: files(tables, table) for table in columns}
         found = written(self.con, paths)
         for table, wanted in columns.items():
             present = found[table][0]
@@ -155,8 +170,12 @@ class DuckEngine:
                 sql = fill(table, columns[table], f"_{table}_all")
                 self.con.execute(f"CREATE {kind} {table} AS SELECT * FROM ({sql}) AS f{where}")
         # The shared views; those in MATERIALIZED are computed once, when a section first reads them
-        # (`--section latency` computes none of the lag ones).
-        for name, sql in DERIVED.items():
+        # (`--section latency` computes none of the lag ones). Then the sections' per-capture parts:
+        # read from the summaries kept with the tables, or computed from the rows (report.summaries).
+        parts = stored(self.con, tables, paths, filters) if summaries else None
+        self.summarized = parts is not None
+        self.derived = derived(parts)
+        for name, sql in self.derived.items():
             self.con.execute(f"CREATE VIEW {name} AS {sql}")
         self._kept: set[str] = set()
 
@@ -166,11 +185,11 @@ class DuckEngine:
         wanted, todo = set(), [sql]
         while todo:
             text = todo.pop()
-            for name, body in DERIVED.items():
+            for name, body in self.derived.items():
                 if name not in wanted and re.search(rf"\b{name}\b", text):
                     wanted.add(name)
                     todo.append(body)
-        for name in DERIVED:
+        for name in self.derived:
             if name in wanted and name in MATERIALIZED and name not in self._kept:
                 self.con.execute(f"CREATE TEMP TABLE _kept_{name} AS SELECT * FROM {name}")
                 self.con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _kept_{name}")
@@ -183,6 +202,22 @@ class DuckEngine:
         names = [d[0] for d in done.description]
         return [{k: _value(v) for k, v in zip(names, row, strict=True)} for row in done.fetchall()]
 
+    def batches(self, sql: str, rows: int) -> Any:
+        """The rows of ``sql`` as an Arrow RecordBatchReader of ``rows`` rows a batch."""
+        self._keep_shared(sql)
+        relation = self.con.sql(sql)
+        # DuckDB 1.4 named it to_arrow_reader.
+        stream = getattr(relation, "to_arrow_reader", None) or relation.fetch_arrow_reader
+        return stream(rows)
+
+    def capture_files(self) -> list[tuple[str, str]]:
+        """(capture, file) of each capture and each table file holding rows of it."""
+        listed = [p for files_of in self.paths.values() for p in files_of]
+        if not listed:
+            return []
+        query = f"SELECT DISTINCT capture, filename FROM read_parquet({listed!r}, union_by_name = true, filename = true)"
+        return [(c, f) for c, f in self.con.execute(query).fetchall()]
+
     def top(self, sql: str, wanted: dict[str, str], sort_by: str | None, limit: int) -> tuple[list[Row], int]:
         """The first ``limit`` rows of ``sql`` (whose columns equal ``wanted`` where it has them,
         sorted by ``sort_by`` descending when it has it) and the count of all such rows.
@@ -190,14 +225,21 @@ class DuckEngine:
         The same rows as run.keep and output.sort_rows over every row, without carrying millions of
         rows into Python for a text report of twenty, and without sorting them all: the answer is
         kept unsorted as a temporary table, counted there, and its first rows taken by the section's
-        own ORDER BY (after ``sort_by``) with a top-N heap."""
+        own ORDER BY (after ``sort_by``) with a top-N heap. An answer read from the summaries alone
+        is not kept: read twice (counted from the files' footers, then cut) it costs less than
+        copying its millions of rows."""
         body, order = split_order(sql)
         self._keep_shared(body)
-        self.con.execute(f"CREATE OR REPLACE TEMP TABLE _answer AS {body}")
-        columns = self.con.table("_answer").columns
+        sources = set(re.findall(r"\b(?:FROM|JOIN)\s+([A-Za-z_]\w*)", body, re.IGNORECASE))
+        if self.summarized and sources and all(s.startswith("summary_") for s in sources):
+            source = f"({body}) AS _answer"
+            columns = [d[0] for d in self.con.execute(f"DESCRIBE {body}").fetchall()]
+        else:
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _answer AS {body}")
+            source, columns = "_answer", self.con.table("_answer").columns
         where = [f'"{c}" = ?' for c in wanted if c in columns]
         values = [v for c, v in wanted.items() if c in columns]
-        kept = f"FROM _answer{' WHERE ' + ' AND '.join(where) if where else ''}"
+        kept = f"FROM {source}{' WHERE ' + ' AND '.join(where) if where else ''}"
         keys = ([f'"{sort_by}" DESC NULLS LAST'] if sort_by in columns else []) + ([order] if order else [])
         ((total,),) = self.con.execute(f"SELECT COUNT(*) {kept}", values).fetchall()
         rows = self.run(
@@ -214,22 +256,6 @@ class DuckEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def split_order(sql: str) -> tuple[str, str]:
-    """``sql`` without its final ORDER BY (outside any parentheses), and that ORDER BY's keys ("" if none)."""
-    depth, at = 0, -1
-    upper = sql.upper()
-    for i, ch in enumerate(sql):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif depth == 0 and upper.startswith("ORDER BY", i):
-            at = i
-    if at < 0:
-        return sql, ""
-    return sql[:at], sql[at + len("ORDER BY") :].strip()
 
 
 def to_spark(sql: str) -> str:
@@ -258,6 +284,8 @@ class SparkEngine:
         paths = {table: files(tables, table) for table in columns}
         with duckdb.connect() as footers:
             found = written(footers, paths)
+            parts = stored(footers, tables, paths, filters)
+        self.summarized = parts is not None
         for table, wanted in columns.items():
             # The schema given, not inferred: no job to merge file schemas, and columns a file
             # lacks read as nulls.
@@ -280,8 +308,11 @@ class SparkEngine:
             # Every section reads the tables again: kept after the first read (spilled to disk
             # when large).
             spark.catalog.cacheTable(table)
-        for name, sql in DERIVED.items():
-            spark.sql(to_spark(sql)).createOrReplaceTempView(name)
+        for name, sql in derived(None).items():
+            if parts and name in parts:
+                spark.read.parquet(*parts[name]).createOrReplaceTempView(name)
+            else:
+                spark.sql(to_spark(sql)).createOrReplaceTempView(name)
 
     def run(self, sql: str) -> list[Row]:
         return rows_of(self.spark.sql(to_spark(sql)).toArrow())

@@ -8,6 +8,7 @@ from typing import Any
 
 from kwsniff.report.engines import DuckEngine, Filters, Row, SparkEngine
 from kwsniff.report.sections import SECTIONS, Section
+from kwsniff.report.sql import split_order
 
 # --topic/--client/--group match these columns of a section's rows, where it has them.
 NAME_FILTERS = {"topic": ("topic",), "client": ("client_id",), "group": ("group_id",)}
@@ -72,7 +73,6 @@ def figure_rows(
     """{section name: the rows its figure draws} (figures.FIGURES), each reduced from the section's
     answer by the figure's SQL inside the engine, after --topic/--client/--group: at most ``top``
     series and one line of the others, or ``top`` bars, whatever the answer's size."""
-    from kwsniff.report.engines import split_order
     from kwsniff.report.figures import FIGURES
 
     out = {}

@@ -4,6 +4,11 @@ A new section is one line in SECTIONS, e.g. ``Section("upgrade", "...", UPGRADE_
 DuckDB's dialect over the views of kwsniff.report.views (the tables by name); `--section`, JSON, CSV,
 text, HTML and the both-engines test pick it up from there. docs/report.md says
 what each answers.
+
+Most sections never look past one capture. Their work per capture is a query of its own, a part
+(PARTS, `summary_<name>`), kept with the tables by `read` and `spark` (kwsniff.report.summaries);
+the section is a small query over it. A section whose every row is of one capture is its own part
+(:func:`per_capture`); others add their parts up over the captures (`inventory`, `upgrade`...).
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from dataclasses import dataclass
 from kwsniff.report import sections_groups as g
 from kwsniff.report import sections_lag as lag
 from kwsniff.report import sections_traffic as t
-from kwsniff.report.upgrade import UPGRADE_SQL, ZOOKEEPER_SQL
+from kwsniff.report.sql import split_order
+from kwsniff.report.upgrade import UPGRADE_ROWS, UPGRADE_SUMMED, ZOOKEEPER_ROWS, ZOOKEEPER_SUMMED
 
 
 @dataclass(frozen=True)
@@ -23,21 +29,39 @@ class Section:
     sql: str
 
 
+# {part: its query per capture}, every one with a `capture` column, in the order they are written.
+PARTS: dict[str, str] = {
+    "summary_inventory": t.INVENTORY_ROWS,
+    "summary_stopped": lag.STOPPED_ROWS,
+    "summary_produce_to_consume": t.PRODUCE_TO_CONSUME_ROWS,
+    "summary_upgrade": UPGRADE_ROWS,
+    "summary_upgrade_zookeeper": ZOOKEEPER_ROWS,
+}
+
+
+def per_capture(name: str, title: str, sql: str) -> Section:
+    """A section each of whose rows is of one capture: its answer without the ORDER BY is its part,
+    and the section is that part's rows in the section's order."""
+    body, order = split_order(sql)
+    PARTS[f"summary_{name}"] = body
+    return Section(name, title, f"SELECT * FROM summary_{name} ORDER BY {order}")
+
+
 SECTIONS = [
     Section("inventory", "Clients: who produces, consumes or administers which topic", t.INVENTORY),
-    Section("lag", "Lag per group, topic and partition over time (seconds and offsets)", lag.LAG),
+    per_capture("lag", "Lag per group, topic and partition over time (seconds and offsets)", lag.LAG),
     Section(
         "stopped", "Groups at the end of the capture: stopped or active, and how far behind", lag.STOPPED
     ),
-    Section("member_lag", "Lag per member (its last Fetch)", lag.MEMBER_LAG),
-    Section("rebalances", "Rebalances", g.REBALANCES),
-    Section("rebalance_members", "Rebalances per member (classic)", g.REBALANCE_MEMBERS),
-    Section("reconciliation", "Reconciliation (KIP-848 consumer, streams, share)", g.RECONCILIATION),
-    Section("storms", "Rebalance storms", g.STORMS),
-    Section(
+    per_capture("member_lag", "Lag per member (its last Fetch)", lag.MEMBER_LAG),
+    per_capture("rebalances", "Rebalances", g.REBALANCES),
+    per_capture("rebalance_members", "Rebalances per member (classic)", g.REBALANCE_MEMBERS),
+    per_capture("reconciliation", "Reconciliation (KIP-848 consumer, streams, share)", g.RECONCILIATION),
+    per_capture("storms", "Rebalance storms", g.STORMS),
+    per_capture(
         "share_groups", "Share groups (KIP-932): redelivery, release and reject rates, locks", g.SHARE_GROUPS
     ),
-    Section(
+    per_capture(
         "share_deliveries",
         "Share deliveries per member and partition: acquire to acknowledge, lock timeouts",
         g.SHARE_DELIVERIES,
@@ -50,11 +74,11 @@ SECTIONS = [
     Section("throttled", "Throttled clients", t.THROTTLED),
     Section("throughput", "Records and bytes produced per topic per minute", t.THROUGHPUT),
     Section("churn", "Connection churn per minute", t.CHURN),
-    Section("upgrade", "Before upgrading to Kafka 4: clients using what a release refuses", UPGRADE_SQL),
+    Section("upgrade", "Before upgrading to Kafka 4: clients using what a release refuses", UPGRADE_SUMMED),
     Section(
         "upgrade_zookeeper",
         "Brokers sending ZooKeeper-era inter-broker requests (removed in Kafka 4.0, KIP-833)",
-        ZOOKEEPER_SQL,
+        ZOOKEEPER_SUMMED,
     ),
 ]
 BY_NAME = {s.name: s for s in SECTIONS}

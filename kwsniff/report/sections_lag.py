@@ -65,7 +65,10 @@ ORDER BY capture, group_id, topic, partition, second
 # capture: `report --session-timeout-ms`, Kafka's consumer default (45 s since 3.0, KIP-735) unless given.
 SESSION_TIMEOUT = "__SESSION_TIMEOUT_MS__"
 
-STOPPED = f"""
+# Per capture and partition a group committed on (`summary_stopped`): its last commit, the latest
+# watermark, the group's last fetch, heartbeat and commit, and its session timeout where a JoinGroup
+# gave it; the section judges them against --session-timeout-ms.
+STOPPED_ROWS = """
 WITH dated AS (SELECT * FROM commits_dated),
 last_commit AS (
   SELECT capture, group_id, topic, partition, MAX(ts) AS ts_commit FROM dated GROUP BY 1, 2, 3, 4
@@ -88,23 +91,25 @@ beats AS (
   SELECT capture, group_id, MAX(ts_request) AS ts_heartbeat, MAX(session_timeout_ms) AS session_timeout_ms
   FROM groups GROUP BY 1, 2
 ),
-commits_any AS (SELECT capture, group_id, MAX(ts) AS ts_commit FROM commits GROUP BY 1, 2),
-judged AS (
-  SELECT l.*, f.ts_fetch, b.ts_heartbeat, c.ts_commit AS ts_group_commit,
-         COALESCE(b.session_timeout_ms, {SESSION_TIMEOUT}) AS session_timeout_ms,
-         GREATEST(COALESCE(f.ts_fetch, l.ts), COALESCE(b.ts_heartbeat, l.ts), c.ts_commit) AS ts_active
-  FROM latest l
-  LEFT JOIN fetches f ON f.capture = l.capture AND f.group_id = l.group_id
-  LEFT JOIN beats b ON b.capture = l.capture AND b.group_id = l.group_id
-  JOIN commits_any c ON c.capture = l.capture AND c.group_id = l.group_id
-)
+commits_any AS (SELECT capture, group_id, MAX(ts) AS ts_commit FROM commits GROUP BY 1, 2)
+SELECT l.capture, l.group_id, l.topic, l.partition, l.ts, l.committed_offset, l.produced_at, l.record_ts,
+       l.hwm, l.ts_end, f.ts_fetch, b.ts_heartbeat, b.session_timeout_ms AS group_session_timeout_ms,
+       GREATEST(COALESCE(f.ts_fetch, l.ts), COALESCE(b.ts_heartbeat, l.ts), c.ts_commit) AS ts_active
+FROM latest l
+LEFT JOIN fetches f ON f.capture = l.capture AND f.group_id = l.group_id
+LEFT JOIN beats b ON b.capture = l.capture AND b.group_id = l.group_id
+JOIN commits_any c ON c.capture = l.capture AND c.group_id = l.group_id
+"""
+STOPPED = f"""
 SELECT capture, group_id, topic, partition,
        CASE WHEN {seconds("ts_end", "ts_active")} * 1000 > session_timeout_ms THEN 'stopped' ELSE 'active' END AS state,
        committed_offset, hwm AS high_watermark, hwm - committed_offset AS offset_lag,
        {_lag_seconds("ts_end")} AS lag_seconds, {_SOURCE} AS lag_source,
        ts AS last_commit, ts_fetch AS last_fetch, ts_heartbeat AS last_heartbeat,
        {seconds("ts_end", "ts_active")} AS silent_seconds, session_timeout_ms, ts_end AS capture_end
-FROM judged
+FROM (
+  SELECT *, COALESCE(group_session_timeout_ms, {SESSION_TIMEOUT}) AS session_timeout_ms FROM summary_stopped
+) AS judged
 ORDER BY state DESC, lag_seconds DESC, capture, group_id, topic, partition
 """
 

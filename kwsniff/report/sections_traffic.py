@@ -12,7 +12,9 @@ CONSUMER_APIS = (
 # Topics, configs, ACLs, groups, partitions and transactions administered or described.
 ADMIN_APIS = "15, 16, 19, 20, 21, 29, 30, 31, 32, 33, 37, 42, 43, 44, 47, 48, 49, 50, 51, 60, 65, 66, 67, 69, 77, 89, 90, 91, 92"
 
-INVENTORY = f"""
+# Per capture (`summary_inventory`, kwsniff.report.summaries): each client's requests, records and
+# bytes per role, topic and group; the section adds the captures up.
+INVENTORY_ROWS = f"""
 WITH rows AS (
   SELECT p.client_id, p.client_ip,
          CASE WHEN p.api_key IN ({PRODUCER_APIS}) THEN 'producer'
@@ -42,13 +44,20 @@ client_group AS (
   SELECT capture, client_id, client_ip, topic, MIN(group_id) AS group_id
   FROM counted WHERE role = 'consumer' AND group_id IS NOT NULL GROUP BY capture, client_id, client_ip, topic
 )
-SELECT r.client_id, r.client_ip, s.sasl_mechanism, s.sasl_principal, s.software_name, s.software_version, r.role, r.topic,
+SELECT r.capture, r.client_id, r.client_ip, r.role, r.topic,
        CASE WHEN r.role = 'consumer' THEN COALESCE(r.group_id, g.group_id) ELSE r.group_id END AS group_id,
-       COALESCE(SUM(r.record_count), 0) AS records, COALESCE(SUM(r.record_bytes), 0) AS bytes,
-       SUM(r.requests) AS requests, MIN(r.first_seen) AS first_seen, MAX(r.last_seen) AS last_seen
+       CAST(SUM(r.record_count) AS BIGINT) AS record_count, CAST(SUM(r.record_bytes) AS BIGINT) AS record_bytes,
+       CAST(SUM(r.requests) AS BIGINT) AS requests, MIN(r.first_seen) AS first_seen, MAX(r.last_seen) AS last_seen
 FROM counted r
 LEFT JOIN client_group g ON g.capture = r.capture AND g.client_id = r.client_id
   AND g.client_ip = r.client_ip AND g.topic = r.topic
+GROUP BY 1, 2, 3, 4, 5, 6
+"""
+INVENTORY = """
+SELECT r.client_id, r.client_ip, s.sasl_mechanism, s.sasl_principal, s.software_name, s.software_version, r.role, r.topic,
+       r.group_id, COALESCE(SUM(r.record_count), 0) AS records, COALESCE(SUM(r.record_bytes), 0) AS bytes,
+       SUM(r.requests) AS requests, MIN(r.first_seen) AS first_seen, MAX(r.last_seen) AS last_seen
+FROM summary_inventory r
 LEFT JOIN client_software s ON s.client_id = r.client_id AND s.client_ip = r.client_ip
 GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
 ORDER BY client_id, client_ip, role, topic, group_id
@@ -80,8 +89,8 @@ GROUP BY topic ORDER BY topic
 """
 
 # Per Produce batch, the first Fetch response carrying its first offset (a range join on offsets,
-# by offset bucket: sql.offset_buckets).
-PRODUCE_TO_CONSUME = f"""
+# by offset bucket: sql.offset_buckets); per capture (`summary_produce_to_consume`).
+PRODUCE_TO_CONSUME_ROWS = f"""
 WITH fetched AS (
   SELECT capture, topic, partition, first_offset, last_offset, ts_response,
          {offset_buckets("first_offset", "last_offset")} AS bucket
@@ -95,9 +104,12 @@ batches AS (
     AND pr.first_offset BETWEEN f.first_offset AND f.last_offset
   GROUP BY 1, 2, 3, 4
 )
+SELECT capture, topic, {millis("ts_consume", "ts_produce")} AS e2e_ms FROM batches
+"""
+PRODUCE_TO_CONSUME = f"""
 SELECT topic, COUNT(*) AS batches, {pct(0.5, "e2e_ms")} AS p50_ms, {pct(0.99, "e2e_ms")} AS p99_ms,
        MAX(e2e_ms) AS max_ms
-FROM ({ranked(f"SELECT topic, {millis('ts_consume', 'ts_produce')} AS e2e_ms FROM batches", "topic", "e2e_ms")}) AS t
+FROM ({ranked("SELECT topic, e2e_ms FROM summary_produce_to_consume", "topic", "e2e_ms")}) AS t
 GROUP BY topic ORDER BY topic
 """
 

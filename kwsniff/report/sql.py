@@ -57,3 +57,19 @@ def latest(value: str, ts: str, tie: str) -> str:
     ``tie`` (Spark: MAX_BY). An aggregate, several times faster in DuckDB than ROW_NUMBER over a window
     partitioned by the same keys. Only for a ``value`` never null: DuckDB's ARG_MAX skips null values."""
     return f"ARG_MAX({value}, CAST(EPOCH_US({ts}) AS DECIMAL(38, 0)) * 4294967296 + {tie})"
+
+
+def split_order(sql: str) -> tuple[str, str]:
+    """``sql`` without its final ORDER BY (outside any parentheses), and that ORDER BY's keys ("" if none)."""
+    depth, at = 0, -1
+    upper = sql.upper()
+    for i, ch in enumerate(sql):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif depth == 0 and upper.startswith("ORDER BY", i):
+            at = i
+    if at < 0:
+        return sql, ""
+    return sql[:at], sql[at + len("ORDER BY") :].strip()

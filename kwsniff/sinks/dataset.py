@@ -26,7 +26,10 @@ except ImportError:  # pragma: no cover - a Python built without it
 
 from kwsniff.sinks.commit import Staging, locked, recover
 from kwsniff.sinks.parquet import TEMP_SUFFIX, safe_file_stem
-from kwsniff.tables.names import TABLES
+from kwsniff.tables.names import SUMMARIES, TABLES
+
+# The directories of OUT a run writes, replaces and keeps file by file: the tables and their summaries.
+DATASET_DIRS = TABLES + SUMMARIES
 
 
 class OutputError(Exception):
@@ -114,7 +117,7 @@ class Output:
                 "use --overwrite to replace it or --append to add to it"
             )
         if existing is ExistingOutput.OVERWRITE:
-            for path in (p for files in held.values() for p in files):
+            for path in (p for t in DATASET_DIRS for p in _dataset_files(real / t)):
                 if not _replaceable(path):
                     raise OutputError(f"--out {out}: {path} is not a Parquet file; not replacing the dataset")
         self._created = [p for p in real.parents if not p.exists()]
@@ -187,7 +190,7 @@ class Output:
                 raise OSError(f"another run wrote {', '.join(held)} meanwhile")
         for entry in self.out.iterdir():
             target = stage / entry.name
-            if entry.name not in TABLES or not entry.is_dir() or entry.is_symlink():
+            if entry.name not in DATASET_DIRS or not entry.is_dir() or entry.is_symlink():
                 if not os.path.lexists(target):
                     _carry(entry, target)
             elif keep_tables:
@@ -220,7 +223,11 @@ def output_name(capture: Path) -> str:
 
 
 def path_digest(capture: Path) -> str:
-    return sha1(os.fsencode(capture.resolve())).hexdigest()[:8]
+    return path_digest_of(str(capture.resolve()))
+
+
+def path_digest_of(text: str) -> str:
+    return sha1(os.fsencode(text)).hexdigest()[:8]
 
 
 def stream_name(source: str) -> str:

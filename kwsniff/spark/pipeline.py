@@ -404,13 +404,20 @@ def _index(
     return found
 
 
-def write(decoded: Decoded, out: Path | Output, *, overwrite: bool = False) -> None:
+def write(
+    decoded: Decoded,
+    out: Path | Output,
+    *,
+    overwrite: bool = False,
+    summarize: Callable[[Path], object] | None = None,
+) -> None:
     """Each table to ``out/<table>/date=YYYY-MM-DD/part-*.parquet``, published in one step: the
     tasks' files are moved into a staging directory beside ``out`` (those of a capture split into
     flow buckets rewritten first, in one Spark task per bucket task, see kwsniff.spark.files), which
     then replaces ``out`` at once (docs/datasets.md), so a reader or a kill never sees some tables
     new and others old. ``out`` is a directory (refused if it holds a dataset, unless ``overwrite``)
-    or an Output already checked. The spool is removed either way."""
+    or an Output already checked; ``summarize`` is called with the staging directory before the
+    commit (`kwsniff spark`: the report's summaries). The spool is removed either way."""
     from kwsniff.sinks import ExistingOutput, Output
 
     mine = not isinstance(out, Output)
@@ -433,6 +440,8 @@ def write(decoded: Decoded, out: Path | Output, *, overwrite: bool = False) -> N
             write_captures(decoded.captures, output.stage)
         write_empty(decoded.tables, output.stage)
         shutil.rmtree(decoded.spool, ignore_errors=True)
+        if summarize is not None:
+            summarize(output.stage)
         output.commit()
     finally:
         shutil.rmtree(decoded.spool, ignore_errors=True)

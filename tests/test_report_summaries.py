@@ -1,0 +1,235 @@
+"""The report's per-capture summaries (kwsniff.report.summaries): `read` and `spark` write them beside
+the tables, `report` reads them instead of the rows when they cover every capture, and the answers are
+the same as from the rows, on DuckDB and on Spark."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from kwsniff.cli import main
+from kwsniff.commands.summarize import summarize
+from kwsniff.report import summaries
+from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
+from kwsniff.report.output import sort_rows
+from kwsniff.report.run import answer, answer_top, keep
+from kwsniff.report.sections import BY_NAME, PARTS, SECTIONS
+from kwsniff.sinks.dataset import path_digest_of
+from kwsniff.spark.pipeline import decode, write
+from kwsniff.tables.names import SUMMARIES
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = ROOT / "sample_pcaps/quickstart.pcap"
+CAPTURES = sorted((ROOT / "tests/data/captures").glob("*.pcap")) + [QUICKSTART]
+# The sections that read a part (sections.PARTS; the others never do).
+SUMMARIZED = [s for s in SECTIONS if "summary_" in s.sql]
+
+
+def read(out: Path, *inputs: Path, append: bool = False) -> Any:
+    args = ["read", "-q", *map(str, inputs), "--out", str(out)]
+    done = CliRunner().invoke(main, args + (["--append"] if append else []))
+    assert done.exit_code == 0, done.output
+    return done
+
+
+def without_summaries(tables: Path, to: Path) -> Path:
+    """A copy of ``tables`` (hard links) without its summaries: the report computes from the rows."""
+    shutil.copytree(
+        tables, to, copy_function=os.link, ignore=lambda d, names: [n for n in names if n in SUMMARIES]
+    )
+    return to
+
+
+def duck_answer(tables: Path, filters: Filters | None = None) -> tuple[bool, dict[str, list[dict[str, Any]]]]:
+    filters = filters or Filters()
+    with DuckEngine(tables, filters) as engine:
+        return engine.summarized, answer(engine, filters)
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("summarized") / "tables"
+    read(out, *CAPTURES)
+    return out
+
+
+@pytest.fixture(scope="module")
+def from_rows(out: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    summarized, rows = duck_answer(without_summaries(out, tmp_path_factory.mktemp("rows") / "tables"))
+    assert not summarized
+    return rows
+
+
+def test_read_writes_each_captures_summaries_beside_its_tables_under_the_same_name(out: Path) -> None:
+    names = sorted(p.name for p in (out / "requests").iterdir())
+    assert len(names) == len(CAPTURES)
+    assert ("summary_captures", *PARTS) == SUMMARIES
+    for part in SUMMARIES:
+        assert sorted(p.name for p in (out / part).iterdir()) == names, part
+    for name in names:
+        marker = pq.read_table(out / "summary_captures" / name).to_pylist()
+        captures = pq.read_table(out / "captures" / name).column("capture").to_pylist()
+        assert marker == [{"capture": captures[0], "version": summaries.VERSION}]
+        # Each part file holds its own capture's rows only.
+        for part in PARTS:
+            assert set(pq.read_table(out / part / name).column("capture").to_pylist()) <= set(captures)
+    lag = pq.read_table(out / "summary_lag" / names[-1]).to_pylist()
+    assert names[-1].startswith("quickstart") and {r["group_id"] for r in lag} == {"quickstart-group"}
+
+
+def test_the_report_reads_the_summaries_and_answers_as_from_the_rows(out: Path, from_rows: dict) -> None:
+    summarized, rows = duck_answer(out)
+    assert summarized
+    assert rows == from_rows
+    assert len(SUMMARIZED) == 13
+    assert [s.name for s in SUMMARIZED if not rows[s.name]] == [
+        "reconciliation",
+        "storms",
+        "share_groups",
+        "share_deliveries",
+        "upgrade_zookeeper",
+    ]
+    assert len(rows["lag"]) == 44 and len(rows["member_lag"]) == 25 and len(rows["upgrade"]) == 3
+
+
+@pytest.mark.parametrize("sort_by", [None, "offset_lag", "requests"])
+def test_a_cut_answer_read_from_the_summaries_is_the_first_rows_of_the_whole_and_its_count(
+    out: Path, from_rows: dict, sort_by: str | None
+) -> None:
+    # A text report (or --top N) cuts each answer inside DuckDB; from the summaries it is not kept
+    # first (engines.DuckEngine.top), and the rows and counts are those of the whole answer.
+    filters = Filters(group="quickstart-group") if sort_by == "requests" else Filters()
+    with DuckEngine(out, Filters()) as engine:
+        cut = answer_top(engine, filters, SECTIONS, 2, sort_by)
+    for name, rows in from_rows.items():
+        whole = sort_rows(keep(rows, filters), sort_by)
+        assert cut[name] == (whole[:2], len(whole)), name
+    assert cut["lag"][1] == (9 if filters.group else 44) and cut["stopped"][1] > 2
+
+
+def test_spark_reads_the_same_summaries_to_the_same_answers(out: Path, from_rows: dict, spark: Any) -> None:
+    # One section of each kind: a part's rows in order (its `second` a timestamp without a zone),
+    # the judgement `stopped` makes of its part, and parts added up with a join (`inventory`) or not.
+    sections = [BY_NAME[n] for n in ("lag", "stopped", "inventory", "upgrade")]
+    engine = SparkEngine(out, Filters(), spark)
+    try:
+        assert engine.summarized
+        assert answer(engine, Filters(), sections) == {s.name: from_rows[s.name] for s in sections}
+    finally:
+        engine.close()
+
+
+def test_since_and_until_compute_from_the_rows(out: Path, from_rows: dict, tmp_path: Path) -> None:
+    # A time window cuts rows out of a capture: its summary would be of rows the window drops.
+    since = min(r["last_commit"] for r in from_rows["stopped"]) - dt.timedelta(seconds=1)
+    window = Filters(since=since.replace(tzinfo=None), until=dt.datetime(2100, 1, 1))
+    summarized, rows = duck_answer(out, window)
+    assert not summarized
+    assert rows == duck_answer(without_summaries(out, tmp_path / "rows"), window)[1]
+    assert rows["stopped"] and rows["inventory"] != from_rows["inventory"]
+
+
+def from_rows_of(tables: Path) -> dict[str, list[dict[str, Any]]]:
+    return duck_answer(tables)[1]
+
+
+def test_a_capture_without_summaries_makes_the_report_compute_from_the_rows(
+    out: Path, from_rows: dict, tmp_path: Path
+) -> None:
+    # Tables of a capture written without summaries (a live capture, an older kwsniff, a file added
+    # by hand) among summarized ones: every part is computed from the rows, the new capture included.
+    mixed = tmp_path / "mixed"
+    shutil.copytree(out, mixed, copy_function=os.link)
+    other = tmp_path / "other"
+    read(other, QUICKSTART)
+    for path in (other / "requests").iterdir():
+        shutil.copy(path, mixed / "requests" / "added-by-hand.parquet")
+    summarized, rows = duck_answer(mixed)
+    assert not summarized
+    assert rows == duck_answer(without_summaries(mixed, tmp_path / "rows"))[1]
+    assert rows["inventory"] != from_rows["inventory"]  # its requests counted
+
+
+def test_a_table_file_newer_than_its_summaries_makes_the_report_compute_from_the_rows(
+    out: Path, from_rows: dict, tmp_path: Path
+) -> None:
+    # A capture read again by a kwsniff that writes no summaries (one before they existed) replaces
+    # its table files and leaves its old summaries, now older than them.
+    again = tmp_path / "again"
+    shutil.copytree(out, again)
+    requests = sorted((again / "requests").iterdir())[-1]
+    marker = os.stat(again / "summary_captures" / requests.name)
+    os.utime(requests, ns=(marker.st_atime_ns, marker.st_mtime_ns + 1))
+    summarized, rows = duck_answer(again)
+    assert not summarized and rows == from_rows
+
+
+def test_reading_a_capture_again_replaces_its_summaries(tmp_path: Path) -> None:
+    out = tmp_path / "tables"
+    read(out, CAPTURES[0], QUICKSTART)
+    read(out, QUICKSTART, append=True)
+    read(out, CAPTURES[1], append=True)
+    markers = pq.read_table(out / "summary_captures").column("capture").to_pylist()
+    assert sorted(markers) == sorted(p.name for p in (CAPTURES[0], CAPTURES[1], QUICKSTART))
+    summarized, rows = duck_answer(out)
+    assert summarized
+    assert rows == duck_answer(without_summaries(out, tmp_path / "rows"))[1]
+    once = tmp_path / "once"
+    read(once, CAPTURES[0], CAPTURES[1], QUICKSTART)
+    assert rows == from_rows_of(once)
+
+
+def test_summaries_that_cannot_be_written_are_one_warning_and_the_tables_are_committed(
+    from_rows: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = summaries.write
+
+    def disk_full(stage: Path, *limits: Any) -> int:
+        real(stage, *limits)  # every summary file written, then the failure
+        raise duckdb.IOException("IO Error: Could not write file: No space left on device")
+
+    monkeypatch.setattr(summaries, "write", disk_full)
+    out = tmp_path / "tables"
+    done = read(out, QUICKSTART)
+    assert done.stderr.splitlines() == [
+        "kwsniff: warning: summaries: not written (IO Error: Could not write file: No space left on device); "
+        "`kwsniff report` computes those sections from the rows"
+    ]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "captures",
+        "connections",
+        "errors",
+        "groups",
+        "partitions",
+        "requests",
+    ]
+    summarized, rows = duck_answer(out)
+    assert not summarized
+    assert rows["lag"] == [r for r in from_rows["lag"] if r["capture"] == "quickstart.pcap"] != []
+
+
+def test_spark_writes_summaries_of_a_capture_split_into_flow_buckets_as_read_does(
+    spark: Any, out: Path, tmp_path: Path
+) -> None:
+    decoded = decode(spark, [str(QUICKSTART)], buckets=2)
+    assert decoded.split_into == {"quickstart.pcap": 2}
+    fleet = tmp_path / "fleet"
+    write(decoded, fleet, summarize=lambda stage: summarize(stage, 1 << 30))
+    # Its tables are files of Spark's names (one per flow bucket), its summaries one of the capture's.
+    assert [p.name for p in (fleet / "summary_lag").iterdir()] == [
+        f"quickstart.pcap-{path_digest_of('quickstart.pcap')}.parquet"
+    ]
+    summarized, rows = duck_answer(fleet)
+    assert summarized
+    assert rows == duck_answer(without_summaries(fleet, tmp_path / "rows"))[1]
+    single = tmp_path / "single"
+    read(single, QUICKSTART)
+    assert rows == from_rows_of(single)

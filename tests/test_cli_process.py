@@ -12,6 +12,8 @@ import pyarrow.dataset as ds
 import pytest
 from realparts import run_python
 
+from kwsniff.tables.names import SUMMARIES
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_pcaps" / "quickstart.pcap"
 HEAVY = ("numpy", "pandas", "pyarrow", "pyspark")
@@ -154,7 +156,8 @@ def test_read_loads_neither_numpy_nor_pandas_and_writes_the_same_bytes(tmp_path:
     loaded, restored = _read_in_process("import numpy, pandas", [*captures, "--out", str(with_numpy), "-q"])
     assert loaded == ["crc32c", "numpy", "pandas"] and restored
     written = _table_bytes(alone)
-    assert len(written) == 5 * len(captures)  # requests, connections, errors, partitions, groups
+    # requests, connections, errors, partitions, groups, and the report's summaries
+    assert len(written) == (5 + len(SUMMARIES)) * len(captures)
     assert written == _table_bytes(with_numpy)
 
 

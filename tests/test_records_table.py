@@ -24,6 +24,7 @@ from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
 from kwsniff.sinks import parquet
 from kwsniff.tables import DEFAULT_TABLES
+from kwsniff.tables.names import SUMMARIES
 
 CAPTURES = Path(__file__).parent / "data" / "captures"
 NAMES = ("acks_modes", "kafka_python", "legacy_msgset", "produce_codecs")
@@ -209,7 +210,7 @@ def test_read_writes_the_records_table_only_with_records(tmp_path: Path) -> None
     capture = str(CAPTURES / "produce_codecs.pcap")
     runner = CliRunner()
     assert runner.invoke(main, ["read", capture, "--out", str(tmp_path / "plain")]).exit_code == 0
-    assert sorted(p.name for p in (tmp_path / "plain").iterdir()) == sorted(DEFAULT_TABLES)
+    assert sorted(p.name for p in (tmp_path / "plain").iterdir()) == sorted(DEFAULT_TABLES + SUMMARIES)
     result = runner.invoke(main, ["read", capture, "--out", str(tmp_path / "rec"), "--record-payloads"])
     assert result.exit_code == 0, result.output
     table = ds.dataset(tmp_path / "rec" / "records").to_table()

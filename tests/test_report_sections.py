@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -19,11 +21,13 @@ from click.testing import CliRunner
 from test_share_wire import share_capture
 
 from kwsniff.cli import main
+from kwsniff.report import summaries
 from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
 from kwsniff.report.output import sort_rows
 from kwsniff.report.run import answer, answer_top, keep
 from kwsniff.report.sections import BY_NAME, SECTIONS
 from kwsniff.report.views import FILLED, GROUPS_CONTRACT
+from kwsniff.tables.names import SUMMARIES
 from kwsniff.tables.schemas import SCHEMAS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,23 +105,62 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     inputs = [*map(str, CAPTURES), str(share)]
     done = CliRunner().invoke(main, ["read", "-q", *inputs, "--out", str(out), "--overwrite"])
     assert done.exit_code == 0, done.output
-    # Tables written before the contract's columns, and one file with them: both read as one table.
-    pq.write_table(built_groups_table(), out / "groups" / "kip848-built.parquet")
+    # Tables written before the contract's columns, and one capture's file with them: both read as
+    # one table. Its summaries are written as `read` writes a capture's, after its table file.
+    stage = tmp_path_factory.mktemp("built")
+    (stage / "groups").mkdir()
+    pq.write_table(built_groups_table(), stage / "groups" / "kip848-built.parquet")
+    assert summaries.write(stage) == 1
+    for made in stage.glob("*/*.parquet"):
+        os.replace(made, out / made.parent.name / made.name)
     return out
 
 
 @pytest.fixture(scope="module")
-def duck(out: Path) -> dict[str, list[dict[str, Any]]]:
+def rows_only(out: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same tables without their summaries: every section computed from the rows."""
+    copy = tmp_path_factory.mktemp("rows") / "tables"
+    shutil.copytree(
+        out, copy, copy_function=os.link, ignore=lambda d, names: [n for n in names if n in SUMMARIES]
+    )
+    return copy
+
+
+@pytest.fixture(scope="module")
+def duck(out: Path, rows_only: Path) -> dict[str, list[dict[str, Any]]]:
     with DuckEngine(out, Filters()) as engine:
-        return answer(engine, Filters())
+        assert engine.summarized
+        rows = answer(engine, Filters())
+    with DuckEngine(rows_only, Filters()) as engine:
+        assert not engine.summarized
+        assert answer(engine, Filters()) == rows
+    return rows
 
 
-def test_every_section_gives_the_same_rows_on_duckdb_and_spark(out: Path, duck: dict, spark: Any) -> None:
-    on_spark = answer(SparkEngine(out, Filters(), spark), Filters())
+def test_every_section_gives_the_same_rows_on_duckdb_and_spark(
+    rows_only: Path, duck: dict, spark: Any
+) -> None:
+    # From the rows (tables without summaries: a live capture's, an older kwsniff's, or cut by
+    # --since/--until), every section and every part on Spark as on DuckDB.
+    engine = SparkEngine(rows_only, Filters(), spark)
+    assert not engine.summarized
+    on_spark = answer(engine, Filters())
     assert list(on_spark) == list(duck) == [s.name for s in SECTIONS]
     for name, rows in duck.items():
         assert on_spark[name] == rows, name
     assert all(duck[n] for n in ("inventory", "lag", "stopped", "rebalances", "reconciliation", "storms"))
+
+
+def test_every_section_read_from_the_summaries_gives_the_same_rows_on_spark(
+    out: Path, duck: dict, spark: Any
+) -> None:
+    engine = SparkEngine(out, Filters(), spark)
+    assert engine.summarized
+    parted = [s for s in SECTIONS if "summary_" in s.sql]
+    assert len(parted) == len(SUMMARIES) - 1
+    on_spark = answer(engine, Filters(), parted)
+    for section in parted:
+        assert on_spark[section.name] == duck[section.name], section.name
 
 
 @pytest.mark.parametrize(
@@ -144,21 +187,22 @@ def test_a_cut_answer_is_the_first_rows_of_the_whole_answer_and_its_count(
 
 @pytest.mark.parametrize("older", ["every file", "the quick start's files"])
 def test_tables_without_the_exchange_columns_on_every_row_give_the_same_answers(
-    out: Path, duck: dict, tmp_path: Path, older: str
+    rows_only: Path, duck: dict, tmp_path: Path, older: str
 ) -> None:
     # Tables written before partitions, errors and groups rows repeated their exchange's client and
-    # times (and requests its client_ip): the report fills them by a join, every answer unchanged.
+    # times (and requests its client_ip), and before summaries: the report fills them by a join,
+    # every answer unchanged.
     old = tmp_path / "old"
     dropped = 0
-    for path in out.rglob("*.parquet"):
+    for path in rows_only.rglob("*.parquet"):
         data = pq.read_table(path)
-        table = path.relative_to(out).parts[0]
+        table = path.relative_to(rows_only).parts[0]
         if older == "every file" or path.name.startswith("quickstart"):
             gone = [c for c in FILLED.get(table, ()) if c in data.column_names]
             data = data.drop_columns(gone)
             dropped += len(gone)
-        (old / path.relative_to(out)).parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(data, old / path.relative_to(out))
+        (old / path.relative_to(rows_only)).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(data, old / path.relative_to(rows_only))
     assert dropped >= 1 + 5 + 5 + 2  # requests, partitions, errors, groups
     with DuckEngine(old, Filters()) as engine:
         assert answer(engine, Filters()) == duck
@@ -259,8 +303,10 @@ def test_latest_takes_the_value_of_the_latest_time_then_the_highest_tie_on_both_
 
 
 def test_spill_limit_caps_the_disk_duckdb_fills_and_says_one_line_past_it(
-    out: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    rows_only: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # From the rows (the summaries leave too little work to spill).
+    out = rows_only
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with DuckEngine(out, Filters(), memory_limit=64 << 20, spill_limit=3 << 30) as engine:
         ((spill,),) = engine.con.sql("SELECT current_setting('max_temp_directory_size')").fetchall()

@@ -1,6 +1,6 @@
 """The report's per-capture summaries (kwsniff.report.summaries): `read` and `spark` write them beside
 the tables, `report` reads them instead of the rows when they cover every capture, and the answers are
-the same as from the rows, on DuckDB and on Spark."""
+the same as from the rows (on Spark too: tests/test_report_sections.py)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from click.testing import CliRunner
 from kwsniff.cli import main
 from kwsniff.commands.summarize import summarize
 from kwsniff.report import summaries
-from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
+from kwsniff.report.engines import DuckEngine, Filters
 from kwsniff.report.output import sort_rows
 from kwsniff.report.run import answer, answer_top, keep
-from kwsniff.report.sections import BY_NAME, PARTS, SECTIONS
+from kwsniff.report.sections import PARTS, SECTIONS
 from kwsniff.sinks.dataset import path_digest_of
 from kwsniff.spark.pipeline import decode, write
 from kwsniff.tables.names import SUMMARIES
@@ -113,18 +113,6 @@ def test_a_cut_answer_read_from_the_summaries_is_the_first_rows_of_the_whole_and
         whole = sort_rows(keep(rows, filters), sort_by)
         assert cut[name] == (whole[:2], len(whole)), name
     assert cut["lag"][1] == (9 if filters.group else 44) and cut["stopped"][1] > 2
-
-
-def test_spark_reads_the_same_summaries_to_the_same_answers(out: Path, from_rows: dict, spark: Any) -> None:
-    # One section of each kind: a part's rows in order (its `second` a timestamp without a zone),
-    # the judgement `stopped` makes of its part, and parts added up with a join (`inventory`) or not.
-    sections = [BY_NAME[n] for n in ("lag", "stopped", "inventory", "upgrade")]
-    engine = SparkEngine(out, Filters(), spark)
-    try:
-        assert engine.summarized
-        assert answer(engine, Filters(), sections) == {s.name: from_rows[s.name] for s in sections}
-    finally:
-        engine.close()
 
 
 def test_since_and_until_compute_from_the_rows(out: Path, from_rows: dict, tmp_path: Path) -> None:

@@ -43,6 +43,7 @@ from kwsniff.cli import main
 from kwsniff.kafka.sasl import principal
 from kwsniff.pipeline.session import Session, SessionOptions, accounting_difference
 from kwsniff.rows import ListSink
+from kwsniff.tables.names import SUMMARIES
 
 PASSWORD = "s3cr3t-Pa55word"
 PLAIN_TOKEN = b"\x00alice\x00" + PASSWORD.encode()
@@ -308,7 +309,8 @@ def test_unknown_tagged_fields_of_sasl_authenticate_are_redacted_everywhere(tmp_
     for output in (text.output, as_json.output, read.output):
         assert PASSWORD not in output and PASSWORD.encode().hex() not in output
     files = list((tmp_path / "t").rglob("*.parquet"))
-    assert len(files) == 6  # one file per default table, `captures` included
+    # One file per default table (`captures` included) and per summary of the report.
+    assert len(files) == 6 + len(SUMMARIES)
     for file in files:
         assert PASSWORD.encode() not in file.read_bytes()
         assert PASSWORD not in repr(ds.dataset(file).to_table().to_pylist())

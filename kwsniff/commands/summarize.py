@@ -18,13 +18,11 @@ def summarize(stage: Path, memory_limit: int) -> None:
     most ``memory_limit`` bytes (the run's --memory-limit, its decoding done). When they cannot be
     written: one warning, and the tables are committed without them (`report` then computes those
     sections from the rows, as it does for tables written before summaries existed)."""
-    import duckdb
-
     from kwsniff.report import summaries
 
     try:
         summaries.write(stage, memory_limit, SPILL_LIMIT)
-    except (duckdb.Error, OSError) as exc:
+    except Exception as exc:  # DuckDB's errors, a full disk, or a fault of ours: the tables are kept
         for name in SUMMARIES:
             shutil.rmtree(stage / name, ignore_errors=True)
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

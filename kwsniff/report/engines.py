@@ -123,6 +123,8 @@ class DuckEngine:
         spill_limit: int | None = None,
         summaries: bool = True,
     ) -> None:
+        """``summaries``: read the summaries kept with ``tables`` when they cover them; False for
+        the engine that writes them (kwsniff.report.summaries.write), which has no part views."""
         import duckdb
 
         # DuckDB holds at most ``memory_limit`` bytes (its own default is 80% of the machine) and
@@ -174,7 +176,8 @@ class DuckEngine:
         # read from the summaries kept with the tables, or computed from the rows (report.summaries).
         parts = stored(self.con, tables, paths, filters) if summaries else None
         self.summarized = parts is not None
-        self.derived = derived(parts)
+        # An engine that writes summaries runs the parts' queries itself: no views of them.
+        self.derived = derived(parts) if summaries else dict(DERIVED)
         for name, sql in self.derived.items():
             self.con.execute(f"CREATE VIEW {name} AS {sql}")
         self._kept: set[str] = set()

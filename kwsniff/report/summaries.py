@@ -96,7 +96,7 @@ def stored(
 def write(stage: Path, memory_limit: int | None = None, spill_limit: int | None = None) -> int:
     """Write the summaries of every capture whose tables are in ``stage`` (a run's staging directory,
     `stage/<table>/...parquet`) beside them; the count of captures summarized. Each part comes out of
-    DuckDB sorted by capture, in batches (memory bounded whatever the captures' size), and is cut
+    DuckDB sorted (by capture first), in batches (memory bounded whatever the captures' size), and is cut
     into one file per capture as it streams. Without pandas or pyarrow.parquet (`read`'s start-up,
     kwsniff.sinks.parquet)."""
     import pyarrow as pa
@@ -125,7 +125,8 @@ def write(stage: Path, memory_limit: int | None = None, spill_limit: int | None 
             )
             save(stage / MARKER / f"{stem}.parquet", marker.schema, [marker])
         for name, sql in PARTS.items():
-            batches = engine.batches(f"SELECT * FROM ({sql}) AS p ORDER BY capture", BATCH_ROWS)
+            # Every column sorts (`capture` is the first): the same input, the same bytes.
+            batches = engine.batches(f"SELECT * FROM ({sql}) AS p ORDER BY ALL", BATCH_ROWS)
             left = dict(stems)
             for capture, pieces in groupby(_runs(batches), key=itemgetter(0)):
                 save(stage / name / f"{left.pop(capture)}.parquet", batches.schema, (t for _, t in pieces))

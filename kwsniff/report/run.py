@@ -28,13 +28,9 @@ def open_engine(
 
 
 def keep(rows: list[Row], filters: Filters) -> list[Row]:
-    for option, columns in NAME_FILTERS.items():
-        wanted = getattr(filters, option)
-        if wanted is None:
-            continue
-        for column in columns:
-            if rows and column in rows[0]:
-                rows = [r for r in rows if r[column] == wanted]
+    for column, value in wanted(filters).items():
+        if rows and column in rows[0]:
+            rows = [r for r in rows if r[column] == value]
     return rows
 
 

@@ -13,8 +13,9 @@ VERSION). A capture read again (``--append``) replaces its summaries with its ta
 
 `report` reads the summaries (:func:`stored`) when every capture of the tables has exactly one
 `summary_captures` row of this VERSION, every part has a file per `summary_captures` file, and
-neither --since nor --until cuts rows out of a capture (the parts would then be of the rows left). Otherwise every part is computed from the
-rows by the same query: the answers are the same either way (tests/test_report_summaries.py).
+neither --since nor --until cuts rows out of a capture (the parts would then be of the rows left).
+Otherwise every part is computed from the rows by the same query: the answers are the same either
+way (tests/test_report_summaries.py).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def stored(
     parts = {part: files(tables, part) for part in PARTS}
     if any(_names(tables, part, found) != names for part, found in parts.items()):
         return None
+    written_at = {name: os.stat(tables / MARKER / name).st_mtime_ns for name in names}
     unmatched, named = [], set()
     for table, found in paths.items():
         for f in found:
@@ -74,7 +76,7 @@ def stored(
                 unmatched.append(f)
                 continue
             named.add(str(tables / MARKER / name))
-            if os.stat(f).st_mtime_ns > os.stat(tables / MARKER / name).st_mtime_ns:
+            if os.stat(f).st_mtime_ns > written_at[name]:
                 return None  # written again, by a writer that did not summarize it
     covered = (
         f"SELECT DISTINCT capture FROM read_parquet({unmatched!r}, union_by_name = true)"

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import struct
+from pathlib import Path
 
 import pytest
 
+import kwsniff.protocol
 from kwsniff.protocol import (
     DecodeError,
     api_name,
@@ -123,3 +126,22 @@ def test_error_codes_names_and_retriability() -> None:
     )
     assert error_name(1234) == "UNKNOWN_ERROR_CODE(1234)"
     assert (error_retriable(6), error_retriable(0), error_retriable(1234)) == (True, False, False)
+
+
+# sha256 of ../shared/kafka-error-codes.csv (Kafka 4.4's error table, codes -1..136) on 2026-11-28, when
+# the project's copy was last taken from it: the repository stays self-contained, so the test compares
+# with the digest of the shared file at the time of the change rather than reading ../shared.
+SHARED_ERROR_CODES_SHA256 = "655535c0d8ad1678e18256462729282c6493b12484d542a3cb363e6a932a927d"
+
+
+def test_error_codes_are_kafka_4_4s_table() -> None:
+    path = Path(kwsniff.protocol.__file__).parent / "error_codes.csv"
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == SHARED_ERROR_CODES_SHA256
+    # The three codes Kafka 4.4 added.
+    assert [error_name(code) for code in (134, 135, 136)] == [
+        "GROUP_DELETION_FAILED",
+        "STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED",
+        "CONTROLLER_ID_NOT_REGISTERED",
+    ]
+    assert [error_retriable(code) for code in (134, 135, 136)] == [False, False, False]
+    assert error_name(137) == "UNKNOWN_ERROR_CODE(137)"

@@ -77,7 +77,7 @@ def test_the_live_capture_recipe_reads_back_every_record_and_captures_it(tmp_pat
         )
         assert capture.stderr is not None
         # The page says: wait for the `kwsniff: capturing on lo` line.
-        started, seen = time.monotonic(), []
+        started, seen = time.monotonic(), list[str]()
         while not (seen and seen[-1].startswith("kwsniff: capturing on lo")):
             assert len(seen) < 20 and time.monotonic() - started < CAPTURING_S, seen
             seen.append(capture.stderr.readline())

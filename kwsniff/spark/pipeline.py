@@ -36,6 +36,7 @@ from kwsniff.pipeline.session import SessionOptions
 from kwsniff.spark.captures import capture_rows
 from kwsniff.spark.executors import PYTHON_CONF, SAFE_PATH, checked, executor_python
 from kwsniff.spark.files import BucketFix, fix_files, move, planned, write_captures, write_empty
+from kwsniff.spark.gateway import jvm_stopped_unless_started
 from kwsniff.spark.inputs import is_uri, open_input, shown
 from kwsniff.spark.tasks import (
     INDEX_SCHEMA,
@@ -143,12 +144,13 @@ def spark_session(
     if archive is not None:
         settings["spark.archives"] = f"{archive}#environment"
     settings.update({**conf, **pythons})
-    if quiet and SparkSession.getActiveSession() is None:
-        _silent_context(settings)
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    with jvm_stopped_unless_started():
+        if quiet and SparkSession.getActiveSession() is None:
+            _silent_context(settings)
+        return builder.getOrCreate()
 
 
 def _silent_context(settings: dict[str, str]) -> None:

@@ -105,8 +105,11 @@ def test_the_standalone_commands_work_as_written_from_a_fresh_venv(tmp_path: Pat
             stop_process(worker)  # type: ignore[arg-type]
         stop_process(master)  # type: ignore[arg-type]
     assert result.returncode == 0, result.stderr[-3000:]
-    built = [line for line in result.stderr.splitlines() if line.startswith("--ship-env: built in ")]
-    assert len(built) == 1 and f"{home}/.cache/kwsniff/venv-kwsniff-env-" in built[0], result.stderr[-3000:]
+    (built,) = [line for line in result.stdout.splitlines() if line.startswith("--ship-env: ")]
+    (pack,) = (home / ".cache/kwsniff").glob("venv-kwsniff-env-*.tar.gz")
+    assert re.fullmatch(rf"--ship-env: built in [\d.]+ s: {re.escape(str(pack))} \(\d+\.\d MB\)", built), (
+        built
+    )
     expected_requests, expected_connections = tshark_view(CAPTURES[0])
     for capture in CAPTURES[1:]:
         requests, connections = tshark_view(capture)

@@ -8,6 +8,7 @@ that the lines are the commands' own)."""
 from __future__ import annotations
 
 import importlib
+import sys
 
 import click
 
@@ -33,6 +34,16 @@ class _LazyGroup(click.Group):
         command = getattr(importlib.import_module(COMMANDS[cmd_name][0]), cmd_name)
         assert isinstance(command, click.Command)
         return command
+
+    def invoke(self, ctx: click.Context) -> object:
+        """The command, and the one rule for signals (kwsniff/commands/signals.py): a command that
+        Ctrl-C or SIGTERM stopped before it finished exits 130 or 143 (click's own would be 1)."""
+        from kwsniff.commands.signals import Interrupted, exit_status
+
+        try:
+            return super().invoke(ctx)
+        except (KeyboardInterrupt, Interrupted) as stopped:
+            sys.exit(exit_status(stopped))
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):

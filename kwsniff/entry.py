@@ -12,7 +12,9 @@ numpy. The tables are byte-identical either way (tools/golden_tables.py, tests/t
 
 from __future__ import annotations
 
+import signal
 import sys
+from types import FrameType
 
 # Sub-commands whose process writes tables and nothing else that needs numpy in pyarrow.
 WRITERS_ONLY = ("read", "capture")
@@ -43,4 +45,13 @@ def run() -> None:
         _pyarrow_without_numpy()
     from kwsniff.cli import main
 
+    # SIGTERM unwinds the command as Ctrl-C does (kwsniff/commands/signals.py, imported only when
+    # one arrives, so that `kwsniff --help` loads no sub-command module).
+    signal.signal(signal.SIGTERM, _on_sigterm)
     main()
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    from kwsniff.commands.signals import Interrupted
+
+    raise Interrupted(signum)

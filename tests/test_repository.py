@@ -101,3 +101,23 @@ def test_every_docs_link_names_a_page_in_docs() -> None:
     )
     assert broken == []
     assert "docs/summary.md" in re.findall(r"\]\((docs/[^)#]+)", README)
+
+
+def test_the_readme_is_a_short_guide() -> None:
+    assert len(README.splitlines()) <= 200
+
+
+# A day (2026-11-27), but not a timestamp in an example (2026-11-22T17:39:30) nor a partition
+# folder (date=2024-05-01).
+DATED = re.compile(r"(?<!date=)\b20\d\d-[01]\d-[0-3]\d\b(?!T)")
+
+
+def test_user_pages_say_what_is_true_now_and_dated_figures_live_in_the_benchmark_history() -> None:
+    pages = {"README.md": README} | {
+        f"docs/{p.name}": p.read_text(encoding="utf-8")
+        for p in (REPO / "docs").glob("*.md")
+        if p.name != "benchmark-history.md"
+    }
+    dated = sorted((page, m[0]) for page, text in pages.items() for m in DATED.finditer(text))
+    assert dated == []
+    assert DATED.findall((REPO / "docs" / "benchmark-history.md").read_text(encoding="utf-8"))

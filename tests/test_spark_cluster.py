@@ -275,12 +275,13 @@ def test_executors_that_import_a_namespace_kwsniff_fail_in_one_line_naming_it(
     venv: Path, tmp_path: Path
 ) -> None:
     """Executors told to run this test's interpreter, where kwsniff is an editable install (its
-    finder comes after sys.path, where Spark's `python -m` put the working directory first): the
+    finder comes after sys.path), and to put the working directory first on sys.path (kwsniff's
+    PYTHONSAFEPATH=1 for local workers undone, as Spark's `python -m` does on a cluster): the
     `kwsniff/` folder there is what they import, and the task check names it."""
     (tmp_path / "kwsniff/tables").mkdir(parents=True)
     result = kwsniff(
         ["spark", str(CAPTURES[0]), "--out", "kafka-tables", "--master", "local[1]"]
-        + ["--conf", f"spark.pyspark.python={sys.executable}"],
+        + ["--conf", f"spark.pyspark.python={sys.executable}", "--conf", "spark.executorEnv.PYTHONSAFEPATH="],
         cwd=tmp_path,
         python=venv / "bin/python",
     )

@@ -237,8 +237,13 @@ def test_local_mode_gets_the_light_jvm_and_kwsniffs_daemon_unless_set() -> None:
     assert decode_conf("local[2]", {}) == {
         "spark.driver.extraJavaOptions": LIGHT_JVM,
         "spark.python.daemon.module": "kwsniff.spark.daemon",
+        "spark.executorEnv.PYTHONSAFEPATH": "1",
     }
-    mine = {"spark.python.daemon.module": "pyspark.daemon", "spark.driver.extraJavaOptions": "-Xmx2g"}
+    mine = {
+        "spark.python.daemon.module": "pyspark.daemon",
+        "spark.driver.extraJavaOptions": "-Xmx2g",
+        "spark.executorEnv.PYTHONSAFEPATH": "",
+    }
     assert decode_conf("local[*]", mine) == mine
     assert decode_conf("spark://head:7077", {}) == {}
 

@@ -4,9 +4,13 @@ Spark starts each executor's Python as ``python -m pyspark.daemon``, and ``-m`` 
 directory first on ``sys.path``: run from the folder above a clone, the clone (no ``__init__.py``)
 becomes a namespace package named ``kwsniff`` and ``kwsniff.tables`` resolves to the `tables/`
 output folder. A regular package installed in the executor's interpreter wins over a namespace
-folder, so executors use the driver's interpreter by default; and before a task unpickles anything
-of kwsniff it checks which ``kwsniff`` it got, so a shadowed import fails with one line naming the
-path instead of ``cannot import name 'SCHEMAS' from 'kwsniff.tables'``.
+folder, but an editable install's finder (``pip install -e``) comes after ``sys.path``, so there the
+folder wins. In local mode the workers run in the driver's working directory, wherever the user
+started `kwsniff`: they get ``PYTHONSAFEPATH=1`` (:data:`SAFE_PATH`), which keeps the working
+directory off ``sys.path``, and import the installed kwsniff as the driver does. Cluster executors
+run in a working directory of Spark's own. Before a task unpickles anything of kwsniff it checks
+which ``kwsniff`` it got, so a shadowed import fails with one line naming the path instead of
+``cannot import name 'SCHEMAS' from 'kwsniff.tables'``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ DRIVER_PYTHON_CONF = "spark.pyspark.driver.python"
 # Where `spark.archives` (``archive#environment``) unpacks the shipped venv, in each executor's
 # working directory (YARN containers, standalone and Kubernetes executors alike).
 SHIPPED_PYTHON = "./environment/bin/python"
+# Local workers' environment: `python -m` then leaves the working directory off sys.path (Python
+# 3.11+, which kwsniff needs), so a `kwsniff/` folder there cannot shadow the installed package.
+SAFE_PATH = {"spark.executorEnv.PYTHONSAFEPATH": "1"}
 
 
 def executor_python(conf: Mapping[str, str], environ: Mapping[str, str], shipped: bool) -> dict[str, str]:

@@ -34,8 +34,9 @@ from kwsniff.defaults import MAX_RANGE_SIZE, MIN_RANGE_SIZE
 from kwsniff.pipeline.run import Series
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.spark.captures import capture_rows
-from kwsniff.spark.executors import PYTHON_CONF, checked, executor_python
+from kwsniff.spark.executors import PYTHON_CONF, SAFE_PATH, checked, executor_python
 from kwsniff.spark.files import BucketFix, fix_files, move, planned, write_captures, write_empty
+from kwsniff.spark.gateway import jvm_stopped_unless_started
 from kwsniff.spark.inputs import is_uri, open_input, shown
 from kwsniff.spark.tasks import (
     INDEX_SCHEMA,
@@ -103,12 +104,13 @@ DAEMON_MODULE = "spark.python.daemon.module"
 
 
 def decode_conf(master: str, conf: Mapping[str, str]) -> dict[str, str]:
-    """The session settings of `kwsniff spark`: ``conf``, and in local mode the light JVM and
-    kwsniff's Python daemon, each unless the user set it (not for `kwsniff report`, whose SQL runs
-    in the JVM)."""
+    """The session settings of `kwsniff spark`: ``conf``, and in local mode the light JVM,
+    kwsniff's Python daemon and workers that never import from the working directory
+    (:data:`kwsniff.spark.executors.SAFE_PATH`), each unless the user set it (not for `kwsniff
+    report`, whose SQL runs in the JVM)."""
     if not master.startswith("local"):
         return dict(conf)
-    return {DRIVER_JAVA_OPTIONS: LIGHT_JVM, DAEMON_MODULE: "kwsniff.spark.daemon", **conf}
+    return {DRIVER_JAVA_OPTIONS: LIGHT_JVM, DAEMON_MODULE: "kwsniff.spark.daemon", **SAFE_PATH, **conf}
 
 
 def spark_session(
@@ -142,12 +144,13 @@ def spark_session(
     if archive is not None:
         settings["spark.archives"] = f"{archive}#environment"
     settings.update({**conf, **pythons})
-    if quiet and SparkSession.getActiveSession() is None:
-        _silent_context(settings)
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    with jvm_stopped_unless_started():
+        if quiet and SparkSession.getActiveSession() is None:
+            _silent_context(settings)
+        return builder.getOrCreate()
 
 
 def _silent_context(settings: dict[str, str]) -> None:

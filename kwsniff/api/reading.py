@@ -93,6 +93,7 @@ class Done(NamedTuple):
     """An input decoded to its end (``result``), or failed (``reason``, and its `captures` row)."""
 
     file_name: str  # the name of its table files
+    name: str  # its `capture` value
     result: CaptureResult | None
     reason: str | None
 
@@ -126,7 +127,7 @@ def decode(run: Run) -> Iterator[tuple[str, pa.RecordBatch] | Done]:
         result.pieces = series.pieces
         sink.add("captures", result_row(result))
         yield from _taken(sink, close=True)
-        yield Done(output_name(run.paths[0]), result, None)
+        yield Done(output_name(run.paths[0]), result.name, result, None)
         return
     keys = capture_keys(run.paths, set())
     for path in run.paths:
@@ -151,11 +152,11 @@ def decode(run: Run) -> Iterator[tuple[str, pa.RecordBatch] | Done]:
             )
             failed.add("captures", row)
             yield from _taken(failed, close=True)
-            yield Done(file_name, None, reason)
+            yield Done(file_name, keys[path] or path.name, None, reason)
             continue
         sink.add("captures", result_row(result))
         yield from _taken(sink, close=True)
-        yield Done(file_name, result, None)
+        yield Done(file_name, result.name, result, None)
 
 
 def _session(
@@ -212,7 +213,7 @@ def iter_read(captures: Captures, **options: Any) -> Iterator[Batch]:
     for item in decode(run):
         if isinstance(item, Done):
             if item.reason is not None:
-                raise InputError(f"{item.file_name}: {item.reason}")
+                raise InputError(f"{item.name}: {item.reason}")
             assert item.result is not None
             if run.strict:
                 reasons += [f"{item.result.name}: {r}" for r in strict_reasons(item.result)]
@@ -242,7 +243,7 @@ def read(captures: Captures, **options: Any) -> Tables:
             batches.setdefault(item[0], []).append(item[1])
             continue
         if item.result is None:
-            warnings.append(f"{item.file_name}: failed: {item.reason}")
+            warnings.append(f"{item.name}: failed: {item.reason}")
             parts.append(Part(item.file_name, ("captures",), batches))
         else:
             result = item.result

@@ -349,3 +349,21 @@ print(base, streamed, peak(), arrow, rows, held.records.num_rows)
     assert arrow > 4 * limit  # holding the batches would not fit the budget
     assert streamed - base <= limit
     assert holding - base > limit
+
+
+def test_options_are_the_commands_long_names(tmp_path: Path) -> None:
+    # produce_codecs' broker listened on 19101 (truth.json); with auto-detection off, only the
+    # ports given are Kafka, as with `read -p PORT --no-auto-detect`.
+    capture = DATA / "produce_codecs.pcap"
+    tshark = json.loads(Path(f"{capture}.tshark.json").read_text())
+    assert kwsniff.read(capture, broker_port=19101, no_auto_detect=True).requests.num_rows == 111
+    assert tshark["summary"]["total_requests"] == 111
+    assert kwsniff.read(capture, broker_ports=[9092], no_auto_detect=True).requests.num_rows == 0
+    done = run_kwsniff("read", capture, "-p", "9092", "--no-auto-detect", "--out", tmp_path / "out", "-q")
+    assert done.returncode == 0 and pq.read_table(tmp_path / "out" / "requests").num_rows == 0
+    tables = kwsniff.read(capture, max_frame_size="1MiB", memory_limit="256MiB", tunnel_port="vxlan=4790")
+    assert tables.requests.num_rows == 111
+    with pytest.raises(kwsniff.UsageError, match="keylog="):
+        kwsniff.read(capture, keylog=tmp_path / "no-such-keylog.txt")
+    with pytest.raises(kwsniff.UsageError, match="tunnel_port="):
+        kwsniff.read(capture, tunnel_port="gre=1")

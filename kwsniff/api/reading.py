@@ -55,7 +55,7 @@ def settings(captures: Captures, given: dict[str, Any]) -> Run:
     from kwsniff.tables import DEFAULT_TABLES
 
     if "broker_ports" in given:  # the plural reads naturally for a list; the command's name is singular
-        given = {**given, "broker_port": given.pop("broker_ports")}
+        given = {("broker_port" if k == "broker_ports" else k): v for k, v in given.items()}
     v = command_values(read, given, OWN)
     listed: Iterable[str | os.PathLike[str]] = (
         [captures] if isinstance(captures, str | os.PathLike) else captures

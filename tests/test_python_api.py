@@ -10,6 +10,7 @@ truth files elsewhere (docs/test-oracles.md). Counts here are checked against ts
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -367,3 +368,45 @@ def test_options_are_the_commands_long_names(tmp_path: Path) -> None:
         kwsniff.read(capture, keylog=tmp_path / "no-such-keylog.txt")
     with pytest.raises(kwsniff.UsageError, match="tunnel_port="):
         kwsniff.read(capture, tunnel_port="gre=1")
+
+
+def test_the_api_is_typed_for_its_users(tmp_path: Path) -> None:
+    # mypy over a user's script: every name has its type (kwsniff.report the function, not the
+    # package of that name), and a wrong use is found. kwsniff ships py.typed (PEP 561).
+    script = tmp_path / "use.py"
+    script.write_text(
+        "import pyarrow as pa\n"
+        "import kwsniff\n"
+        'tables: kwsniff.Tables = kwsniff.read("c.pcap", records=True)\n'
+        "requests: pa.Table = tables.requests\n"
+        'answers: dict[str, pa.Table] = kwsniff.report(tables, sections=["latency"])\n'
+        'for item in kwsniff.iter_read("c.pcap"):\n'
+        "    batch: pa.RecordBatch = item.batch\n"
+        "try:\n"
+        "    pass\n"
+        "except kwsniff.KwsniffError as exc:\n"
+        "    code: int = exc.exit_code\n"
+        'wrong: int = kwsniff.read("c.pcap")\n'
+    )
+    repo = Path(__file__).resolve().parent.parent
+    assert (repo / "kwsniff" / "py.typed").exists()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--ignore-missing-imports",
+            "--follow-imports=silent",
+            "--no-incremental",
+            "use.py",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "MYPYPATH": str(repo)},
+    )
+    assert done.stdout.splitlines() == [
+        'use.py:12: error: Incompatible types in assignment (expression has type "Tables", variable has type "int")  [assignment]',
+        "Found 1 error in 1 file (checked 1 source file)",
+    ]

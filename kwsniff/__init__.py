@@ -13,7 +13,8 @@ first use so that ``import kwsniff`` loads neither the decoder nor pyarrow.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+# Not typing's: `import typing` would be most of `import kwsniff` (mypy reads this name the same).
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 
@@ -33,6 +34,8 @@ API = (
 )
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from kwsniff.api import (
         Batch,
         InputError,

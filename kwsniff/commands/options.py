@@ -149,6 +149,22 @@ class TunnelPort(click.ParamType):
 TUNNEL_PORT = TunnelPort()
 
 
+def tunnel_settings(
+    vxlan_port: tuple[int, ...],
+    geneve_port: tuple[int, ...],
+    tunnel_port: tuple[tuple[str, int], ...],
+    fragment_memory: int,
+) -> dict[str, Any]:
+    """The SessionOptions keywords of --vxlan-port, --geneve-port, --tunnel-port, --fragment-memory."""
+    vxlan = set(vxlan_port) | {p for k, p in tunnel_port if k == "vxlan"}
+    geneve = set(geneve_port) | {p for k, p in tunnel_port if k == "geneve"}
+    return {
+        "vxlan_ports": frozenset(vxlan) if vxlan else VXLAN_PORTS,
+        "geneve_ports": frozenset(geneve) if geneve else GENEVE_PORTS,
+        "fragment_bytes": fragment_memory,
+    }
+
+
 def tunnel_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """--vxlan-port, --geneve-port, --tunnel-port, --fragment-memory, handed to the command as one
     ``tunnels`` argument: the SessionOptions keywords they set."""
@@ -162,13 +178,7 @@ def tunnel_options(command: Callable[..., Any]) -> Callable[..., Any]:
         fragment_memory: int,
         **kwargs: Any,
     ) -> Any:
-        vxlan = set(vxlan_port) | {p for k, p in tunnel_port if k == "vxlan"}
-        geneve = set(geneve_port) | {p for k, p in tunnel_port if k == "geneve"}
-        tunnels = {
-            "vxlan_ports": frozenset(vxlan) if vxlan else VXLAN_PORTS,
-            "geneve_ports": frozenset(geneve) if geneve else GENEVE_PORTS,
-            "fragment_bytes": fragment_memory,
-        }
+        tunnels = tunnel_settings(vxlan_port, geneve_port, tunnel_port, fragment_memory)
         return command(*args, tunnels=tunnels, **kwargs)
 
     defaults = {"vxlan": VXLAN_PORTS, "geneve": GENEVE_PORTS}

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -144,13 +144,9 @@ def read(
 
     options = session_options(
         decoding,
-        idle_timeout_us=int(idle_timeout * 1_000_000),
-        broker_ports=broker_ports(broker_port),
-        auto_detect=auto_detect,
-        max_frame_size=max_frame_size,
-        records=records or record_payloads,
-        record_payloads=record_payloads,
-        max_decompressed=max_decompressed,
+        **decoding_fields(
+            broker_port, auto_detect, max_frame_size, records, record_payloads, max_decompressed, idle_timeout
+        ),
     )
     tables = (*DEFAULT_TABLES, "records") if options.records else DEFAULT_TABLES
     if overwrite and append:
@@ -201,6 +197,27 @@ def read(
     finally:
         output.close()
     sys.exit(code)
+
+
+def decoding_fields(
+    broker_port: tuple[int, ...],
+    auto_detect: bool,
+    max_frame_size: int,
+    records: bool,
+    record_payloads: bool,
+    max_decompressed: int,
+    idle_timeout: float,
+) -> dict[str, Any]:
+    """The SessionOptions keywords of `read`'s own decoding options (also the Python API's, kwsniff.api)."""
+    return {
+        "idle_timeout_us": int(idle_timeout * 1_000_000),
+        "broker_ports": broker_ports(broker_port),
+        "auto_detect": auto_detect,
+        "max_frame_size": max_frame_size,
+        "records": records or record_payloads,
+        "record_payloads": record_payloads,
+        "max_decompressed": max_decompressed,
+    }
 
 
 class StopSignals:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -20,25 +21,77 @@ from kwsniff.commands.options import (
     session_options,
 )
 from kwsniff.pipeline.run import run_capture
-from kwsniff.view.render import ExchangeFilter, json_line, tree_text
+from kwsniff.view.render import (
+    ExchangeFilter,
+    exchange_json,
+    exchange_names,
+    record_json,
+    record_lines,
+    tree_text,
+)
+from kwsniff.view.summary import STATUSES
 
 
 class PrintingSink:
-    """Prints each matching exchange the moment its row is built; keeps no rows (bounded memory)."""
+    """Prints each matching exchange once its rows are built; keeps no rows (bounded memory).
 
-    def __init__(self, out: TextIO, match: ExchangeFilter, as_json: bool) -> None:
+    Without --topic, --group or --records an exchange is printed the moment its `requests` row is
+    built. With them it waits for the rows built right after it (its `partitions` rows name topics
+    that the messages give only by id; its `records` rows hold the records) and is printed when the
+    next exchange completes, or at the end (:meth:`close`)."""
+
+    def __init__(self, out: TextIO, match: ExchangeFilter, as_json: bool, records: bool = False) -> None:
         self.out = out
         self.match = match
         self.as_json = as_json
+        self.records = records
         self.printed = 0
+        self.waits = records or match.needs_names
+        # The exchange waiting for its rows: its requests row, topics, groups and records.
+        self.pending: tuple[dict[str, Any], set[str], set[str], list[dict[str, Any]]] | None = None
 
     def add(self, table: str, row: dict[str, Any]) -> None:
-        if table != "requests" or not self.match.matches(row):
+        if table == "requests":
+            if not self.waits:
+                if self.match.matches(row):
+                    self._print(row, None)
+                return
+            self.close()
+            topics, groups = exchange_names(row) if self.match.needs_names else (set(), set())
+            self.pending = (row, topics, groups, [])
             return
+        pending = self.pending
+        if pending is None or table not in ("partitions", "groups", "records"):
+            return
+        first = pending[0]
+        if row["conn_id"] != first["conn_id"] or row["correlation_id"] != first["correlation_id"]:
+            return  # a row held until its topic id was named: its exchange was decided without it
+        if table == "records":
+            pending[3].append(row)
+        elif table == "groups" and row.get("group_id"):
+            pending[2].add(row["group_id"])
+        elif table == "partitions" and row.get("topic"):
+            pending[1].add(row["topic"])
+
+    def close(self) -> None:
+        """Print the exchange waiting for its rows, if it matches."""
+        if self.pending is not None:
+            row, topics, groups, records = self.pending
+            self.pending = None
+            if self.match.matches(row, frozenset(topics), frozenset(groups)):
+                self._print(row, records if self.records else None)
+
+    def _print(self, row: dict[str, Any], records: list[dict[str, Any]] | None) -> None:
         if self.as_json:
-            self.out.write(json_line(row) + "\n")
+            line = exchange_json(row)
+            if records is not None:
+                line["records"] = [record_json(r) for r in records]
+            self.out.write(json.dumps(line, ensure_ascii=False, separators=(", ", ": ")) + "\n")
         else:
-            self.out.write(("\n" if self.printed else "") + tree_text(row) + "\n")
+            text = tree_text(row)
+            if records:
+                text += "\n" + "\n".join(record_lines(records))
+            self.out.write(("\n" if self.printed else "") + text + "\n")
         self.printed += 1
 
 
@@ -63,8 +116,40 @@ def _silence_stdout() -> None:
     metavar="NAME",
     help="Only this API (name, any case, or key number; repeatable).",
 )
-@click.option("--client-id", help="Only exchanges of this client id.")
+@click.option(
+    "--client",
+    "--client-id",
+    "client_id",
+    help="Only exchanges of this client id (--client-id: the old name).",
+)
 @click.option("--conn", "conn_id", type=int, help="Only this connection (conn_id of the tables).")
+@click.option(
+    "--topic", help="Only exchanges naming this topic (in the request or response, or by topic id)."
+)
+@click.option(
+    "--group",
+    help="Only exchanges of this consumer group (group_id or group_ids in the request, FindCoordinator's key).",
+)
+@click.option(
+    "--min-latency",
+    "min_latency_ms",
+    type=click.FloatRange(min=0),
+    metavar="MS",
+    help="Only exchanges answered in MS milliseconds or more (unanswered ones have no latency).",
+)
+@click.option(
+    "--status",
+    "statuses",
+    type=click.Choice(STATUSES),
+    multiple=True,
+    help="Only exchanges of this status (repeatable).",
+)
+@click.option(
+    "--records",
+    is_flag=True,
+    help="Also print each Produce and Fetch exchange's records: key and value as text where valid "
+    "UTF-8 (control characters escaped), else hex.",
+)
 @click.option(
     "--errors-only",
     is_flag=True,
@@ -79,6 +164,11 @@ def show(
     apis: tuple[str, ...],
     client_id: str | None,
     conn_id: int | None,
+    topic: str | None,
+    group: str | None,
+    min_latency_ms: float | None,
+    statuses: tuple[str, ...],
+    records: bool,
     errors_only: bool,
     broker_port: tuple[int, ...],
     decoding: Decoding,
@@ -89,11 +179,17 @@ def show(
         client_id=client_id,
         conn_id=conn_id,
         errors_only=errors_only,
+        topic=topic,
+        group=group,
+        min_latency_ms=min_latency_ms,
+        statuses=frozenset(statuses),
     )
-    sink = PrintingSink(sys.stdout, match, as_json)
-    options = session_options(decoding, broker_ports=broker_ports(broker_port))
+    sink = PrintingSink(sys.stdout, match, as_json, records)
+    fields = {"records": True, "record_payloads": True} if records else {}
+    options = session_options(decoding, broker_ports=broker_ports(broker_port), **fields)
     try:
         result = run_capture(capture, sink, options, keep_messages=True)
+        sink.close()
         sys.stdout.flush()
     except CaptureError as exc:
         messages.error(str(exc))

@@ -205,6 +205,13 @@ class DuckEngine:
         names = [d[0] for d in done.description]
         return [{k: _value(v) for k, v in zip(names, row, strict=True)} for row in done.fetchall()]
 
+    def arrow(self, sql: str) -> Any:
+        """The rows of ``sql`` as one pyarrow.Table (the Python API's report, kwsniff.api)."""
+        self._keep_shared(sql)
+        relation = self.con.sql(sql)
+        # DuckDB 1.4 named it to_arrow_table.
+        return (getattr(relation, "to_arrow_table", None) or relation.fetch_arrow_table)()
+
     def batches(self, sql: str, rows: int) -> Any:
         """The rows of ``sql`` as an Arrow RecordBatchReader of ``rows`` rows a batch."""
         self._keep_shared(sql)
@@ -318,7 +325,10 @@ class SparkEngine:
                 spark.sql(to_spark(sql)).createOrReplaceTempView(name)
 
     def run(self, sql: str) -> list[Row]:
-        return rows_of(self.spark.sql(to_spark(sql)).toArrow())
+        return rows_of(self.arrow(sql))
+
+    def arrow(self, sql: str) -> Any:
+        return self.spark.sql(to_spark(sql)).toArrow()
 
     def close(self) -> None:
         for table in table_columns():

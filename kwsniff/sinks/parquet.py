@@ -178,11 +178,15 @@ class ParquetSink:
             struct = pa.array(rows, type=self.structs[table])
             columns = struct.flatten()
             batch = pa.RecordBatch.from_arrays(columns, schema=SCHEMAS[table])
-            self._writer(table).write_table(pa.Table.from_batches([batch]), row_group_size=None)
+            self.write_batch(table, batch)
             self.counts[table] += len(rows)
             rows.clear()
             if table == "records":
                 self.payload_bytes = 0
+
+    def write_batch(self, table: str, batch: pa.RecordBatch) -> None:
+        """Write one record batch of ``table`` as one row group."""
+        self._writer(table).write_table(pa.Table.from_batches([batch]), row_group_size=None)
 
     def close(self) -> dict[str, Path]:
         """Write every table's remaining rows, then move each file into place. Returns the paths.

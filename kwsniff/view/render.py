@@ -33,15 +33,72 @@ class ExchangeFilter:
     client_id: str | None = None
     conn_id: int | None = None
     errors_only: bool = False
+    topic: str | None = None  # named by the exchange (exchange_names)
+    group: str | None = None
+    min_latency_ms: float | None = None  # unanswered exchanges have no latency: never kept
+    statuses: frozenset[str] = frozenset()
 
-    def matches(self, row: dict[str, Any]) -> bool:
+    @property
+    def needs_names(self) -> bool:
+        """Whether :meth:`matches` needs the exchange's topics and groups (exchange_names)."""
+        return self.topic is not None or self.group is not None
+
+    def matches(
+        self, row: dict[str, Any], topics: frozenset[str] = frozenset(), groups: frozenset[str] = frozenset()
+    ) -> bool:
         if self.apis and row["api_name"].lower() not in self.apis and str(row["api_key"]) not in self.apis:
             return False
         if self.client_id is not None and row.get("client_id") != self.client_id:
             return False
         if self.conn_id is not None and row["conn_id"] != self.conn_id:
             return False
+        if self.statuses and row["status"] not in self.statuses:
+            return False
+        if self.min_latency_ms is not None and (
+            row["latency_ms"] is None or row["latency_ms"] < self.min_latency_ms
+        ):
+            return False
+        if self.topic is not None and self.topic not in topics:
+            return False
+        if self.group is not None and self.group not in groups:
+            return False
         return not self.errors_only or has_error(row)
+
+
+# Fields naming a group in requests: group_id (JoinGroup, OffsetCommit, OffsetFetch's groups...),
+# group_ids (DescribeGroups, DeleteGroups); FindCoordinator's key(s) when key_type is 0 (a group).
+_GROUP_KEYS = ("group_id", "group_ids")
+
+
+def exchange_names(row: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """(topics, groups) a `requests` row built with its messages names by name in its request or
+    response (topic ids are named by the exchange's `partitions` rows, which `show` adds)."""
+    topics: set[str] = set()
+    groups: set[str] = set()
+    for message in (row.get("request"), row.get("response")):
+        if isinstance(message, dict):
+            _walk_names(message, topics, groups)
+    request = row.get("request")
+    if row["api_key"] == 10 and isinstance(request, dict) and request.get("key_type", 0) == 0:
+        keys = request.get("coordinator_keys") or [request.get("key")]
+        groups.update(k for k in keys if isinstance(k, str))
+    return topics, groups
+
+
+def _walk_names(value: Any, topics: set[str], groups: set[str], in_topics: bool = False) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, str) and (key in ("topic", "topic_name") or (in_topics and key == "name")):
+                topics.add(item)
+            elif key in _GROUP_KEYS and isinstance(item, str):
+                groups.add(item)
+            elif key in _GROUP_KEYS and isinstance(item, list):
+                groups.update(g for g in item if isinstance(g, str))
+            elif isinstance(item, list | dict):
+                _walk_names(item, topics, groups, key in ("topics", "topic_data", "responses"))
+    elif isinstance(value, list):
+        for item in value:
+            _walk_names(item, topics, groups, in_topics)
 
 
 def has_error(row: dict[str, Any]) -> bool:
@@ -186,6 +243,67 @@ def header_line(row: dict[str, Any]) -> str:
         f"  corr {row['correlation_id']}  client_id {_scalar(row['client_id'])}  {row['status']}"
         f"{latency}{_error_summary(row)}"
     )
+
+
+# -- records (show --records) --------------------------------------------------------------------
+RECORD_TEXT_CHARS = 200  # characters of a record key or value shown as text; hex as TREE_HEX_BYTES
+
+
+def payload_text(data: bytes | None, limit: int = RECORD_TEXT_CHARS) -> str:
+    """A record key or value: `null`; valid UTF-8 as quoted text, every character that is not
+    printable (control characters, line separators, bidi controls) and `\\` and `"` escaped as in
+    Python (`\\x1b`, `\\u202e`), so the terminal shows them rather than obeys them, cut after
+    ``limit`` characters; anything else as ``<N bytes>`` and a hex prefix, like other bytes."""
+    if data is None:
+        return "null"
+    try:
+        text = bytes(data).decode("utf-8")
+    except UnicodeDecodeError:
+        return _scalar(bytes(data))
+    shown = "".join(_escaped(c) for c in text[:limit])
+    return f'"{shown}"' + (f"... ({len(data)} bytes)" if len(text) > limit else "")
+
+
+def _escaped(c: str) -> str:
+    if c in '\\"':
+        return "\\" + c
+    if c.isprintable():
+        return c
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
+
+
+def record_lines(records: list[dict[str, Any]]) -> list[str]:
+    """The records of one exchange (`records` rows with their keys and values), one line each."""
+    lines = [f"{INDENT}records ({len(records)}):"]
+    for r in records:
+        offset = "?" if r["offset"] is None else r["offset"]
+        lines.append(
+            f"{INDENT * 2}{r['topic']}/{r['partition']} offset {offset}"
+            f"  key {payload_text(r['key'])}  value {payload_text(r['value'])}"
+        )
+    return lines
+
+
+def record_json(r: dict[str, Any]) -> dict[str, Any]:
+    """One record in `show --json --records`: key and value as text where valid UTF-8 (JSON escapes
+    control characters itself), else as {"bytes": N, "hex": prefix}."""
+
+    def payload(data: bytes | None) -> Any:
+        if data is None:
+            return None
+        try:
+            return bytes(data).decode("utf-8")
+        except UnicodeDecodeError:
+            return plain(bytes(data))
+
+    return {
+        "topic": r["topic"],
+        "partition": r["partition"],
+        "offset": r["offset"],
+        "key": payload(r["key"]),
+        "value": payload(r["value"]),
+    }
 
 
 def tree_text(row: dict[str, Any]) -> str:

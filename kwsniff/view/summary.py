@@ -131,9 +131,16 @@ def strict_reasons(r: CaptureResult) -> list[str]:
 
 
 def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> None:
+    for line in summary_lines(r, out, rows):
+        click.echo(line)
+
+
+def summary_lines(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> list[str]:
+    """The lines of the summary `read` prints for one capture (``out``: where its tables went)."""
+    lines: list[str] = []
     t, st = r.totals, r.stats
     mbps = r.file_bytes / 1e6 / r.seconds if r.seconds else 0.0
-    echo = click.echo
+    echo = lines.append
     echo(
         f"{r.name}: {st.packets:,} packets, {human_size(r.file_bytes)} in {r.seconds:.2f} s ({mbps:.1f} MB/s)"
     )
@@ -176,6 +183,7 @@ def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> N
     echo("  " + accounting_line(r))
     if out is not None:
         echo("  tables: " + ", ".join(f"{out / k}/ ({v:,} rows)" for k, v in rows.items()))
+    return lines
 
 
 def print_capture_line(

@@ -1,0 +1,103 @@
+"""`kwsniff.report`: the report's sections (kwsniff.report.sections, the one SQL of each answer) over
+a dataset or a :class:`kwsniff.Tables`, on DuckDB or on the caller's SparkSession, as pyarrow Tables."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kwsniff.api.errors import ReportError, UsageError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from kwsniff.api.tables import Tables
+
+Time = dt.datetime | str | None
+
+
+def _utc(value: Time, name: str) -> dt.datetime | None:
+    """A time as `report --since/--until` takes it: naive times are UTC; text is ISO 8601."""
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value)
+        except ValueError:
+            raise UsageError(f"report: {name}={value!r} is not an ISO 8601 time") from None
+    if value is None:
+        return None
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
+
+
+def report(
+    tables: Tables | str | os.PathLike[str],
+    *,
+    sections: Iterable[str] | None = None,
+    since: Time = None,
+    until: Time = None,
+    topic: str | None = None,
+    client: str | None = None,
+    group: str | None = None,
+    session_timeout_ms: int = 45_000,
+    memory_limit: int | None = None,
+    spill_limit: int | None = None,
+    spark: Any = None,
+) -> dict[str, pa.Table]:
+    """{section name: its rows} of `kwsniff report` over ``tables`` (a dataset directory, the --out
+    of `kwsniff read` or `kwsniff spark`, or what :func:`kwsniff.read` returned), in the report's
+    order; ``sections`` picks some (`--section`), the others are its options by name. On DuckDB,
+    unless ``spark`` (a SparkSession) is given: then the same SQL runs on it."""
+    from kwsniff.api.tables import Tables
+
+    if isinstance(tables, Tables):
+        with tempfile.TemporaryDirectory(prefix="kwsniff-report-") as folder:
+            dataset = tables.write(Path(folder) / "tables")
+            return report(
+                dataset,
+                sections=sections,
+                since=since,
+                until=until,
+                topic=topic,
+                client=client,
+                group=group,
+                session_timeout_ms=session_timeout_ms,
+                memory_limit=memory_limit,
+                spill_limit=spill_limit,
+                spark=spark,
+            )
+    import duckdb
+
+    from kwsniff.commands.report import NEEDED
+    from kwsniff.memory import DEFAULT_MEMORY_LIMIT
+    from kwsniff.report.engines import Filters
+    from kwsniff.report.run import answer_arrow, open_engine
+    from kwsniff.report.sections import SECTIONS
+
+    path = Path(tables)
+    if not path.is_dir():
+        raise ReportError(f"{path}: not a directory of kwsniff tables")
+    missing = [n for n in NEEDED if not any((path / n).rglob("*.parquet"))]
+    if missing:
+        raise ReportError(f"{path}: no {', '.join(missing)} table (written by kwsniff read or spark)")
+    chosen = list(sections or ())
+    unknown = sorted(set(chosen) - {s.name for s in SECTIONS})
+    if unknown:
+        raise UsageError(f"no section {', '.join(unknown)}; sections: {', '.join(s.name for s in SECTIONS)}")
+    filters = Filters(_utc(since, "since"), _utc(until, "until"), topic, client, group, session_timeout_ms)
+    # `report`'s defaults for its DuckDB engine (4 GiB in memory, 16 GiB spilled).
+    memory = memory_limit if memory_limit is not None else 4 * DEFAULT_MEMORY_LIMIT
+    spill = spill_limit if spill_limit is not None else 16 * DEFAULT_MEMORY_LIMIT
+    engine = None
+    try:
+        engine = open_engine(path, filters, spark, memory, spill)
+        return answer_arrow(engine, filters, [s for s in SECTIONS if not chosen or s.name in chosen])
+    except duckdb.OutOfMemoryException as exc:
+        raise ReportError(
+            f"{path}: DuckDB ran out of memory or spill space ({str(exc).splitlines()[0]})"
+        ) from None
+    finally:
+        if engine is not None:
+            engine.close()

@@ -1,0 +1,139 @@
+"""`kwsniff.Tables`: what :func:`kwsniff.read` decoded, as pyarrow Tables, its summary, and
+:meth:`Tables.write` to a Parquet dataset with `read --out`'s commit rules."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kwsniff.api.errors import OutputError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from kwsniff.pipeline.run import CaptureResult
+
+
+@dataclasses.dataclass
+class Part:
+    """The batches of one input, per table, as `read` would write them to its files `<table>/<file_name>.parquet`."""
+
+    file_name: str
+    tables: tuple[str, ...]
+    batches: dict[str, list[pa.RecordBatch]]
+
+
+def summary_of(result: CaptureResult, rows: dict[str, int]) -> dict[str, Any]:
+    """The numbers `read` prints for one capture (kwsniff.view.summary), by name, and its lines."""
+    from kwsniff.view.summary import STATUSES, accounting_line, strict_reasons, summary_lines
+
+    t, st = result.totals, result.stats
+    return {
+        "packets": st.packets,
+        "bytes": result.file_bytes,
+        "seconds": result.seconds,
+        "packets_skipped": dict(sorted(st.skipped_packets.items())),
+        "connections": t["connections"],
+        "kafka_connections": t["kafka_connections"],
+        "frames_to_broker": t["frames_to_broker"],
+        "frames_to_client": t["frames_to_client"],
+        "requests": sum(result.status.values()),
+        "status": {s: result.status.get(s, 0) for s in STATUSES},
+        "orphan_responses": t["orphan_responses"],
+        "gaps": t["gaps"],
+        "gap_bytes": t["gap_bytes"],
+        "skipped_bytes": t["skipped_bytes"],
+        "not_kafka_bytes": t["not_kafka_bytes"],
+        "retransmitted_bytes": t["duplicate_bytes"],
+        "implausible_gaps": t["implausible_gaps"],
+        "decode_errors": dict(result.decode_errors),
+        "record_damage": {k: v for k, v in result.record_damage.items() if v},
+        "notes": dict(result.notes),
+        "accounting": accounting_line(result),
+        "rows": rows,
+        "warnings": list(result.warnings),
+        "strict": strict_reasons(result),
+        "lines": summary_lines(result, None, rows),
+    }
+
+
+class Tables(Mapping[str, "pa.Table"]):
+    """The tables of one :func:`kwsniff.read`: ``tables["requests"]`` or ``tables.requests`` is a
+    pyarrow.Table (``.to_pandas()`` for a DataFrame), in input order; ``summary`` has, per capture,
+    the numbers `read` prints; ``warnings`` what it would say on stderr."""
+
+    def __init__(
+        self,
+        parts: list[Part],
+        names: tuple[str, ...],
+        summary: dict[str, dict[str, Any]],
+        warnings: list[str],
+        memory_limit: int,
+    ) -> None:
+        self._parts = parts
+        self._names = names
+        self._cache: dict[str, pa.Table] = {}
+        self.summary = summary
+        self.warnings = warnings
+        self.memory_limit = memory_limit
+
+    def __getitem__(self, name: str) -> pa.Table:
+        if name not in self._names:
+            raise KeyError(f"no table {name!r}; tables: {', '.join(self._names)}")
+        if name not in self._cache:
+            import pyarrow as pa
+
+            from kwsniff.tables.schemas import SCHEMAS
+
+            batches = [b for part in self._parts for b in part.batches.get(name, [])]
+            self._cache[name] = pa.Table.from_batches(batches, schema=SCHEMAS[name])
+        return self._cache[name]
+
+    def __getattr__(self, name: str) -> pa.Table:
+        if name.startswith("_") or name not in self._names:
+            raise AttributeError(name)
+        return self[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return "Tables(" + ", ".join(f"{n}: {self[n].num_rows} rows" for n in self._names) + ")"
+
+    def write(self, out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+        """Write the tables to the Parquet dataset ``out`` as `kwsniff read --out OUT` does (the same
+        files, the same bytes, the report's summaries beside them), published in one step; a dataset
+        already there is refused (OutputError) unless ``overwrite``. Returns ``out``."""
+        from kwsniff.commands.read import _too_long
+        from kwsniff.commands.summarize import summarize
+        from kwsniff.sinks import ExistingOutput, Output, ParquetSink
+        from kwsniff.sinks import OutputError as DatasetError
+
+        try:
+            output = Output(Path(out), ExistingOutput.OVERWRITE if overwrite else ExistingOutput.REFUSE)
+        except DatasetError as exc:
+            raise OutputError(str(exc)) from None
+        try:
+            too_long = _too_long({Path(p.file_name): p.file_name for p in self._parts}, output.name_max())
+            if too_long:
+                raise OutputError(too_long)
+            for part in self._parts:
+                with ParquetSink(output.stage, part.file_name, part.tables) as sink:
+                    for table in part.tables:
+                        for batch in part.batches.get(table, []):
+                            sink.write_batch(table, batch)
+            summarize(output.stage, self.memory_limit)
+            output.commit()
+        except DatasetError as exc:
+            raise OutputError(str(exc)) from None
+        except OSError as exc:
+            raise OutputError(f"{out}: {exc.strerror or exc}") from None
+        finally:
+            output.close()
+        return Path(out)

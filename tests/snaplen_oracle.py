@@ -1,0 +1,174 @@
+"""What a snap length keeps of a capture's Kafka exchanges, worked out by an independent reader.
+
+dpkt reads the FULL capture: each TCP direction's payloads in sequence order, cut into frames by
+Kafka's int32 size prefixes (protocol guide, "Common Request and Response Structure"), requests
+paired with responses by correlation id. For a snap length N every packet keeps its first N bytes
+(as `editcap -s N` or `tcpdump -s N` write it), so which bytes of every frame were kept follows from
+the packets' header lengths alone. Shares no code with kwsniff: tests hold kwsniff's reading of the
+cut capture against this.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dpkt
+
+# Request header v0 (no client id): ControlledShutdown v0 (protocol guide, "Headers").
+_NO_CLIENT_ID = {(7, 0)}
+
+
+@dataclass
+class Frame:
+    offset: int  # stream offset of the size prefix
+    size: int  # with the prefix
+    ts_first: int  # microseconds, of the packet carrying the frame's first byte
+    ts_last: int  # of the packet carrying its last byte
+    data: bytes  # the whole frame, prefix included (from the full capture)
+    kept: list[tuple[int, int]] = field(default_factory=list)  # frame-relative byte ranges kept at N
+
+    def kept_prefix(self) -> int:
+        """Bytes of the frame kept without a hole from its first byte on."""
+        end = 0
+        for lo, hi in sorted(self.kept):
+            if lo > end:
+                break
+            end = max(end, hi)
+        return min(end, self.size)
+
+
+@dataclass
+class Exchange:
+    conn: tuple[str, int, str, int]  # client ip, port, broker ip, port
+    request: Frame
+    response: Frame | None
+
+    @property
+    def api_key(self) -> int:
+        return struct.unpack_from(">h", self.request.data, 4)[0]
+
+    @property
+    def api_version(self) -> int:
+        return struct.unpack_from(">h", self.request.data, 6)[0]
+
+    @property
+    def correlation_id(self) -> int:
+        return struct.unpack_from(">i", self.request.data, 8)[0]
+
+    def client_id_end(self) -> int:
+        """Frame offset just past the client id (12 when the header has none)."""
+        if (self.api_key, self.api_version) in _NO_CLIENT_ID:
+            return 12
+        (n,) = struct.unpack_from(">h", self.request.data, 12)
+        return 14 + max(n, 0)
+
+    @property
+    def client_id(self) -> str | None:
+        if (self.api_key, self.api_version) in _NO_CLIENT_ID:
+            return None
+        (n,) = struct.unpack_from(">h", self.request.data, 12)
+        return None if n < 0 else self.request.data[14 : 14 + n].decode("utf-8", "replace")
+
+    @property
+    def latency_ms(self) -> float | None:
+        if self.response is None:
+            return None
+        return (self.response.ts_first - self.request.ts_last) / 1000.0
+
+
+@dataclass
+class _Segment:
+    ts: int
+    seq: int
+    payload: bytes
+    kept: int  # payload bytes the snap length keeps
+
+
+def _segments(path: Path, snaplen: int) -> dict[tuple[str, int, str, int], list[_Segment]]:
+    flows: dict[tuple[str, int, str, int], list[_Segment]] = {}
+    with path.open("rb") as f:
+        reader = dpkt.pcap.Reader(f)
+        link = reader.datalink()
+        for ts, buf in reader:
+            if link == dpkt.pcap.DLT_EN10MB:
+                ip, link_len = dpkt.ethernet.Ethernet(buf).data, 14
+            elif link == dpkt.pcap.DLT_LINUX_SLL:
+                ip, link_len = dpkt.sll.SLL(buf).data, 16
+            else:
+                raise ValueError(f"link type {link}")
+            if not isinstance(ip, dpkt.ip.IP) or not isinstance(ip.data, dpkt.tcp.TCP):
+                continue
+            tcp = ip.data
+            payload = bytes(tcp.data)
+            if not payload:
+                continue
+            header = link_len + ip.hl * 4 + tcp.off * 4
+            key = (dpkt.utils.inet_to_str(ip.src), tcp.sport, dpkt.utils.inet_to_str(ip.dst), tcp.dport)
+            us = round(ts * 1_000_000)
+            kept = max(0, min(len(payload), snaplen - header))
+            flows.setdefault(key, []).append(_Segment(us, tcp.seq, payload, kept))
+    return flows
+
+
+def _frames(segments: list[_Segment]) -> list[Frame]:
+    """The direction's frames: segments in sequence order (the first copy of a byte wins)."""
+    base = min(s.seq for s in segments)
+    stream = bytearray()
+    owner: list[_Segment] = []  # the segment each stream byte came from
+    kept_at: list[bool] = []
+    for s in sorted(segments, key=lambda s: ((s.seq - base) & 0xFFFFFFFF, s.ts)):
+        start = (s.seq - base) & 0xFFFFFFFF
+        if start + len(s.payload) <= len(stream):
+            continue  # a retransmission
+        skip = len(stream) - start
+        if skip < 0:
+            raise ValueError("the full capture has a hole: not a reference")
+        stream += s.payload[skip:]
+        owner += [s] * (len(s.payload) - skip)
+        kept_at += [i < s.kept for i in range(skip, len(s.payload))]
+    frames = []
+    pos = 0
+    while pos + 4 <= len(stream):
+        (size,) = struct.unpack_from(">i", stream, pos)
+        end = pos + 4 + size
+        if size < 0 or end > len(stream):
+            break
+        frame = Frame(pos, 4 + size, owner[pos].ts, owner[end - 1].ts, bytes(stream[pos:end]))
+        run = None
+        for i in range(pos, end):
+            if kept_at[i] and run is None:
+                run = i - pos
+            elif not kept_at[i] and run is not None:
+                frame.kept.append((run, i - pos))
+                run = None
+        if run is not None:
+            frame.kept.append((run, end - pos))
+        frames.append(frame)
+        pos = end
+    return frames
+
+
+def exchanges(path: Path, broker_port: int, snaplen: int = 262144) -> list[Exchange]:
+    """Every request of the capture with its response (or None), in order per connection."""
+    flows = _segments(path, snaplen)
+    out = []
+    for key, segments in flows.items():
+        if key[3] != broker_port:
+            continue
+        requests = _frames(segments)
+        back = (key[2], key[3], key[0], key[1])
+        responses = {struct.unpack_from(">i", f.data, 4)[0]: f for f in _frames(flows.get(back, []))}
+        for req in requests:
+            corr = struct.unpack_from(">i", req.data, 8)[0]
+            out.append(Exchange(key, req, responses.get(corr)))
+    return out
+
+
+def header_kept(ex: Exchange) -> bool:
+    """The request's size prefix, api key, version and correlation id, and its response's size
+    prefix and correlation id (when it has one) are all inside the kept bytes."""
+    if ex.request.kept_prefix() < 12:
+        return False
+    return ex.response is None or ex.response.kept_prefix() >= 8

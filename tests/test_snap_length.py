@@ -1,0 +1,170 @@
+"""Headers-only captures (`tcpdump -s N`): every request whose header was captured is paired and
+timed as in the full capture, and what was cut says so.
+
+Real client captures are cut with `editcap -F pcap -s N` (Wireshark's, an independent tool); the
+expectation comes from the FULL capture's frames read by dpkt (tests/snaplen_oracle.py), never from
+kwsniff's reading of the cut file.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import snaplen_oracle
+
+from kwsniff.pipeline.run import CaptureResult, run_capture
+from kwsniff.pipeline.session import SessionOptions
+from kwsniff.rows import ListSink
+from kwsniff.view.summary import accounting_line
+
+HERE = Path(__file__).resolve().parent
+CAPTURES = HERE / "data" / "captures"
+ALL_CAPTURES = sorted(CAPTURES.glob("*.pcap")) + sorted((HERE.parent / "sample_pcaps").glob("*.pcap"))
+SNAP_LENGTHS = (64, 96, 128, 160, 256, 512)
+
+
+def broker_port(pcap: Path) -> int:
+    return int(json.loads(Path(f"{pcap}.tshark.json").read_text())["broker_port"])
+
+
+def cut(pcap: Path, snaplen: int, tmp: Path) -> Path:
+    out = tmp / f"{pcap.stem}.s{snaplen}.pcap"
+    subprocess.run(["editcap", "-F", "pcap", "-s", str(snaplen), str(pcap), str(out)], check=True, timeout=60)
+    return out
+
+
+def read(pcap: Path) -> tuple[CaptureResult, dict[str, list[dict[str, Any]]]]:
+    sink = ListSink()
+    result = run_capture(pcap, sink, SessionOptions())
+    return result, sink.tables
+
+
+def by_exchange(tables: dict[str, list[dict[str, Any]]]) -> dict[tuple[int, int], dict[str, Any]]:
+    """kwsniff's requests rows by (client port, correlation id)."""
+    port = {c["conn_id"]: c["client_port"] for c in tables["connections"]}
+    return {(port[r["conn_id"]], r["correlation_id"]): r for r in tables["requests"]}
+
+
+def us(ts: Any) -> int:
+    return ts if isinstance(ts, int) else round(ts.timestamp() * 1_000_000)
+
+
+def expected_row(ex: snaplen_oracle.Exchange) -> dict[str, Any]:
+    """What the full capture's frames say of one exchange, with the client id only where the snap
+    length kept all of it."""
+    return {
+        "api_key": ex.api_key,
+        "api_version": ex.api_version,
+        "correlation_id": ex.correlation_id,
+        "client_id": ex.client_id if ex.request.kept_prefix() >= ex.client_id_end() else None,
+        "ts_request": ex.request.ts_last,
+        "ts_response": ex.response.ts_first if ex.response else None,
+        "latency_ms": ex.latency_ms,
+    }
+
+
+def got_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "api_key": row["api_key"],
+        "api_version": row["api_version"],
+        "correlation_id": row["correlation_id"],
+        "client_id": row["client_id"],
+        "ts_request": us(row["ts_request"]),
+        "ts_response": us(row["ts_response"]) if row["ts_response"] is not None else None,
+        "latency_ms": row["latency_ms"],
+    }
+
+
+def missing_reason(side: str, frame: snaplen_oracle.Frame) -> str:
+    kept = sum(hi - lo for lo, hi in frame.kept)
+    return f"{side}: not captured (snap length): {frame.size - kept:,} of {frame.size:,} bytes missing"
+
+
+@pytest.mark.parametrize("snaplen", [96, 160, 256])
+@pytest.mark.parametrize("name", ["produce_codecs", "kafka_python", "acks_modes", "legacy_msgset"])
+def test_every_request_whose_header_was_kept_is_paired_and_timed_as_in_the_full_capture(
+    name: str, snaplen: int, tmp_path: Path
+) -> None:
+    full = CAPTURES / f"{name}.pcap"
+    port = broker_port(full)
+    wanted = [ex for ex in snaplen_oracle.exchanges(full, port, snaplen) if snaplen_oracle.header_kept(ex)]
+    assert wanted  # every exchange of these captures, at these lengths
+    _, tables = read(cut(full, snaplen, tmp_path))
+    rows = by_exchange(tables)
+    got = {(ex.conn[1], ex.correlation_id): got_row(rows[(ex.conn[1], ex.correlation_id)]) for ex in wanted}
+    assert got == {(ex.conn[1], ex.correlation_id): expected_row(ex) for ex in wanted}
+    # A row whose request or response the snap length cut names the cut and the bytes it left out.
+    for ex in wanted:
+        row = rows[(ex.conn[1], ex.correlation_id)]
+        if ex.request.kept_prefix() < ex.request.size:
+            assert (row["status"], row["reason"]) == ("decode_error", missing_reason("request", ex.request))
+        elif ex.response is not None and ex.response.kept_prefix() < ex.response.size:
+            assert (row["status"], row["reason"]) == ("decode_error", missing_reason("response", ex.response))
+        else:  # the full capture has one Metadata request the client closed before its answer
+            assert row["status"] == ("ok" if ex.response is not None else "unanswered")
+
+
+def test_a_client_id_that_ends_exactly_where_the_snap_length_does_is_kept(tmp_path: Path) -> None:
+    # At 96 bytes a loopback packet keeps 30 bytes of payload (14 Ethernet + 20 IPv4 + 32 TCP with
+    # timestamps): rig-codecs-admin's 16-byte id ends at byte 30 of its requests.
+    full = CAPTURES / "produce_codecs.pcap"
+    admin = [
+        ex
+        for ex in snaplen_oracle.exchanges(full, broker_port(full), 96)
+        if ex.client_id == "rig-codecs-admin"
+    ]
+    assert [ex.client_id_end() for ex in admin] == [30] * 6
+    assert [ex.request.kept_prefix() for ex in admin] == [30] * 6
+    assert all(ex.request.size > 30 for ex in admin)  # every one of them cut right after the id
+    _, tables = read(cut(full, 96, tmp_path))
+    rows = by_exchange(tables)
+    assert [got_row(rows[(ex.conn[1], ex.correlation_id)]) for ex in admin] == [
+        expected_row(ex) for ex in admin
+    ]
+    assert {rows[(ex.conn[1], ex.correlation_id)]["client_id"] for ex in admin} == {"rig-codecs-admin"}
+
+
+def test_cut_produce_requests_keep_the_time_of_their_last_byte_on_the_wire(tmp_path: Path) -> None:
+    full = CAPTURES / "produce_codecs.pcap"
+    produces = [
+        ex
+        for ex in snaplen_oracle.exchanges(full, broker_port(full), 96)
+        if ex.api_key == 0 and ex.request.ts_first != ex.request.ts_last
+    ]
+    # A Produce request spread over several packets (loopback's 64 KiB MTU: one of the 65), each cut
+    # to 30 bytes: the request time is its last packet's, of which the snap length kept 30 bytes.
+    assert len(produces) == 1
+    assert produces[0].request.kept == [(0, 30)] + [(lo, lo + 30) for lo, _ in produces[0].request.kept[1:]]
+    assert len(produces[0].request.kept) > 1
+    _, tables = read(cut(full, 96, tmp_path))
+    rows = by_exchange(tables)
+    for ex in produces:
+        row = rows[(ex.conn[1], ex.correlation_id)]
+        assert (us(row["ts_request"]), row["latency_ms"]) == (ex.request.ts_last, ex.latency_ms)
+
+
+@pytest.mark.parametrize("snaplen", SNAP_LENGTHS)
+def test_no_latency_is_ever_negative_whatever_the_snap_length(snaplen: int, tmp_path: Path) -> None:
+    for full in ALL_CAPTURES:
+        result, tables = read(cut(full, snaplen, tmp_path))
+        latencies = [r["latency_ms"] for r in tables["requests"] if r["latency_ms"] is not None]
+        assert all(ms >= 0 for ms in latencies), full.name
+        assert result.stats.accounting_mismatches == 0, full.name
+
+
+def test_the_accounting_line_counts_what_the_snap_length_left_out_apart_from_gaps(tmp_path: Path) -> None:
+    full = CAPTURES / "kafka_python.pcap"
+    port = broker_port(full)
+    # Bytes on the wire the snap length did not keep, in both directions of every Kafka connection.
+    missing = 0
+    for key, segments in snaplen_oracle._segments(full, 96).items():
+        if port in (key[1], key[3]):
+            missing += sum(len(s.payload) - s.kept for s in segments)
+    result, _ = read(cut(full, 96, tmp_path))
+    line = accounting_line(result)
+    assert f" + 0 gaps + {missing:,} not captured (snap length) + " in line
+    assert line.endswith("✓")

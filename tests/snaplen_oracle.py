@@ -86,18 +86,37 @@ class _Segment:
     kept: int  # payload bytes the snap length keeps
 
 
-def _segments(path: Path, snaplen: int) -> dict[tuple[str, int, str, int], list[_Segment]]:
-    flows: dict[tuple[str, int, str, int], list[_Segment]] = {}
+def _ip(link: int, buf: bytes) -> object:
+    if link == dpkt.pcap.DLT_EN10MB:
+        return dpkt.ethernet.Ethernet(buf).data
+    if link == dpkt.pcap.DLT_LINUX_SLL:
+        return dpkt.sll.SLL(buf).data
+    raise ValueError(f"link type {link}")
+
+
+def packet_times(path: Path) -> list[tuple[int, int, int]]:
+    """(time in microseconds, TCP sequence number, IP length) of every packet of a capture: two
+    tcpdumps of the same traffic see the same packets, each with its own time stamps."""
+    out = []
     with path.open("rb") as f:
         reader = dpkt.pcap.Reader(f)
         link = reader.datalink()
         for ts, buf in reader:
-            if link == dpkt.pcap.DLT_EN10MB:
-                ip, link_len = dpkt.ethernet.Ethernet(buf).data, 14
-            elif link == dpkt.pcap.DLT_LINUX_SLL:
-                ip, link_len = dpkt.sll.SLL(buf).data, 16
-            else:
-                raise ValueError(f"link type {link}")
+            ip = _ip(link, buf)
+            seq = ip.data.seq if isinstance(ip, dpkt.ip.IP) and isinstance(ip.data, dpkt.tcp.TCP) else -1
+            out.append((round(ts * 1_000_000), seq, ip.len if isinstance(ip, dpkt.ip.IP) else -1))
+    return out
+
+
+def _segments(
+    path: Path, snaplen: int, times: list[int] | None = None
+) -> dict[tuple[str, int, str, int], list[_Segment]]:
+    flows: dict[tuple[str, int, str, int], list[_Segment]] = {}
+    with path.open("rb") as f:
+        reader = dpkt.pcap.Reader(f)
+        link = reader.datalink()
+        for i, (ts, buf) in enumerate(reader):
+            ip, link_len = _ip(link, buf), (14 if link == dpkt.pcap.DLT_EN10MB else 16)
             if not isinstance(ip, dpkt.ip.IP) or not isinstance(ip.data, dpkt.tcp.TCP):
                 continue
             tcp = ip.data
@@ -106,7 +125,7 @@ def _segments(path: Path, snaplen: int) -> dict[tuple[str, int, str, int], list[
                 continue
             header = link_len + ip.hl * 4 + tcp.off * 4
             key = (dpkt.utils.inet_to_str(ip.src), tcp.sport, dpkt.utils.inet_to_str(ip.dst), tcp.dport)
-            us = round(ts * 1_000_000)
+            us = times[i] if times is not None else round(ts * 1_000_000)
             kept = max(0, min(len(payload), snaplen - header))
             flows.setdefault(key, []).append(_Segment(us, tcp.seq, payload, kept))
     return flows
@@ -150,9 +169,20 @@ def _frames(segments: list[_Segment]) -> list[Frame]:
     return frames
 
 
-def exchanges(path: Path, broker_port: int, snaplen: int = 262144) -> list[Exchange]:
-    """Every request of the capture with its response (or None), in order per connection."""
-    flows = _segments(path, snaplen)
+def exchanges(
+    path: Path, broker_port: int, snaplen: int = 262144, times_from: Path | None = None
+) -> list[Exchange]:
+    """Every request of the capture with its response (or None), in order per connection.
+
+    ``times_from``: a second capture of the same packets (another tcpdump at the same time) whose
+    time stamps to use."""
+    times = None
+    if times_from is not None:
+        mine, theirs = packet_times(path), packet_times(times_from)
+        if [p[1:] for p in mine] != [p[1:] for p in theirs]:
+            raise ValueError(f"{times_from} does not hold the packets of {path}")
+        times = [p[0] for p in theirs]
+    flows = _segments(path, snaplen, times)
     out = []
     for key, segments in flows.items():
         if key[3] != broker_port:

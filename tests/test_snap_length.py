@@ -200,3 +200,27 @@ def test_a_tcpdump_snap_length_capture_of_the_java_client_is_read_as_its_full_ca
     port, pcaps = java_snap_traffic(tmp_path, records=12, snaplens=(96, 256))
     for snaplen in (96, 256):
         check_against_full_capture(pcaps[0], port, pcaps[snaplen], snaplen, times_from=pcaps[snaplen])
+
+
+@pytest.mark.parametrize("snaplen", [256, 512])
+def test_the_compiled_packet_path_reads_a_cut_capture_as_the_python_path_does(
+    snaplen: int, tmp_path: Path
+) -> None:
+    # Cut packets go back to Python; whole packets in the middle of a cut frame stay compiled.
+    import os
+    import sys
+
+    import pyarrow.parquet as pq
+
+    pcap = cut(JAVA, snaplen, tmp_path)
+    got = {}
+    for side, pure in (("compiled", False), ("pure", True)):
+        env = {k: v for k, v in os.environ.items() if k != "KWSNIFF_PURE_PYTHON"}
+        if pure:
+            env["KWSNIFF_PURE_PYTHON"] = "1"
+        out = tmp_path / side
+        cmd = [sys.executable, "-m", "kwsniff", "read", str(pcap), "--out", str(out), "-q"]
+        subprocess.run(cmd, env=env, check=True, timeout=120, capture_output=True)
+        got[side] = {t: pq.read_table(out / t).to_pylist() for t in ("requests", "connections", "partitions")}
+    assert got["compiled"] == got["pure"]
+    assert len(got["pure"]["requests"]) == 36

@@ -224,3 +224,51 @@ def test_the_compiled_packet_path_reads_a_cut_capture_as_the_python_path_does(
         got[side] = {t: pq.read_table(out / t).to_pylist() for t in ("requests", "connections", "partitions")}
     assert got["compiled"] == got["pure"]
     assert len(got["pure"]["requests"]) == 36
+
+
+@pytest.mark.parametrize("snaplen", [96, 128, 160, 256, 512])
+def test_produce_partitions_and_record_counts_come_as_far_as_the_kept_bytes_go(
+    snaplen: int, tmp_path: Path
+) -> None:
+    # Each Produce request's partitions, read by hand from the full frame: a partition is named when
+    # its index was kept, and counted (from its batch headers) when every batch header was kept;
+    # otherwise its record_count is null, never 0.
+    expected: dict[tuple[int, int, str, int], int | None] = {}
+    cut_counts: dict[tuple[int, int], int | None] = {}
+    for name in ("produce_codecs", "acks_modes"):
+        full = CAPTURES / f"{name}.pcap"
+        for ex in snaplen_oracle.exchanges(full, broker_port(full), snaplen):
+            if ex.api_key != 0:
+                continue
+            kept = ex.request.kept_prefix()
+            parts = snaplen_oracle.produced_partitions(ex)
+            for part in parts:
+                if part.index_end <= kept:
+                    whole = part.headers_end <= kept
+                    expected[(ex.conn[1], ex.correlation_id, part.topic, part.partition)] = (
+                        part.records if whole else None
+                    )
+            all_counted = all(p.headers_end <= kept for p in parts)
+            cut_counts[(ex.conn[1], ex.correlation_id)] = (
+                sum(p.records or 0 for p in parts) if all_counted else None
+            )
+    got: dict[tuple[int, int, str, int], int | None] = {}
+    got_counts: dict[tuple[int, int], int | None] = {}
+    for name in ("produce_codecs", "acks_modes"):
+        _, tables = read(cut(CAPTURES / f"{name}.pcap", snaplen, tmp_path))
+        port = {c["conn_id"]: c["client_port"] for c in tables["connections"]}
+        for p in tables["partitions"]:
+            if p["api_key"] == 0:
+                got[(port[p["conn_id"]], p["correlation_id"], p["topic"], p["partition"])] = p.get(
+                    "record_count"
+                )
+        for r in tables["requests"]:
+            if r["api_key"] == 0:
+                got_counts[(port[r["conn_id"]], r["correlation_id"])] = r["record_count"]
+    # Partitions named only by the response (a request cut before them) are the response's.
+    assert {k: v for k, v in got.items() if k in expected} == expected
+    assert got_counts == cut_counts
+    named, counted = len(expected), sum(v is not None for v in expected.values())
+    assert (named, counted) == {96: (0, 0), 128: (49, 0), 160: (125, 0), 256: (125, 125), 512: (125, 125)}[
+        snaplen
+    ]

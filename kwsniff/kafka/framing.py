@@ -453,7 +453,8 @@ class FrameSplitter:
 
     def _cut_head(self) -> bytes:
         """The frame's first bytes after its size prefix, up to CUT_HEAD and its first hole."""
-        limit = CUT_HEAD if self._cut_at < 0 else min(CUT_HEAD, self._cut_at)
+        # A frame kept with holes gives all it kept before the first (its body is read that far).
+        limit = CUT_HEAD if self._cut_at < 0 else self._cut_at
         head = bytearray()
         for piece in self._body:
             head += piece[: limit - len(head)]

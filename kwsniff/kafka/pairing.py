@@ -55,6 +55,8 @@ class Frame:
     error: str | None = None
     # Why the frame is incomplete when that is a capture edge (the stream ended inside it).
     cut: str | None = None
+    # Bytes of the frame the capture's snap length did not keep (its body is then a prefix).
+    missing: int = 0
 
 
 @dataclass(slots=True)
@@ -276,13 +278,17 @@ class Conversation:
             client_id=client_id,
         )
         if reason == NOT_CAPTURED:
+            # What the snap length kept of the body still names topics and partitions.
+            req.missing = size - got
+            self.handler.request(req, head[hlen:])
             req.error = f"request: {_not_captured(got, size)}"
         elif reason == TRUNCATED_AT_END:
             # The stream ended while the client was still sending: never answered in the capture.
             req.cut = f"request cut by {_CUT_BY[reason]} after {got:,} of {size:,} bytes"
         else:
             req.error = f"request: cut by {_CUT_BY.get(reason, reason)} after {got} of {size} bytes"
-        req.info = {}
+        if req.info is None:
+            req.info = {}
         self.requests += 1
         old = self.pending.pop(corr, None)
         if old is not None:
@@ -306,6 +312,13 @@ class Conversation:
         self.responses += 1
         resp = Response(4, ts_first, ts_last, size, offset, correlation_id=req.correlation_id)
         if reason == NOT_CAPTURED:
+            resp.missing = size - got
+            try:
+                _, resp.header_len = parse_response_header(head, req.api_key, req.api_version)
+            except DecodeError:
+                pass  # the header's tagged fields were cut: no body to read
+            else:
+                self.handler.response(req, resp, head[resp.header_len :])
             resp.error = f"response: {_not_captured(got, size)}"
             self.handler.exchange(req, resp, DECODE_ERROR)
             return

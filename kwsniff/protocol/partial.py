@@ -79,16 +79,17 @@ class _Reader:
             self.take(self.uvarint())
 
 
-def _default(field: tuple[Any, ...]) -> Any:
+def _default(field: tuple[Any, ...], tagged: bool = False) -> Any:
     """What a field holds when its bytes were not kept: unknown (None), or no elements; a tagged
-    field, which only the end of its struct could set, its schema default."""
+    field (and what is inside one), which only the end of its struct could set, its schema default."""
     kind, tag, default, children = field[1], field[4], field[5], field[6]
+    tagged = tagged or tag is not None
     if kind.startswith("[]"):
         return []
     if kind == "struct":
-        return {f[0]: _default(f) for f in children}
-    if tag is not None:
-        return default
+        return {f[0]: _default(f, tagged) for f in children}
+    if tagged:
+        return uuid.UUID(default) if kind == "uuid" and isinstance(default, str) else default
     # Records not reached are not "no records" (null): their count is unknown too.
     return _NOT_READ if kind == "records" else None
 
@@ -117,6 +118,9 @@ def _value(r: _Reader, kind: str, nullable: bool, children: tuple[Any, ...] | No
         n = r.length(int32=True)
         if n < 0:
             return None
+        # A count past the kept bytes is read as far as they go (an element takes a byte or more,
+        # but for an empty struct: the bound keeps that loop short too).
+        n = min(n, len(r.buf) - r.pos + 1)
         items: list[Any] = []
         element = kind[2:]
         for _ in range(n):

@@ -88,6 +88,27 @@ def got_row(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def kio_error_code(ex: snaplen_oracle.Exchange) -> int | None:
+    """The top-level error code of the exchange's whole response, read by kio (another decoder)."""
+    import pkgutil
+
+    from kio.schema.index import api_key_map, schema_name_map
+    from kio.serial import entity_reader
+    from kio.static.constants import EntityType
+
+    from kwsniff.protocol import parse_response_header
+
+    assert ex.response is not None
+    entity = pkgutil.resolve_name(
+        schema_name_map[api_key_map[ex.api_key]][ex.api_version][EntityType.response]
+    )
+    frame = ex.response.data[4:]
+    start = parse_response_header(frame, ex.api_key, ex.api_version)[1]
+    read = entity_reader(entity)(memoryview(frame), start)
+    code = getattr(read[0] if isinstance(read, tuple) else read, "error_code", None)
+    return None if code is None else int(code.value)
+
+
 def missing_reason(side: str, frame: snaplen_oracle.Frame) -> str:
     kept = sum(hi - lo for lo, hi in frame.kept)
     return f"{side}: not captured (snap length): {frame.size - kept:,} of {frame.size:,} bytes missing"
@@ -118,6 +139,14 @@ def check_against_full_capture(
     rows = by_exchange(tables)
     got = {(ex.conn[1], ex.correlation_id): got_row(rows[(ex.conn[1], ex.correlation_id)]) for ex in wanted}
     assert got == {(ex.conn[1], ex.correlation_id): expected_row(ex) for ex in wanted}
+    # A top-level error code read from a cut response is the one kio reads in the whole response.
+    cut_codes = 0
+    for ex in wanted:
+        code = rows[(ex.conn[1], ex.correlation_id)]["error_code"]
+        if code is not None and ex.response is not None:
+            assert code == kio_error_code(ex), (ex.api_key, ex.correlation_id)
+            cut_codes += ex.response.kept_prefix() < ex.response.size
+    assert cut_codes > 0  # 7 to 34 per capture and length: error codes read from cut responses
     # A row whose request or response the snap length cut names the cut and the bytes it left out.
     for ex in wanted:
         row = rows[(ex.conn[1], ex.correlation_id)]

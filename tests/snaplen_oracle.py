@@ -211,6 +211,8 @@ class ProducedPartition:
     index_end: int  # frame offset just past the partition index
     records: int | None  # records in its batches (magic 2 batch headers), None for another format
     headers_end: int  # frame offset just past the last batch header (61 bytes each)
+    records_start: int  # frame offset of the records field's first byte (after its length)
+    records_size: int
 
 
 def produced_partitions(ex: Exchange) -> list[ProducedPartition]:
@@ -276,7 +278,7 @@ def produced_partitions(ex: Exchange) -> list[ProducedPartition]:
                 count = (count or 0) + records
                 headers_end = batch + 61
                 batch += 12 + batch_length
-            out.append(ProducedPartition(topic, index, index_end, count, headers_end))
+            out.append(ProducedPartition(topic, index, index_end, count, headers_end, end - size, size))
             pos = end
             skip_tags()
         skip_tags()

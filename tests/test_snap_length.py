@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -352,3 +353,33 @@ def test_reading_a_prefix_of_any_bytes_gives_a_message_or_a_decode_error(seed: i
         except DecodeError:
             continue
         assert isinstance(msg, dict)
+
+
+def test_show_says_how_much_of_a_cut_records_field_was_captured(tmp_path: Path) -> None:
+    full = CAPTURES / "produce_codecs.pcap"
+    pcap = cut(full, 256, tmp_path)
+    first = next(ex for ex in snaplen_oracle.exchanges(full, broker_port(full), 256) if ex.api_key == 0)
+    part = snaplen_oracle.produced_partitions(first)[0]
+    kept = first.request.kept_prefix() - part.records_start
+    assert 0 < kept < part.records_size
+    done = subprocess.run(
+        [sys.executable, "-m", "kwsniff", "show", "--json", str(pcap)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    shown = [json.loads(line) for line in done.stdout.splitlines()]
+    (row,) = [
+        r
+        for r in shown
+        if r["correlation_id"] == first.correlation_id
+        and r["api_key"] == 0
+        and r["client"].endswith(f":{first.conn[1]}")
+    ]
+    records = row["request"]["topic_data"][0]["partition_data"][0]["records"]
+    assert records == {
+        "bytes": part.records_size,
+        "captured": kept,
+        "hex": first.request.data[part.records_start : part.records_start + 32].hex(),
+    }

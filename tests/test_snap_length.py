@@ -219,6 +219,19 @@ def test_the_accounting_line_counts_what_the_snap_length_left_out_apart_from_gap
     line = accounting_line(result)
     assert f" + 0 gaps + {missing:,} not captured (snap length) + " in line
     assert line.endswith("✓")
+    # The summary's decode errors name the cut: requests cut, then exchanges whose response was.
+    exchanges = snaplen_oracle.exchanges(full, port, 96)
+    requests_cut = sum(ex.request.kept_prefix() < ex.request.size for ex in exchanges)
+    responses_cut = sum(
+        ex.request.kept_prefix() == ex.request.size
+        and ex.response is not None
+        and ex.response.kept_prefix() < ex.response.size
+        for ex in exchanges
+    )
+    assert dict(result.decode_errors) == {
+        "request: not captured (snap length)": requests_cut,
+        "response: not captured (snap length)": responses_cut,
+    }
 
 
 def test_a_tcpdump_snap_length_capture_of_the_java_client_is_read_as_its_full_capture_says(

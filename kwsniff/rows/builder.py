@@ -304,7 +304,10 @@ class ExchangeRows(ConversationHandler):
             or respi.get("note")
         )
         if reason and status == DECODE_ERROR:
-            tables.decode_errors[reason.split(":")[0]] += 1
+            # "request: not captured (snap length): N of M bytes missing" counts under its first two
+            # parts; other reasons under their side ("request", "response").
+            cut = ": not captured (snap length): " in reason  # kwsniff.kafka.pairing's words
+            tables.decode_errors[reason.rsplit(":", 1)[0] if cut else reason.split(":")[0]] += 1
         elif reason and (req.cut or (resp is not None and resp.cut)):
             pass  # a capture edge, counted by its status
         elif reason:

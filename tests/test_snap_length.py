@@ -396,3 +396,68 @@ def test_show_says_how_much_of_a_cut_records_field_was_captured(tmp_path: Path) 
         "captured": kept,
         "hex": first.request.data[part.records_start : part.records_start + 32].hex(),
     }
+
+
+def kio_fetch_partitions(ex: snaplen_oracle.Exchange) -> dict[tuple[str, int], int | None] | None:
+    """(topic id or name, partition) -> records in its batches (magic 2 headers, walked by hand) of a
+    whole Fetch response read by kio; None when kio does not know the version."""
+    import pkgutil
+
+    from kio.schema.index import api_key_map, schema_name_map
+    from kio.serial import entity_reader
+    from kio.static.constants import EntityType
+
+    from kwsniff.protocol import parse_response_header
+
+    assert ex.response is not None
+    path = schema_name_map[api_key_map[1]].get(ex.api_version, {}).get(EntityType.response)
+    if path is None:
+        return None
+    frame = ex.response.data[4:]
+    start = parse_response_header(frame, ex.api_key, ex.api_version)[1]
+    read = entity_reader(pkgutil.resolve_name(path))(memoryview(frame), start)
+    message = read[0] if isinstance(read, tuple) else read
+    out: dict[tuple[str, int], int | None] = {}
+    for topic in message.responses:
+        name = str(topic.topic_id) if hasattr(topic, "topic_id") else str(topic.topic)
+        for part in topic.partitions:
+            data, pos, count = part.records or b"", 0, 0
+            while pos < len(data):
+                if data[pos + 16] != 2:
+                    count = None
+                    break
+                count += int.from_bytes(data[pos + 57 : pos + 61], "big", signed=True)
+                pos += 12 + int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+            out[(name, int(part.partition_index))] = count
+    return out
+
+
+@pytest.mark.parametrize("snaplen", [128, 256, 512])
+def test_fetch_partitions_of_cut_responses_are_those_of_the_whole_response(
+    snaplen: int, tmp_path: Path
+) -> None:
+    # What a cut Fetch response gives is right: every partition it names is in the whole response
+    # (kio's reading), and every record count it gives is the whole response's.
+    named = counted = 0
+    for full in (CAPTURES / "produce_codecs.pcap", CAPTURES / "kafka_python.pcap", JAVA):
+        cut_fetches = {
+            (ex.conn[1], ex.correlation_id): ex
+            for ex in snaplen_oracle.exchanges(full, broker_port(full), snaplen)
+            if ex.api_key == 1 and ex.response is not None and ex.response.kept_prefix() < ex.response.size
+        }
+        _, tables = read(cut(full, snaplen, tmp_path))
+        port = {c["conn_id"]: c["client_port"] for c in tables["connections"]}
+        for p in tables["partitions"]:
+            ex = cut_fetches.get((port[p["conn_id"]], p["correlation_id"]))
+            if ex is None or p.get("record_count") is None and p.get("high_watermark") is None:
+                continue  # not a cut response, or a partition named by the request only
+            whole = kio_fetch_partitions(ex)
+            if whole is None:
+                continue
+            key = (p.get("topic_id") or p.get("topic"), p["partition"])
+            assert key in whole
+            named += 1
+            if p.get("record_count") is not None:
+                assert p["record_count"] == whole[key]
+                counted += 1
+    assert (named, counted) == {128: (6, 0), 256: (9, 5), 512: (15, 11)}[snaplen]

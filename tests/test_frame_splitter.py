@@ -48,7 +48,9 @@ class Splitter:
         options.setdefault("on_cut", self._cut)
         self.s = FrameSplitter(self._frame, self._skip, **options)  # type: ignore[arg-type]
 
-    def _cut(self, head: bytes, got: int, size: int, ts_first: int, offset: int, reason: str) -> None:
+    def _cut(
+        self, head: bytes, got: int, size: int, ts_first: int, ts_last: int, offset: int, reason: str
+    ) -> None:
         self.cuts.append((got, offset, reason))
 
     def _frame(self, data: bytes | memoryview, ts_first: int, ts_last: int, offset: int) -> None:

@@ -417,13 +417,18 @@ def test_snaplen_96_capture_counts_every_cut_as_a_snaplen_gap() -> None:
 
     assert sorted(map(key, tables["requests"])) == sorted(map(key, sink.tables["requests"]))
     assert len(tables["requests"]) == 46
-    reasons = Counter((r["status"], r["reason"].split(" after")[0]) for r in tables["requests"])
+    # Each reason names the cut and how many bytes of the frame it left out.
+    reasons = Counter((r["status"], r["reason"].rsplit(": ", 1)[0]) for r in tables["requests"])
     assert reasons == Counter(
-        {("decode_error", "request: cut by a gap"): 43, ("decode_error", "response: cut by a gap"): 3}
+        {
+            ("decode_error", "request: not captured (snap length)"): 43,
+            ("decode_error", "response: not captured (snap length)"): 3,
+        }
     )
-    # Each cut loses step; the splitter finds the next frame start in the next packet's 30 bytes.
-    assert sum(c["resyncs"] for c in conns) == 88
-    assert sum(c["frames_to_broker"] + c["frames_to_client"] for c in conns) == 4
+    assert all(r["reason"].endswith(" bytes missing") for r in tables["requests"])
+    # The size prefixes keep every frame's boundaries across the cuts: no resync, every frame counted.
+    assert sum(c["resyncs"] for c in conns) == 0
+    assert sum(c["frames_to_broker"] + c["frames_to_client"] for c in conns) == 46 + 46
 
 
 def test_ip_fragments_are_counted_and_skipped() -> None:

@@ -25,6 +25,9 @@ RESYNC = "resync"  # bytes scanned over while looking for a frame boundary
 OVERSIZE = "oversize"  # an impossible size prefix, and the bytes scanned over after it
 TRUNCATED_AT_END = "truncated_at_end"  # a frame the stream ended in the middle of
 DAMAGED_SIZE = "damaged_size"  # a size prefix that ran past whole frames, and the bytes up to them
+# A frame some of whose bytes the capture did not keep (a snap length: `tcpdump -s`), though the
+# stream carried them: its boundaries still come from its size prefix.
+NOT_CAPTURED = "not_captured"
 
 # Kafka sizes are signed int32 (a negative size can only mean we are out of step).
 _SIZE = struct.Struct(">i")
@@ -36,8 +39,9 @@ BOUNDARY_MINIMUM = 8  # a request's api key, version and correlation id; a respo
 FrameCallback = Callable[[bytes | memoryview, int, int, int], None]
 SkipCallback = Callable[[int, int, str], None]
 # (first bytes of the frame, bytes of it seen (prefix included), its full size with prefix, ts of its
-# first byte, its stream offset, reason)
-CutCallback = Callable[[bytes, int, int, int, int, str], None]
+# first byte, ts of its last byte (of its first when the frame's end was never seen), its stream
+# offset, reason)
+CutCallback = Callable[[bytes, int, int, int, int, int, str], None]
 # How much of a cut frame on_cut sees: enough for any request or response header.
 CUT_HEAD = 512
 BoundaryCheck = Callable[[memoryview], bool]
@@ -82,6 +86,8 @@ class FrameSplitter:
         "_skip_pending",
         "_skip_reason",
         "_held",
+        "_cut_at",
+        "_cut_missing",
     )
 
     def __init__(
@@ -137,6 +143,10 @@ class FrameSplitter:
         # The run's reassembly memory pool (kwsniff.memory): a partial frame's body bytes are charged
         # there while they wait for the rest of the frame.
         self._held = held if held is not None else [0]
+        # A partial frame the capture did not keep whole: body bytes kept before its first hole
+        # (-1: no hole), and the bytes of it not kept. Its pieces after the hole are held, not read.
+        self._cut_at = -1
+        self._cut_missing = 0
         if not synced:
             self._enter_resync(RESYNC)
 
@@ -190,6 +200,42 @@ class FrameSplitter:
                 self._enter_resync(RESYNC)
                 return
 
+    def uncaptured(self, ts: int, nbytes: int) -> None:
+        """The stream carried ``nbytes`` here that the capture did not keep (the packet was longer on
+        the wire than the snap length). Inside a frame's body the splitter stays in step: the frame
+        ends where its size prefix says, and on_cut gets what was kept before the first hole. A hole
+        over a size prefix loses step like any gap."""
+        need = self._need
+        if self._resyncing or need <= 0 or nbytes <= 0:
+            self.gap(ts, nbytes)
+            return
+        if self._cut_at < 0:
+            self._cut_at = self._size - need
+        take = min(nbytes, need)
+        self._cut_missing += take
+        self._need = need - take
+        if self._need == 0:
+            self._end_cut_frame(ts)
+        if nbytes > take:
+            self.gap(ts, nbytes - take)  # the next frame's size prefix was not kept
+
+    def _end_cut_frame(self, ts: int) -> None:
+        """The partial frame with holes ends here (its last byte at ``ts``): one frame, cut."""
+        kept = self._size - self._cut_missing  # body bytes captured, held as pieces
+        self._held[0] -= kept
+        head = self._cut_head()
+        self._body = []
+        self._body_ts = []
+        self._need = -1
+        self._cut_at = -1
+        self._cut_missing = 0
+        offset = self.offset
+        self.offset = offset + 4 + kept
+        self.frames += 1
+        self.cut_frames += 1
+        if self._on_cut is not None:
+            self._on_cut(head, 4 + kept, 4 + self._size, self._ts_first, ts, offset, NOT_CAPTURED)
+
     def finish(self, ts: int) -> None:
         """End of stream: whatever is buffered is reported as skipped."""
         while True:
@@ -217,7 +263,7 @@ class FrameSplitter:
         response the other direction already carries: one frame is then enough), or when a frame
         spread over chunks is complete but what follows it in the chunk is no frame start: ``after`` is
         that chunk's rest from the frame's remaining bytes on, judged and replayed with the frame."""
-        if self._need < 0 or not self._body or self._boundary_ok is None:
+        if self._need < 0 or not self._body or self._boundary_ok is None or self._cut_at >= 0:
             return False
         if self._size - self._need > MAX_CHAIN_HELD:
             return False
@@ -280,6 +326,17 @@ class FrameSplitter:
                     self._held[0] += left
                 self._need = need - left
                 return None
+            if self._cut_at >= 0:
+                # The end of a frame the capture kept with holes: its size prefix still holds.
+                self._body.append(view[pos : pos + need])
+                self._body_ts.append(ts)
+                self._held[0] += need
+                self._need = 0
+                self._end_cut_frame(ts)
+                offset = self.offset
+                pos += need
+                need = -1
+        if need >= 0:
             self._held[0] -= self._size - need  # the body held so far (every piece was charged)
             body = self._body
             if (
@@ -367,20 +424,23 @@ class FrameSplitter:
 
     def _partial_bytes(self) -> int:
         need = self._need
-        return len(self._prefix) + (4 + self._size - need if need >= 0 else 0)
+        return len(self._prefix) + (4 + self._size - need - self._cut_missing if need >= 0 else 0)
 
     def _drop_partial(self, reason: str) -> None:
         nbytes = self._partial_bytes()
         in_frame = self._need >= 0
         if in_frame:
-            self._held[0] -= self._size - self._need
+            self._held[0] -= self._size - self._need - self._cut_missing
             self.cut_frames += 1
             if self._on_cut is not None:
-                self._on_cut(self._cut_head(), nbytes, 4 + self._size, self._ts_first, self.offset, reason)
+                ts = self._ts_first
+                self._on_cut(self._cut_head(), nbytes, 4 + self._size, ts, ts, self.offset, reason)
         self._prefix = b""
         self._body = []
         self._body_ts = []
         self._need = -1
+        self._cut_at = -1
+        self._cut_missing = 0
         if in_frame and reason == TRUNCATED_AT_END:
             # The stream ended inside a frame: its bytes were a frame, cut by the capture's edge, not
             # bytes passed over.
@@ -392,10 +452,13 @@ class FrameSplitter:
             self._flush_skip()
 
     def _cut_head(self) -> bytes:
+        """The frame's first bytes after its size prefix, up to CUT_HEAD and its first hole."""
+        # A frame kept with holes gives all it kept before the first (its body is read that far).
+        limit = CUT_HEAD if self._cut_at < 0 else self._cut_at
         head = bytearray()
         for piece in self._body:
-            head += piece[: CUT_HEAD - len(head)]
-            if len(head) >= CUT_HEAD:
+            head += piece[: limit - len(head)]
+            if len(head) >= limit:
                 break
         return bytes(head)
 

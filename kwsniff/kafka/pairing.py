@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kwsniff.defaults import MAX_FRAME_SIZE
-from kwsniff.kafka.framing import GAP, TRUNCATED_AT_END, FrameSplitter
+from kwsniff.kafka.framing import GAP, NOT_CAPTURED, TRUNCATED_AT_END, FrameSplitter
 from kwsniff.kafka.sasl import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
@@ -23,7 +23,7 @@ from kwsniff.kafka.sasl import (
     authenticate_token,
 )
 from kwsniff.protocol import DecodeError, error_name, parse_request_header, parse_response_header
-from kwsniff.protocol.headers import is_plausible_request_version
+from kwsniff.protocol.headers import is_plausible_request_version, request_header_version
 
 # Statuses a request row can end with (DESIGN.md "Nothing silently lost").
 OK = "ok"
@@ -55,6 +55,8 @@ class Frame:
     error: str | None = None
     # Why the frame is incomplete when that is a capture edge (the stream ended inside it).
     cut: str | None = None
+    # Bytes of the frame the capture's snap length did not keep (its body is then a prefix).
+    missing: int = 0
 
 
 @dataclass(slots=True)
@@ -253,20 +255,21 @@ class Conversation:
         status = DECODE_ERROR if (req.error or resp.error) else OK
         self.handler.exchange(req, resp, status)
 
-    # -- frames cut short by a gap or the end of the stream (snaplen captures keep just the headers) --
+    # -- frames cut short by a gap or the end of the stream, or kept with holes by a snap length ------
     def _on_request_cut(
-        self, head: bytes, got: int, size: int, ts_first: int, offset: int, reason: str
+        self, head: bytes, got: int, size: int, ts_first: int, ts_last: int, offset: int, reason: str
     ) -> None:
         if self.sasl_tokens_mode or len(head) < _MIN_REQUEST:
             return
         try:
             api_key, api_version, corr, client_id, hlen = parse_request_header(head)
-        except DecodeError:  # the client id itself was cut: the fixed fields are still there
+        except DecodeError:  # the header's end was cut: the fixed fields are still there
             (api_key, api_version, corr), client_id, hlen = _KEY_VERSION_CORR.unpack_from(head), None, 8
+            client_id = _cut_client_id(head, api_key, api_version)
         req = Request(
             hlen,
             ts_first,
-            ts_first,
+            ts_last,
             size,
             offset,
             api_key=api_key,
@@ -274,12 +277,18 @@ class Conversation:
             correlation_id=corr,
             client_id=client_id,
         )
-        if reason == TRUNCATED_AT_END:
+        if reason == NOT_CAPTURED:
+            # What the snap length kept of the body still names topics and partitions.
+            req.missing = size - got
+            self.handler.request(req, head[hlen:])
+            req.error = f"request: {_not_captured(got, size)}"
+        elif reason == TRUNCATED_AT_END:
             # The stream ended while the client was still sending: never answered in the capture.
             req.cut = f"request cut by {_CUT_BY[reason]} after {got:,} of {size:,} bytes"
         else:
             req.error = f"request: cut by {_CUT_BY.get(reason, reason)} after {got} of {size} bytes"
-        req.info = {}
+        if req.info is None:
+            req.info = {}
         self.requests += 1
         old = self.pending.pop(corr, None)
         if old is not None:
@@ -287,15 +296,32 @@ class Conversation:
         self.pending[corr] = req
 
     def _on_response_cut(
-        self, head: bytes, got: int, size: int, ts_first: int, offset: int, reason: str
+        self, head: bytes, got: int, size: int, ts_first: int, ts_last: int, offset: int, reason: str
     ) -> None:
         if len(head) < 4:
             return
         req = self.pending.pop(int.from_bytes(head[:4], "big", signed=True), None)
         if req is None:
-            return  # its bytes are counted as skipped; an orphan needs a whole frame to be sure
+            if reason == NOT_CAPTURED:
+                # Its boundaries are sure (the size prefix held across the holes): an orphan.
+                self.orphans += 1
+                self.handler.orphan_response(
+                    int.from_bytes(head[:4], "big", signed=True), ts_first, size, offset
+                )
+            return  # otherwise its bytes are counted as skipped; an orphan needs a whole frame to be sure
         self.responses += 1
-        resp = Response(4, ts_first, ts_first, size, offset, correlation_id=req.correlation_id)
+        resp = Response(4, ts_first, ts_last, size, offset, correlation_id=req.correlation_id)
+        if reason == NOT_CAPTURED:
+            resp.missing = size - got
+            try:
+                _, resp.header_len = parse_response_header(head, req.api_key, req.api_version)
+            except DecodeError:
+                pass  # the header's tagged fields were cut: no body to read
+            else:
+                self.handler.response(req, resp, head[resp.header_len :])
+            resp.error = f"response: {_not_captured(got, size)}"
+            self.handler.exchange(req, resp, DECODE_ERROR)
+            return
         if reason == TRUNCATED_AT_END:
             resp.cut = f"response cut by {_CUT_BY[reason]} after {got:,} of {size:,} bytes"
             self.handler.exchange(req, resp, DECODE_ERROR if req.error else RESPONSE_CUT)
@@ -344,6 +370,21 @@ class Conversation:
             status = NO_RESPONSE_EXPECTED if _expects_no_response(req) else UNANSWERED
             self.handler.exchange(req, None, DECODE_ERROR if req.error else status)
         self.pending.clear()
+
+
+def _not_captured(got: int, size: int) -> str:
+    return f"not captured (snap length): {size - got:,} of {size:,} bytes missing"
+
+
+def _cut_client_id(head: bytes, api_key: int, api_version: int) -> str | None:
+    """The client id of a request header whose end (its tagged fields) a snap length cut off: the
+    id is a classic int16-length string right after the correlation id in header v1 and v2."""
+    if request_header_version(api_key, api_version) == 0 or len(head) < 10:
+        return None
+    n = int.from_bytes(head[8:10], "big", signed=True)
+    if n < 0 or len(head) < 10 + n:
+        return None
+    return str(head[10 : 10 + n], "utf-8", "replace")
 
 
 def _mechanism(frame: memoryview | bytes, hlen: int) -> str | None:

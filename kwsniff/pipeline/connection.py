@@ -102,6 +102,7 @@ class Connection:
         "not_kafka_bytes",
         "lost_bytes",
         "prebuf_gap",
+        "prebuf_uncaptured",
         "tls",
         "tls_stream",
         "protocol_guess",
@@ -144,6 +145,8 @@ class Connection:
         self.not_kafka_bytes = [0, 0]
         self.lost_bytes = [0, 0]  # gap bytes the capture never saw (not cut by snaplen)
         self.prebuf_gap = False
+        # Per direction, the gap markers in prebuf that were snap-length cuts: index -> bytes not kept.
+        self.prebuf_uncaptured: tuple[dict[int, int], dict[int, int]] = ({}, {})
         self.tls: TlsHellos | None = None
         self.tls_stream: TlsStream | None = None
         self.protocol_guess: str | None = None
@@ -220,12 +223,16 @@ class Connection:
     def _c2b_gap(self, ts: int, nbytes: int, reason: str) -> None:
         if reason != SNAPLEN:
             self.lost_bytes[C2B] += nbytes
-        self._gap(C2B, ts, nbytes)
+        self._gap(C2B, ts, nbytes, reason == SNAPLEN)
 
     def _b2c_gap(self, ts: int, nbytes: int, reason: str) -> None:
         if reason != SNAPLEN:
             self.lost_bytes[B2C] += nbytes
-        self._gap(B2C, ts, nbytes)
+        self._gap(B2C, ts, nbytes, reason == SNAPLEN)
+
+    def uncaptured_bytes(self) -> int:
+        """Bytes the stream carried that the capture's snap length did not keep (both directions)."""
+        return sum(self.rs[d].gap_bytes - self.lost_bytes[d] for d in (C2B, B2C))
 
     def _data(self, d: int, ts: int, chunk: memoryview | bytes) -> None:
         stream = self.tls_stream
@@ -261,22 +268,30 @@ class Connection:
             self.owner.held[0] += len(chunk)
             self._detect()
 
-    def _gap(self, d: int, ts: int, nbytes: int) -> None:
+    def _gap(self, d: int, ts: int, nbytes: int, uncaptured: bool = False) -> None:
         stream = self.tls_stream
         if stream is not None:
             stream.gap(d, ts, nbytes)  # its plaintext side calls _tls_gap
         else:
-            self._plain_gap(d, ts, nbytes)
+            self._plain_gap(d, ts, nbytes, uncaptured)
 
-    def _plain_gap(self, d: int, ts: int, nbytes: int) -> None:
+    def _plain_gap(self, d: int, ts: int, nbytes: int, uncaptured: bool = False) -> None:
         conv = self.conv
         if conv is not None:
-            (conv.client if d == C2B else conv.broker).gap(ts, nbytes)
+            splitter = conv.client if d == C2B else conv.broker
+            if uncaptured:
+                # The wire carried these bytes (a snap length cut the packet): frames keep their
+                # boundaries across them.
+                splitter.uncaptured(ts, nbytes)
+            else:
+                splitter.gap(ts, nbytes)
         elif self.kafka is None:
             # A hole before we know what the stream is: what we buffered can no longer be trusted
             # to start on a frame boundary, so detection restarts in resync mode.
             self.synced = (False, False)
             self.prebuf_gap = True
+            if uncaptured:
+                self.prebuf_uncaptured[d][len(self.prebuf[d])] = nbytes
             self.prebuf[d].append((ts, b""))
 
     # -- is this Kafka, and which side is the client? -------------------------------------------------
@@ -390,6 +405,7 @@ class Connection:
         self.rs[C2B].on_data, self.rs[B2C].on_data = self._c2b_data, self._b2c_data
         self.rs[C2B].on_gap, self.rs[B2C].on_gap = self._c2b_gap, self._b2c_gap
         self.prebuf = (self.prebuf[1], self.prebuf[0])
+        self.prebuf_uncaptured = (self.prebuf_uncaptured[1], self.prebuf_uncaptured[0])
         self.prebuf_len.reverse()
         self.packets.reverse()
         self.wire_bytes.reverse()
@@ -415,9 +431,12 @@ class Connection:
         if sasl_mechanism is not None:
             conv.start_sasl_tokens(sasl_mechanism)
         for d, splitter in ((C2B, conv.client), (B2C, conv.broker)):
-            for ts, chunk in self.prebuf[d]:
+            uncaptured = self.prebuf_uncaptured[d]
+            for i, (ts, chunk) in enumerate(self.prebuf[d]):
                 if chunk:
                     splitter.data(ts, chunk)
+                elif i in uncaptured:
+                    splitter.uncaptured(ts, uncaptured[i])
                 else:
                     splitter.gap(ts, 0)
         self._drop_prebuf()
@@ -580,6 +599,7 @@ class Connection:
         """Let go of the bytes held while detecting, releasing them from the memory pool."""
         self.owner.held[0] -= sum(len(c) for chunks in self.prebuf for _, c in chunks)
         self.prebuf = ([], [])
+        self.prebuf_uncaptured = ({}, {})
 
     def held_bytes(self) -> int:
         """Bytes this connection holds for reassembly now: out of order, partial frames, detection."""

@@ -84,6 +84,7 @@ class SessionStats:
     non_kafka_connections: int = 0
     not_kafka_on_broker_ports: int = 0  # connections to a broker port that did not speak Kafka
     accounting_mismatches: int = 0  # connections whose bytes do not add up (a bug if ever non-zero)
+    uncaptured_bytes: int = 0  # stream bytes of closed connections a snap length did not keep (in gap_bytes)
     duplicate_packets: int = 0  # copies of a packet already seen (two mirror sessions or tunnel ids)
     decapsulated: dict[str, int] = field(default_factory=dict)  # packets by tunnel kind (each level)
     tunnel_overhead_bytes: int = 0  # tunnel headers around decapsulated packets: not stream bytes
@@ -279,6 +280,7 @@ class Session:
         row = conn.row()
         if accounting_difference(row, "to_broker") or accounting_difference(row, "to_client"):
             self.stats.accounting_mismatches += 1
+        self.stats.uncaptured_bytes += conn.uncaptured_bytes()
         if conn.on_broker_port:
             self.stats.not_kafka_on_broker_ports += 1
         self.rows.connection_closed(conn.conn_id, row)

@@ -49,6 +49,12 @@ def message_fields(api_key: int, api_version: int, response: bool) -> tuple[Any,
     return _present(_segment(api_key, api_version, direction)[3], api_version)
 
 
+def is_flexible(api_key: int, api_version: int, response: bool) -> bool:
+    """Whether the message version uses compact lengths and tagged fields (KIP-482)."""
+    first_flexible = _segment(api_key, api_version, _RESPONSE if response else _REQUEST)[2]
+    return first_flexible is not None and api_version >= first_flexible
+
+
 def _present(fields: tuple[Any, ...], version: int) -> tuple[Any, ...]:
     return tuple(
         (*f[:6], None if f[6] is None else _present(f[6], version))

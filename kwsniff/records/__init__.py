@@ -4,6 +4,6 @@ No I/O: bytes of a Produce request's or Fetch response's records field in, a Rec
 """
 
 from kwsniff.records._model import RecordInfo, RecordSetSummary
-from kwsniff.records._summarize import counts_v2, summarize_records
+from kwsniff.records._summarize import counts_from_headers, counts_v2, summarize_records
 
-__all__ = ["RecordInfo", "RecordSetSummary", "counts_v2", "summarize_records"]
+__all__ = ["RecordInfo", "RecordSetSummary", "counts_from_headers", "counts_v2", "summarize_records"]

@@ -16,7 +16,8 @@ from typing import Any
 
 from kwsniff.memory import MemoryBudget
 from kwsniff.protocol import error_name, magic_removed_in, message_fields
-from kwsniff.records import RecordInfo, counts_v2, summarize_records
+from kwsniff.protocol.partial import CutRecords
+from kwsniff.records import RecordInfo, counts_from_headers, counts_v2, summarize_records
 from kwsniff.rows.fact_compiler import compile_partition_walker
 from kwsniff.rows.records import record_rows
 
@@ -104,6 +105,23 @@ def _compile_walker(api_key: int, api_version: int, side: int) -> Any:
 
 
 def _record_facts(facts: dict[str, Any], data: Any, api_key: int, options: RecordOptions) -> None:
+    if isinstance(data, CutRecords):
+        # A snap length cut the records: counted from the batch headers when all were kept, else
+        # unknown (not 0).
+        facts.update(_CUT_RECORDS if api_key == PRODUCE else _CUT_RECORDS_OFFSETS)
+        if options.records:
+            facts["_records"] = []
+        counts = counts_from_headers(data.kept, data.size) if data.size >= 0 else None
+        if counts is not None:
+            count, size, batches, codec, _, _, control, first, last = counts
+            facts.update(
+                record_count=count, record_bytes=size, batch_count=batches, compression=codec or None
+            )
+            facts["control_batches"] = control
+            if api_key != PRODUCE:
+                facts["first_offset"] = first
+                facts["last_offset"] = last
+        return
     if not data:
         facts.update(_NO_RECORDS if api_key == PRODUCE else _NO_RECORDS_OFFSETS)
         if options.records:
@@ -176,12 +194,22 @@ _NO_RECORDS: dict[str, Any] = {
     "record_error": None,
 }
 _NO_RECORDS_OFFSETS = {**_NO_RECORDS, "first_offset": None, "last_offset": None}
+_CUT_RECORDS: dict[str, Any] = {
+    **_NO_RECORDS,
+    "record_count": None,
+    "record_bytes": None,
+    "batch_count": None,
+}
+_CUT_RECORDS_OFFSETS = {**_CUT_RECORDS, "first_offset": None, "last_offset": None}
 
 
 def record_totals(info: dict[str, Any], parts: dict[PartKey, dict[str, Any]]) -> None:
     """`requests.record_count` / `record_bytes`: sums over the partitions that carry records."""
     counts = [p["record_count"] for p in parts.values() if "record_count" in p]
-    if counts:
+    if None in counts:
+        # A partition's records were cut by a snap length: the request's total is unknown.
+        info["record_count"] = info["record_bytes"] = None
+    elif counts:
         info["record_count"] = sum(counts)
         info["record_bytes"] = sum(p["record_bytes"] for p in parts.values() if "record_bytes" in p)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from kwsniff.protocol.partial import CutRecords
 from kwsniff.rows.extract import error_rows
 
 JSON_HEX_BYTES = 32  # bytes of a bytes/records field shown as hex in --json
@@ -127,6 +128,9 @@ def plain(value: Any, hex_bytes: int = JSON_HEX_BYTES) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         data = bytes(value[:hex_bytes])
         return {"bytes": len(value), "hex": data.hex()}
+    if isinstance(value, CutRecords):  # records a snap length cut: how many bytes, how many kept
+        size = value.size if value.size >= 0 else None
+        return {"bytes": size, "captured": len(value.kept), "hex": value.kept[:hex_bytes].hex()}
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, float) and not math.isfinite(value):
@@ -179,6 +183,11 @@ def _scalar(value: Any) -> str:
         prefix = bytes(value[:TREE_HEX_BYTES]).hex()
         more = "..." if len(value) > TREE_HEX_BYTES else ""
         return f"<{len(value)} bytes> {prefix}{more}" if len(value) else "<0 bytes>"
+    if isinstance(value, CutRecords):
+        if value.size < 0:
+            return "<not captured>"
+        prefix = value.kept[:TREE_HEX_BYTES].hex()
+        return f"<{value.size} bytes, {len(value.kept)} captured> {prefix}..."
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, float):

@@ -43,6 +43,9 @@ _ACCOUNTED = (
 )
 
 
+_SHOWN_WHEN_SOME = ("TLS overhead", "not captured (snap length)")
+
+
 def human_size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000 or unit == "GB":
@@ -56,8 +59,14 @@ def accounting_line(r: CaptureResult) -> str:
     t = r.totals
     wire = sum(t[f"stream_bytes_{d}"] for d in _DIRS)
     terms = [(label, sum(t[f"{kind}_bytes_{d}"] for d in _DIRS)) for kind, label in _ACCOUNTED]
+    # Bytes a snap length did not keep are gap bytes in the tables; the line tells them apart from
+    # bytes the capture lost, and names them only when there are some.
+    uncaptured = getattr(r.stats, "uncaptured_bytes", 0)
+    if uncaptured:
+        terms[1] = ("gaps", terms[1][1] - uncaptured)
+        terms.insert(2, ("not captured (snap length)", uncaptured))
     # TLS overhead is shown where there is some (a decrypted or handshaking TLS connection).
-    rhs = " + ".join(f"{n:,} {label}" for label, n in terms if n or label != "TLS overhead")
+    rhs = " + ".join(f"{n:,} {label}" for label, n in terms if n or label not in _SHOWN_WHEN_SOME)
     diff = wire - sum(n for _, n in terms)
     bad = r.stats.accounting_mismatches
     verdict = "✓" if not diff and not bad else f"✗ off by {diff:,} bytes, {bad:,} connections do not add up"

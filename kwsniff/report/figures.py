@@ -66,7 +66,7 @@ def plain(value: float, _pos: object = None) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
-def _plain_log(axis: Any) -> None:
+def plain_log(axis: Any) -> None:
     """Plain labels on a logarithmic axis: the decades, and between them the ticks matplotlib
     labels when the data spans less than a decade or two."""
     import matplotlib.ticker as mticker
@@ -175,7 +175,7 @@ def _bars(title: str, labels: list[str], values: dict[str, list[float]], xlabel:
     ax.set_yticks([j + height * (len(values) - 1) / 2 for j in range(len(labels))], labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")
-    _plain_log(ax.xaxis)
+    plain_log(ax.xaxis)
     ax.set_xlabel(xlabel)
     ax.set_title(title)
     ax.grid(axis="x", alpha=0.3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import subprocess
 import sys
@@ -26,14 +27,23 @@ NOT_A_CAPTURE = "not a pcap or pcapng file (starts with b'not ')"
 
 def dpkt_packets(path: Path) -> int:
     """Records in a pcap file by dpkt, an independent reader."""
-    n = 0
+    return len(dpkt_times(path))
+
+
+def dpkt_times(path: Path) -> list[dt.datetime]:
+    """The time of each record in a pcap file by dpkt, an independent reader."""
+    times = []
     with open(path, "rb") as f:
         try:
-            for _ in dpkt.pcap.Reader(f):
-                n += 1
+            for ts, _ in dpkt.pcap.Reader(f):
+                times.append(dt.datetime.fromtimestamp(float(ts), dt.UTC))
         except dpkt.NeedData:
             pass
-    return n
+    return times
+
+
+def same_us(a: dt.datetime | None, b: dt.datetime) -> bool:
+    return a is not None and abs((a - b).total_seconds()) < 1e-6
 
 
 def captures_rows(out: Path) -> list[dict[str, Any]]:
@@ -74,7 +84,14 @@ def test_read_writes_a_captures_row_per_input_and_a_bad_input_fails_alone(
         f"kwsniff: warning: notes.pcap: failed: {NOT_A_CAPTURE}\n"
     )
     acks, python, cut, notes = fleet
-    assert captures_rows(out) == [
+    found = captures_rows(out)
+    # Where each capture ended: its last packet by dpkt (which also yields the cut record, 48 of
+    # its 66 bytes, that kwsniff does not count as a packet); none for the input that failed.
+    ended = [row.pop("ended") for row in found]
+    assert ended[3] is None
+    for got, path, last in zip(ended, (acks, cut, python), (-1, -2, -1), strict=False):
+        assert same_us(got, dpkt_times(path)[last]), (path, got)
+    assert found == [
         {
             "capture": "acks_modes.pcap",
             "path": str(acks),

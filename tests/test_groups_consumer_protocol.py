@@ -205,3 +205,17 @@ def test_report_reconciliation_times_are_the_decoded_heartbeats(run: Run) -> Non
         (3, ALL),
     ]
     assert all(r["reconciliation_ms"] is not None for r in got)
+
+
+def test_report_says_the_group_left_at_its_last_members_leave_heartbeat(run: Run) -> None:
+    """Both members closed: their last heartbeats sent member epoch -1 (KIP-848 leave). `stopped`
+    says `left`, at the time of the last leave the coordinator logged, for every partition fetched."""
+    args = ["report", str(run.tables), "--format", "json", "--section", "stopped"]
+    done = CliRunner().invoke(main, args)
+    assert done.exit_code == 0, done.output
+    rows = json.loads(done.stdout)["stopped"]
+    assert rows and {(r["group_id"], r["state"]) for r in rows} == {(GROUP, "left")}
+    leave = max(s["ts"] for s in run.sent if s["epoch_sent"] == -1)
+    for row in rows:
+        at = dt.datetime.fromisoformat(row["last_leave"].replace("Z", "+00:00")).timestamp()
+        assert at <= leave < at + 0.5  # the request, then the coordinator's answer to it

@@ -319,6 +319,7 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "warnings": CAPTURES_ROWS,
         "started": CAPTURES_ROWS,
         "duration_ms": CAPTURES_ROWS,
+        "ended": CAPTURES_ROWS,
     },
 }
 

@@ -1,7 +1,10 @@
-"""`kwsniff report` against what real clients saw: tansu, one confluent-kafka producer and two
-consumer groups, one of which is killed mid-test (a crashed consumer: no LeaveGroup). Lag in seconds
-is checked against the producer's acknowledgement times and the consumers' commit times, the
-inventory against the clients started here, and the HTML page rendered in headless Chromium."""
+"""`kwsniff report` against what real clients saw: tansu, one confluent-kafka producer and four
+consumer groups: one stays to the end, one is killed mid-test (a crashed consumer: no LeaveGroup),
+one leaves with close() (LeaveGroup), one never commits. Lag in seconds is checked against the
+producer's acknowledgement times and the consumers' commit times, each group's state against what
+the test did to its consumer, time windows against the same records, the inventory against the
+clients started here, and the HTML page rendered in headless Chromium. A live capture (`kwsniff
+capture`) stopped a while after a consumer was killed counts that consumer silent until the stop."""
 
 from __future__ import annotations
 
@@ -24,21 +27,27 @@ TOPIC = "report-lag"
 RECORDS = 40
 PRODUCE_EVERY_S = 0.1
 KILL_AFTER = 10  # records the stopped consumer commits before it is killed
+LEAVE_AFTER = 5  # records the leaving consumer commits before it closes
 VALUE = b"v" * 100
 
-# A consumer that commits each record it handles (the next offset), saying when and which.
+# A consumer that commits each record it handles (the next offset), saying when and which, then
+# (mode `leave`) closes after `total` records: a LeaveGroup; or (mode `stay`) keeps polling until it
+# is stopped; mode `nocommit` polls and never commits. Each poll that returned a record is printed.
 CONSUMER = """
 import sys, time
 from confluent_kafka import Consumer, TopicPartition
-bootstrap, topic, group, client, delay, total = sys.argv[1:7]
+bootstrap, topic, group, client, delay, total, mode = sys.argv[1:8]
 c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": client,
               "auto.offset.reset": "earliest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
               "enable.auto.commit": False, "fetch.wait.max.ms": 100})
 c.subscribe([topic], on_assign=lambda cons, parts: print("assigned", flush=True))
-deadline, done = time.time() + 90, 0
-while done < int(total) and time.time() < deadline:
+deadline, done = time.time() + 120, 0
+while time.time() < deadline and not (mode == "leave" and done >= int(total)):
     m = c.poll(0.1)
     if m is None or m.error():
+        continue
+    print("polled", m.offset(), time.time(), flush=True)
+    if mode == "nocommit" or done >= int(total):
         continue
     time.sleep(float(delay))
     t = time.time()
@@ -46,16 +55,22 @@ while done < int(total) and time.time() < deadline:
     print("committed", m.offset() + 1, t, flush=True)
     done += 1
 c.close()
+print("closed", time.time(), flush=True)
 """
 
 
 class Consumer:
-    """A consumer process whose printed commits are collected as (time, next offset)."""
+    """A consumer process whose printed commits are collected as (time, next offset), and the time
+    of each poll that returned a record."""
 
-    def __init__(self, bootstrap: str, group: str, client: str, delay: float) -> None:
-        args = [sys.executable, "-c", CONSUMER, bootstrap, TOPIC, group, client, str(delay), str(RECORDS)]
+    def __init__(
+        self, bootstrap: str, group: str, client: str, delay: float, mode: str = "stay", total: int = RECORDS
+    ) -> None:
+        args = [sys.executable, "-c", CONSUMER, bootstrap, TOPIC, group, client, str(delay), str(total), mode]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
         self.commits: list[tuple[float, int]] = []
+        self.polls: list[tuple[float, int]] = []
+        self.closed: float | None = None
         self.assigned = threading.Event()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -68,6 +83,10 @@ class Consumer:
                 self.assigned.set()
             elif words[:1] == ["committed"]:
                 self.commits.append((float(words[2]), int(words[1])))
+            elif words[:1] == ["polled"]:
+                self.polls.append((float(words[2]), int(words[1])))
+            elif words[:1] == ["closed"]:
+                self.closed = float(words[1])
 
 
 def wait_for(condition: Any, timeout_s: float) -> None:
@@ -88,8 +107,11 @@ def traffic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         create_topics(broker.bootstrap, {TOPIC: 1})
         active = Consumer(broker.bootstrap, "g-active", "lag-active", 0.25)
         stopped = Consumer(broker.bootstrap, "g-stopped", "lag-stopped", 0.0)
+        left = Consumer(broker.bootstrap, "g-left", "lag-left", 0.0, "leave", LEAVE_AFTER)
+        audit = Consumer(broker.bootstrap, "g-audit", "lag-audit", 0.0, "nocommit")
+        consumers = (active, stopped, left, audit)
         try:
-            for c in (active, stopped):
+            for c in consumers:
                 assert c.assigned.wait(30), "consumer never assigned"
             producer = Producer(
                 {"bootstrap.servers": broker.bootstrap, "client.id": "lag-producer", "linger.ms": 0}
@@ -110,10 +132,13 @@ def traffic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             producer = None  # closes its connections while the broker is still up
             assert killed_at is not None
             wait_for(lambda: active.commits and active.commits[-1][1] == RECORDS, 30)
+            wait_for(lambda: len(audit.polls) == RECORDS, 30)
+            assert left.proc.wait(30) == 0 and left.closed is not None
             # Silent past its 6 s session timeout by the end of the capture.
             wait_for(lambda: time.time() - killed_at > 7.5, 10)
         finally:
-            for c in (active, stopped):
+            # SIGTERM ends them at once, without a LeaveGroup: the staying ones are active at the end.
+            for c in consumers:
                 stop_process(c.proc)
                 c.reader.join(5)
     out = tmp / "tables"
@@ -130,6 +155,9 @@ def traffic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "acks": acks,
         "active": active.commits,
         "stopped": stopped.commits,
+        "left": left.commits,
+        "left_closed": left.closed,
+        "audit_polls": audit.polls,
         "killed_at": killed_at,
         "report": json.loads(report.stdout),
     }
@@ -142,6 +170,8 @@ def test_inventory_is_the_clients_this_test_started(traffic: dict) -> None:
         ("lag-producer", "127.0.0.1", "producer", TOPIC, None),
         ("lag-active", "127.0.0.1", "consumer", TOPIC, "g-active"),
         ("lag-stopped", "127.0.0.1", "consumer", TOPIC, "g-stopped"),
+        ("lag-left", "127.0.0.1", "consumer", TOPIC, "g-left"),
+        ("lag-audit", "127.0.0.1", "consumer", TOPIC, "g-audit"),
     }
     by_client = {r["client_id"]: r for r in rows}
     assert by_client["lag-producer"]["records"] == RECORDS
@@ -204,8 +234,10 @@ def test_member_lag_names_each_member_and_its_last_fetch_against_the_producers_a
     assert {(g, r["client_id"], r["client_ip"], r["topic"], r["partition"]) for g, r in rows.items()} == {
         ("g-active", "lag-active", "127.0.0.1", TOPIC, 0),
         ("g-stopped", "lag-stopped", "127.0.0.1", TOPIC, 0),
+        ("g-left", "lag-left", "127.0.0.1", TOPIC, 0),
+        ("g-audit", "lag-audit", "127.0.0.1", TOPIC, 0),
     }
-    assert len(traffic["report"]["member_lag"]) == 2 and all(r["member_id"] for r in rows.values())
+    assert len(traffic["report"]["member_lag"]) == 4 and all(r["member_id"] for r in rows.values())
     alive, dead = rows["g-active"], rows["g-stopped"]
     # The active member read everything: its last Fetch asked for the offset after the last record.
     assert (alive["position"], alive["high_watermark"], alive["offset_lag"], alive["lag_seconds"]) == (
@@ -265,3 +297,160 @@ def test_the_html_report_shows_its_plots_in_chromium(traffic: dict) -> None:
     for rgb in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E)):
         near = (abs(pixels * 255 - rgb) < 12).all(axis=2)
         assert near.sum() > 200, rgb
+
+
+def test_each_group_state_is_what_the_test_did_to_its_consumer(traffic: dict) -> None:
+    """stay: active; SIGKILL: stopped; close(): left (its LeaveGroup); polls without commits:
+    never_committed, with the high watermark and no commit."""
+    stopped = {r["group_id"]: r for r in traffic["report"]["stopped"]}
+    assert {g: r["state"] for g, r in stopped.items()} == {
+        "g-active": "active",
+        "g-stopped": "stopped",
+        "g-left": "left",
+        "g-audit": "never_committed",
+    }
+    gone = stopped["g-left"]
+    assert (gone["committed_offset"], gone["high_watermark"]) == (LEAVE_AFTER, RECORDS)
+    # It left after its last commit and before the close() returned.
+    assert traffic["left"][-1][0] - 0.05 < dt_seconds(gone["last_leave"]) < traffic["left_closed"] + 0.05
+    audit = stopped["g-audit"]
+    assert traffic["audit_polls"][-1][1] == RECORDS - 1  # it read every record
+    assert (
+        audit["committed_offset"],
+        audit["high_watermark"],
+        audit["offset_lag"],
+        audit["last_commit"],
+    ) == (
+        None,
+        RECORDS,
+        None,
+        None,
+    )
+    assert audit["last_leave"] is None and stopped["g-stopped"]["last_leave"] is None
+
+
+def window_answers(out: Any, since: Any = None, until: Any = None, spark: Any = None) -> dict:
+    from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
+    from kwsniff.report.run import answer
+    from kwsniff.report.sections import BY_NAME
+
+    filters = Filters(since=since, until=until, session_timeout_ms=6000)
+    sections = [BY_NAME[n] for n in ("lag", "stopped", "member_lag")]
+    if spark is None:
+        with DuckEngine(out, filters) as engine:
+            return answer(engine, filters, sections)
+    engine = SparkEngine(out, filters, spark)
+    try:
+        return answer(engine, filters, sections)
+    finally:
+        engine.close()
+
+
+def test_a_window_after_a_consumer_stopped_still_shows_its_lag_state_and_member(
+    traffic: dict, spark: Any
+) -> None:
+    """--since after the killed consumer's last commit: its lag at the window's start (from what the
+    capture saw before it), its stopped state and its member, on both engines."""
+    import datetime as dt
+    import math
+
+    last_t, last = traffic["stopped"][-1]
+    since_s = math.ceil(traffic["killed_at"] + 1.0)  # a whole second after the kill
+    since = dt.datetime.fromtimestamp(since_s, dt.UTC).replace(tzinfo=None)
+    duck = window_answers(traffic["out"], since)
+    assert window_answers(traffic["out"], since, spark=spark) == duck
+    lag = [r for r in duck["lag"] if r["group_id"] == "g-stopped"]
+    assert lag and all(dt_seconds(r["second"].isoformat()) >= since_s for r in lag)
+    first = lag[0]
+    assert dt_seconds(first["second"].isoformat()) == since_s
+    assert (first["committed_offset"], first["lag_source"]) == (last, "produce_ack")
+    # The worst moment of its first second: at least its lag at `since`, at most a second more.
+    behind = since_s - traffic["acks"][last]
+    assert behind - 0.25 < first["lag_seconds"] < behind + 1.25
+    states = {r["group_id"]: r["state"] for r in duck["stopped"]}
+    assert states == {
+        "g-active": "active",
+        "g-stopped": "stopped",
+        "g-left": "left",
+        "g-audit": "never_committed",
+    }
+    members = {r["group_id"] for r in duck["member_lag"]}
+    assert members == {"g-active", "g-stopped", "g-left", "g-audit"}
+    # The same from the command line.
+    args = ["report", str(traffic["out"]), "--format", "json", "--session-timeout-ms", "6000"]
+    done = CliRunner().invoke(main, [*args, "--since", since.isoformat()])
+    assert done.exit_code == 0, done.output
+    cli = json.loads(done.stdout)
+    shown = [dt_seconds(r["second"]) for r in cli["lag"] if r["group_id"] == "g-stopped"]
+    assert shown[0] == since_s and len(shown) == len(lag)
+    assert last_t < traffic["killed_at"] < since_s
+
+
+def test_a_window_ending_before_the_kill_judges_the_state_at_its_end(traffic: dict, spark: Any) -> None:
+    import datetime as dt
+
+    last_t, last = traffic["stopped"][-1]
+    until_s = last_t - 0.5  # the consumer was still committing then
+    until = dt.datetime.fromtimestamp(until_s, dt.UTC).replace(tzinfo=None)
+    duck = window_answers(traffic["out"], until=until)
+    assert window_answers(traffic["out"], until=until, spark=spark) == duck
+    dead = next(r for r in duck["stopped"] if r["group_id"] == "g-stopped")
+    assert dead["state"] == "active" and abs(dead["capture_end"].timestamp() - until_s) < 1e-6
+    committed_before = max(o for t, o in traffic["stopped"] if t < until_s - 0.3)
+    assert committed_before <= dead["committed_offset"] < last
+    assert all(dt_seconds(r["second"].isoformat()) <= until_s for r in duck["lag"])
+
+
+SILENT_S = 12.0  # how long the live capture runs on after the consumer is killed
+
+
+def test_a_live_capture_counts_a_killed_consumer_silent_until_it_was_stopped(tmp_path: Any) -> None:
+    """No packet comes after the kill: the capture's end is when it was stopped (its last period's
+    end), not its last packet, so the consumer is silent from its last request to the stop."""
+    from confluent_kafka import Producer
+
+    out, err_path = tmp_path / "live", tmp_path / "capture.err"
+    with start_broker() as broker:
+        create_topics(broker.bootstrap, {TOPIC: 1})
+        err = open(err_path, "wb")  # noqa: SIM115 - the child owns it
+        capture = subprocess.Popen(
+            [sys.executable, "-m", "kwsniff", "capture", "lo", "--out", str(out)]
+            + ["--broker-port", str(broker.port), "--workers", "1", "--rotate-seconds", "5"],
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )
+        err.close()
+        try:
+            wait_for(lambda: b"kwsniff: capturing on lo" in err_path.read_bytes(), 60)
+            consumer = Consumer(broker.bootstrap, "g-live", "live-killed", 0.0, total=5)
+            try:
+                assert consumer.assigned.wait(30), "consumer never assigned"
+                producer = Producer({"bootstrap.servers": broker.bootstrap, "client.id": "live-producer"})
+                for _ in range(5):
+                    producer.produce(TOPIC, value=VALUE)
+                assert producer.flush(10) == 0
+                producer = None  # its connections close now, not after the kill
+                wait_for(lambda: len(consumer.commits) == 5, 30)
+                consumer.proc.send_signal(signal.SIGKILL)
+                consumer.proc.wait(10)
+                killed_at = time.time()
+            finally:
+                stop_process(consumer.proc)
+                consumer.reader.join(5)
+            wait_for(lambda: time.time() - killed_at > SILENT_S, SILENT_S + 5)
+            stop_sent = time.time()
+            capture.send_signal(signal.SIGINT)
+            capture.communicate(timeout=60)
+            stopped_at = time.time()
+        finally:
+            stop_process(capture, signal.SIGKILL)
+    assert capture.returncode == 0, err_path.read_text()
+    args = ["report", str(out), "--format", "json", "--section", "stopped", "--session-timeout-ms", "6000"]
+    done = CliRunner().invoke(main, args)
+    assert done.exit_code == 0, done.output
+    (row,) = [r for r in json.loads(done.stdout)["stopped"] if r["group_id"] == "g-live"]
+    assert (row["state"], row["committed_offset"], row["high_watermark"]) == ("stopped", 5, 5)
+    assert stop_sent <= dt_seconds(row["capture_end"]) <= stopped_at
+    # Its last request was after its last commit and before the kill.
+    last_commit = consumer.commits[-1][0]
+    assert stop_sent - killed_at <= row["silent_seconds"] <= stopped_at - last_commit

@@ -506,3 +506,74 @@ def test_long_polls_guess_the_wait_from_empty_polls_in_tables_without_max_wait_m
         ("Fetch", "qs-consumer-kafka-python", 5, 4, guesses[1], "empty polls (guess)"),
     ]
     assert 500 < guesses[1] < 510  # the empty polls did wait out the 500 ms
+
+
+# After the quick start's group committed (17:39:33) and left (17:39:34.6); after its audit group
+# (which never commits) fetched (17:39:37.74), before it left (17:39:38.13).
+WINDOW = Filters(
+    since=dt.datetime(2026, 11, 22, 17, 39, 36), until=dt.datetime(2026, 11, 22, 17, 39, 37, 900000)
+)
+
+
+def test_a_window_keeps_what_the_capture_knew_before_it_on_both_engines(
+    rows_only: Path, spark: Any, tmp_path: Path
+) -> None:
+    """--since/--until limit the rows reported, not what lag, stopped and member_lag know: the quick
+    start's group, whose last commit is before the window, is in it with that commit (pandas over
+    the OffsetCommit rows) and its state at the window's end. The same on Spark, and from tables
+    written before the exchange columns were repeated on every row."""
+    with DuckEngine(rows_only, WINDOW) as engine:
+        duck = answer(engine, WINDOW)
+    spark_engine = SparkEngine(rows_only, WINDOW, spark)
+    try:
+        assert answer(spark_engine, WINDOW) == duck
+    finally:
+        spark_engine.close()
+    parts = ds.dataset(rows_only / "partitions").to_table().to_pandas()
+    commits = parts[
+        (parts["api_key"] == 8)
+        & (parts["group_id"] == "quickstart-group")
+        & (parts["committed_offset"] >= 0)
+        & (parts["ts_request"] < pd_utc(WINDOW.since))
+    ]
+    last = commits.sort_values("ts_request").groupby("partition")["committed_offset"].last().to_dict()
+    assert len(last) == 3
+    lag = [r for r in duck["lag"] if r["group_id"] == "quickstart-group"]
+    start = WINDOW.since.replace(tzinfo=dt.UTC)
+    assert {r["partition"]: (r["second"], r["committed_offset"]) for r in lag if r["second"] == start} == {
+        p: (start, o) for p, o in last.items()
+    }
+    assert all(start <= r["second"] <= WINDOW.until.replace(tzinfo=dt.UTC) for r in duck["lag"])
+    states = {
+        (r["group_id"], r["partition"]): (r["state"], r["committed_offset"])
+        for r in duck["stopped"]
+        if r["capture"] == "quickstart.pcap"
+    }
+    assert states == {
+        **{("quickstart-group", p): ("left", o) for p, o in last.items()},
+        ("quickstart-audit", 0): ("never_committed", None),
+        ("quickstart-audit", 1): ("never_committed", None),
+    }
+    assert {r["capture_end"] for r in duck["stopped"] if r["capture"] == "quickstart.pcap"} == {
+        WINDOW.until.replace(tzinfo=dt.UTC)
+    }
+    assert {r["group_id"] for r in duck["member_lag"] if r["capture"] == "quickstart.pcap"} == {
+        "quickstart-group",
+        "quickstart-audit",
+    }
+    # Tables without the exchange columns: the known rows are filled by the same join.
+    old = tmp_path / "old"
+    for path in rows_only.rglob("*.parquet"):
+        data = pq.read_table(path)
+        table = path.relative_to(rows_only).parts[0]
+        data = data.drop_columns([c for c in FILLED.get(table, ()) if c in data.column_names])
+        (old / path.relative_to(rows_only)).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(data, old / path.relative_to(rows_only))
+    with DuckEngine(old, WINDOW) as engine:
+        assert answer(engine, WINDOW) == duck
+
+
+def pd_utc(moment: dt.datetime) -> Any:
+    import pandas as pd
+
+    return pd.Timestamp(moment, tz="UTC")

@@ -62,6 +62,7 @@ class CaptureResult:
     warnings: list[str] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)
     started_us: int = 0  # wall clock (UTC microseconds) when decoding began
+    ended_us: int | None = None  # the last packet's time (UTC microseconds); None without packets
     # For a series read as one capture (run_series): (file, first ts, last ts) of each piece, in order.
     pieces: list[tuple[str, int, int]] = field(default_factory=list)
 
@@ -87,13 +88,14 @@ def run_capture(
         session = Session(name, sink, options, keep_messages=keep_messages)
         reader.on_secrets = session.add_secrets
         if gate is not None:
-            _read_gated(reader, session, gate)
+            last = _read_gated(reader, session, gate)
         elif progress and reader.size:
-            _read_with_progress(reader, session)
+            last = _read_with_progress(reader, session)
         else:
             feed = session.packet
-            for ts, linktype, data in reader.packets():
-                feed(ts, linktype, data)
+            last = -1
+            for last, linktype, data in reader.packets():
+                feed(last, linktype, data)
         stats = session.finish()
         return capture_result(
             session,
@@ -106,6 +108,7 @@ def run_capture(
             truncated=reader.truncated,
             warnings=list(reader.warnings),
             started_us=started_us,
+            ended_us=last,
         )
 
 
@@ -171,8 +174,9 @@ def run_series(
     session = Session(name, sink, options)
     series.on_secrets = session.add_secrets
     feed = session.packet
-    for ts, linktype, data in series.packets():
-        feed(ts, linktype, data)
+    last = -1
+    for last, linktype, data in series.packets():
+        feed(last, linktype, data)
     stats = session.finish()
     result = capture_result(
         session,
@@ -184,16 +188,20 @@ def run_series(
         truncated=series.truncated,
         warnings=series.warnings,
         started_us=started_us,
+        ended_us=last,
     )
     result.pieces = series.pieces
     return result
 
 
-def _read_gated(reader: CaptureReader, session: Session, gate: ReadGate) -> None:
+def _read_gated(reader: CaptureReader, session: Session, gate: ReadGate) -> int:
+    """Reads until the end or a stop; the last packet's time (-1 for none)."""
     feed = session.packet
     gate.reading = True
+    last = -1
     try:
         for ts, linktype, data in reader.packets():
+            last = ts
             gate.decoding = True
             feed(ts, linktype, data)
             gate.decoding = False
@@ -202,20 +210,24 @@ def _read_gated(reader: CaptureReader, session: Session, gate: ReadGate) -> None
     except InputStopped:
         pass
     gate.reading = False
+    return last
 
 
-def _read_with_progress(reader: CaptureReader, session: Session) -> None:
+def _read_with_progress(reader: CaptureReader, session: Session) -> int:
+    """Reads to the end; the last packet's time (-1 for none)."""
     feed = session.packet
     size = reader.size or 0
+    last = -1
     with click.progressbar(length=size, label=reader.name, file=sys.stderr, show_pos=False, width=30) as bar:
         done = 0
-        for n, (ts, linktype, data) in enumerate(reader.packets(), 1):
-            feed(ts, linktype, data)
+        for n, (last, linktype, data) in enumerate(reader.packets(), 1):
+            feed(last, linktype, data)
             if n % PROGRESS_EVERY == 0:
                 pos = reader.tell()
                 bar.update(pos - done)
                 done = pos
         bar.update(size - done)
+    return last
 
 
 def capture_result(
@@ -229,6 +241,7 @@ def capture_result(
     truncated: bool,
     warnings: list[str] | None = None,
     started_us: int = 0,
+    ended_us: int = -1,
 ) -> CaptureResult:
     """What one finished session decoded, for the summary and `--strict` (files and live capture)."""
     rows = session.rows
@@ -247,6 +260,7 @@ def capture_result(
         truncated=truncated,
         warnings=warnings or [],
         started_us=started_us,
+        ended_us=ended_us if ended_us >= 0 else None,
     )
 
 
@@ -284,6 +298,7 @@ def capture_row(
     error: str | None,
     started_us: int,
     seconds: float,
+    ended_us: int | None = None,
 ) -> dict[str, object]:
     """The `captures` row of one input, the same for `kwsniff read` and `kwsniff spark`."""
     failed = error is not None
@@ -297,6 +312,7 @@ def capture_row(
         "warnings": len(warnings),
         "started": started_us,
         "duration_ms": round(seconds * 1000, 3),
+        "ended": None if failed else ended_us,
     }
 
 
@@ -311,6 +327,7 @@ def result_row(result: CaptureResult) -> dict[str, object]:
         error=None,
         started_us=result.started_us,
         seconds=result.seconds,
+        ended_us=result.ended_us,
     )
 
 

@@ -14,13 +14,13 @@ import decimal
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from kwsniff.report.sql import split_order
 from kwsniff.report.summaries import PARTS, stored
-from kwsniff.report.views import DERIVED, FILLED, MATERIALIZED, fill, table_columns
+from kwsniff.report.views import DERIVED, FILLED, KNOWN, MATERIALIZED, fill, known, table_columns
 
 Row = dict[str, Any]
 
@@ -56,6 +56,32 @@ def _time_filter(table: str, f: Filters) -> str:
         low = "ts_first" if table == "connections" else column
         conds.append(f"{low} <= TIMESTAMP '{f.until:%Y-%m-%d %H:%M:%S.%f}'")
     return " WHERE " + " AND ".join(conds) if conds else ""
+
+
+def windowed(f: Filters) -> bool:
+    return f.since is not None or f.until is not None
+
+
+def known_views(
+    columns: dict[str, Any], found: dict[str, tuple[set[str], bool]], f: Filters
+) -> dict[str, str]:
+    """{name: SQL} of the ``known_`` twins (views.known) of the tables and shared views, in the order
+    to create them: each table's rows up to --until, whatever --since says. The sections that keep
+    state (lag, stopped, member_lag) read them under a window: what the capture saw before the
+    window is what they know at its start."""
+    until = _time_filter
+    out = {}
+    for table in in_fill_order(columns):
+        where = until(table, replace(f, since=None))
+        source = (
+            f"_{table}_all"
+            if found[table][1]
+            else f"({known(fill(table, columns[table], f'_{table}_all'))}) AS f"
+        )
+        out[f"{KNOWN}{table}"] = f"SELECT * FROM {source}{where}"
+    for name, sql in DERIVED.items():
+        out[f"{KNOWN}{name}"] = known(sql)
+    return out
 
 
 def written(con: Any, paths: dict[str, list[str]]) -> dict[str, tuple[set[str], bool]]:
@@ -178,6 +204,8 @@ class DuckEngine:
         self.summarized = parts is not None
         # An engine that writes summaries runs the parts' queries itself: no views of them.
         self.derived = derived(parts) if summaries else dict(DERIVED)
+        if windowed(filters):
+            self.derived.update(known_views(columns, found, filters))
         for name, sql in self.derived.items():
             self.con.execute(f"CREATE VIEW {name} AS {sql}")
         self._kept: set[str] = set()
@@ -193,7 +221,7 @@ class DuckEngine:
                     wanted.add(name)
                     todo.append(body)
         for name in self.derived:
-            if name in wanted and name in MATERIALIZED and name not in self._kept:
+            if name in wanted and name.removeprefix(KNOWN) in MATERIALIZED and name not in self._kept:
                 self.con.execute(f"CREATE TEMP TABLE _kept_{name} AS SELECT * FROM {name}")
                 self.con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _kept_{name}")
                 self._kept.add(name)
@@ -322,6 +350,9 @@ class SparkEngine:
             if parts and name in parts:
                 spark.read.parquet(*parts[name]).createOrReplaceTempView(name)
             else:
+                spark.sql(to_spark(sql)).createOrReplaceTempView(name)
+        if windowed(filters):
+            for name, sql in known_views(columns, found, filters).items():
                 spark.sql(to_spark(sql)).createOrReplaceTempView(name)
 
     def run(self, sql: str) -> list[Row]:

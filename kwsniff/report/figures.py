@@ -3,13 +3,18 @@ reduces its section's answer, in the engine, to what it draws.
 
 Made to stay readable for a fleet: time axes are UTC dates, a legend names the top ``top`` series and
 folds the rest into one grey "other" line (their largest value at each time), and figures are saved
-with tight bounding boxes so no label is cut off.
+with tight bounding boxes so no label is cut off. Made to stay readable for a minute of data and for
+a week: a time axis spans the data (never matplotlib's years around a single point), its ticks are
+whole seconds, minutes, hours or days as the span asks and all labelled alike; counts start at 0;
+logarithmic axes are labelled in plain numbers (0.4, 10, 2,000), never 4×10⁻¹.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import io
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,13 +31,52 @@ def _pyplot() -> Any:
     return plt
 
 
-def _utc_axis(ax: Any) -> None:
+# A time axis is at least this wide, so that a few seconds of data still get whole-second ticks.
+MIN_SPAN = dt.timedelta(seconds=10)
+DAY = dt.timedelta(days=1)
+
+
+def _utc_axis(ax: Any, times: Sequence[dt.datetime]) -> None:
+    """The x axis from the first to the last of ``times`` (a little margin either side), with ticks
+    and one label format chosen by that span: seconds under ten minutes, minutes under a day, hours
+    and minutes with the date under three days, days above. The date of a short span is in the label."""
     import matplotlib.dates as mdates
 
-    locator = mdates.AutoDateLocator(tz="UTC")
+    first, last = min(times), max(times)
+    span = max(last - first, MIN_SPAN)
+    pad = (span - (last - first)) / 2 + span * 0.02
+    ax.set_xlim(first - pad, last + pad)
+    if span > 3 * DAY:
+        locator: Any = mdates.DayLocator(interval=math.ceil(span / DAY / 8), tz=dt.UTC)
+        fmt, label = "%Y-%m-%d", "date (UTC)"
+    else:
+        locator = mdates.AutoDateLocator(tz=dt.UTC, minticks=3, maxticks=9)
+        if span > DAY:
+            fmt, label = "%m-%d %H:%M", f"time (UTC), {first:%Y}"
+        else:
+            fmt = "%H:%M" if span >= dt.timedelta(minutes=10) else "%H:%M:%S"
+            label = f"time (UTC) on {first:%Y-%m-%d}" if first.date() == last.date() else "time (UTC)"
     ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz="UTC"))
-    ax.set_xlabel("time (UTC)")
+    ax.xaxis.set_major_formatter(mdates.DateFormatter(fmt, tz=dt.UTC))
+    ax.set_xlabel(label)
+
+
+def plain(value: float, _pos: object = None) -> str:
+    """A tick value as a person writes it: 0.004, 0.4, 25, 2,000."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def plain_log(axis: Any) -> None:
+    """Plain labels on a logarithmic axis: the decades, and between them the ticks matplotlib
+    labels when the data spans less than a decade or two."""
+    import matplotlib.ticker as mticker
+
+    class PlainLog(mticker.LogFormatter):
+        def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
+            return plain(x)
+
+    axis.set_major_formatter(PlainLog(labelOnlyBase=False))
+    axis.set_minor_formatter(PlainLog(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
 
 
 def _png(fig: Any) -> bytes:
@@ -94,8 +138,10 @@ def _lines(title: str, ylabel: str, shown: list[Any], rest: Any, step: bool = Fa
         ax.plot(xs, ys, marker=".", linewidth=1.6, label=label, **style)
     ax.set_title(title)
     ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)  # lag and counts: how far from none
+    ax.yaxis.set_major_formatter(plain)
     ax.grid(alpha=0.3)
-    _utc_axis(ax)
+    _utc_axis(ax, [x for _, xs, _ in shown for x in xs] + (list(rest[1]) if rest is not None else []))
     if shown:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     return _png(fig)
@@ -112,6 +158,11 @@ def throughput(rows: Rows) -> bytes | None:
     if not rows:
         return None
     shown, rest = _series(rows)
+    # Each step is a whole minute: every line goes on to its last minute's end.
+    minute = dt.timedelta(minutes=1)
+    shown = [(label, [*xs, xs[-1] + minute], [*ys, ys[-1]]) for label, xs, ys in shown]
+    if rest is not None:
+        rest = (rest[0], [*rest[1], rest[1][-1] + minute], [*rest[2], rest[2][-1]])
     return _lines("Records produced per topic per minute", "records / minute", shown, rest, step=True)
 
 
@@ -124,6 +175,7 @@ def _bars(title: str, labels: list[str], values: dict[str, list[float]], xlabel:
     ax.set_yticks([j + height * (len(values) - 1) / 2 for j in range(len(labels))], labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")
+    plain_log(ax.xaxis)
     ax.set_xlabel(xlabel)
     ax.set_title(title)
     ax.grid(axis="x", alpha=0.3)

@@ -6,6 +6,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from kwsniff.report.figures import plain, plain_log
+
 
 def _pyplot() -> Any:
     import matplotlib
@@ -41,6 +43,7 @@ def latency_distribution(requests: Any, path: Path, *, max_points: int = 200_000
         tick_labels=[f"{a} ({len(by_api[a])})" for a in apis],
     )
     ax.set_xscale("log")
+    plain_log(ax.xaxis)
     ax.set_xlabel("latency (ms, log scale): request's last packet to response's first")
     ax.set_title("Request latency per API (number of answered requests)")
     ax.grid(axis="x", alpha=0.3)
@@ -86,6 +89,8 @@ def throughput_over_time(throughput: Any, path: Path, unit: str) -> Path:
         ax.legend()
     ax.set_xlabel("seconds since the first Produce request")
     ax.set_ylabel("records produced (cumulative)")
+    ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_formatter(plain)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

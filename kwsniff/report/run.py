@@ -38,7 +38,7 @@ def answer(
     engine: DuckEngine | SparkEngine, filters: Filters, sections: Sequence[Section] = SECTIONS
 ) -> dict[str, list[Row]]:
     """{section name: its rows}, in the sections' order."""
-    return {s.name: keep(engine.run(_bind(s.sql, filters)), filters) for s in sections}
+    return {s.name: keep(engine.run(_bind(s, filters)), filters) for s in sections}
 
 
 def answer_arrow(
@@ -87,7 +87,7 @@ def answer_top(
 
     out = {}
     for s in sections:
-        sql = _bind(s.sql, filters)
+        sql = _bind(s, filters)
         if isinstance(engine, DuckEngine):
             out[s.name] = engine.top(sql, wanted(filters), sort_by, limit)
         else:
@@ -109,7 +109,7 @@ def figure_rows(
         figure = FIGURES.get(s.name)
         if figure is None:
             continue
-        body, order = split_order(_bind(s.sql, filters))
+        body, order = split_order(_bind(s, filters))
         # Literals, not parameters: Spark's SQL takes none.
         kept = [
             f"{column} = '{value.replace(chr(39), chr(39) * 2)}'"
@@ -126,7 +126,16 @@ def wanted(filters: Filters) -> dict[str, str]:
     return {c: getattr(filters, o) for o, (c,) in NAME_FILTERS.items() if getattr(filters, o) is not None}
 
 
-def _bind(sql: str, filters: Filters) -> str:
-    from kwsniff.report.sections_lag import SESSION_TIMEOUT
+def _bind(section: Section, filters: Filters) -> str:
+    """The section's SQL for ``filters``: a section that keeps state, under --since/--until, reads
+    every row up to --until (sections_lag.windowed)."""
+    from kwsniff.report.sections_lag import SESSION_TIMEOUT, STATEFUL, windowed
 
+    sql = section.sql
+    if section.name in STATEFUL and (filters.since is not None or filters.until is not None):
+        at = [
+            None if t is None else f"TIMESTAMP '{t:%Y-%m-%d %H:%M:%S.%f}'"
+            for t in (filters.since, filters.until)
+        ]
+        sql = windowed(section.name, *at)
     return sql.replace(SESSION_TIMEOUT, str(int(filters.session_timeout_ms)))

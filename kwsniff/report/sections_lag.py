@@ -21,9 +21,22 @@ def _lag_seconds(at: str) -> str:
 _SOURCE = """CASE WHEN committed_offset >= hwm THEN 'caught_up' WHEN produced_at IS NOT NULL THEN 'produce_ack'
   WHEN record_ts IS NOT NULL THEN 'record_timestamp' END"""
 
-# Over time: at every commit and every new high watermark of a partition a group committed on, the
-# group's latest commit against the latest watermark; one row per second (its worst moment).
-LAG = f"""
+
+def lag_sql(since: str | None = None, until: str | None = None) -> str:
+    """Over time: at every commit and every new high watermark of a partition a group committed on,
+    the group's latest commit against the latest watermark; one row per second (its worst moment).
+
+    In a window (``since``/``until``: SQL timestamps), the seconds from ``since`` to ``until``, and
+    one moment more at ``since`` itself: the lag then of every partition a group had committed on
+    before it, so that a group that stopped committing is in every window after."""
+    start = (
+        f"UNION ALL SELECT k, {since} AS ts, 2 AS kind, CAST(NULL AS BIGINT) AS hwm FROM followed"
+        if since
+        else ""
+    )
+    kept = [f"s.second >= {bucket('second', since)}"] if since else []
+    kept += [f"s.second <= {until}"] if until else []
+    return f"""
 WITH
 -- One integer per followed (capture, group, topic, partition): the window below sorts by it, not by
 -- four columns of which three are strings (several times faster).
@@ -41,6 +54,7 @@ events AS (
   UNION ALL
   SELECT f.k, w.ts, 1 AS kind, w.hwm
   FROM watermarks w JOIN followed f ON f.capture = w.capture AND f.topic = w.topic AND f.partition = w.partition
+  {start}
 ),
 carried AS (
   SELECT k, ts, MAX(CASE WHEN kind = 0 THEN ts END) OVER w AS commit_ts, MAX(hwm) OVER w AS hwm
@@ -58,29 +72,52 @@ per_second AS (
 SELECT f.capture, f.group_id, f.topic, f.partition, s.second, s.committed_offset, s.high_watermark,
        s.offset_lag, s.lag_seconds, s.lag_source
 FROM per_second s JOIN followed f ON f.k = s.k
+{"WHERE " + " AND ".join(kept) if kept else ""}
 ORDER BY capture, group_id, topic, partition, second
 """
+
+
+LAG = lag_sql()
 
 # The session timeout of a group whose JoinGroup (which carries the member's own) is not in the
 # capture: `report --session-timeout-ms`, Kafka's consumer default (45 s since 3.0, KIP-735) unless given.
 SESSION_TIMEOUT = "__SESSION_TIMEOUT_MS__"
 
-# Per capture and partition a group committed on (`summary_stopped`): its last commit, the latest
-# watermark, the group's last fetch, heartbeat and commit, and its session timeout where a JoinGroup
-# gave it; the section judges them against --session-timeout-ms.
-STOPPED_ROWS = """
+# The groups events of a member leaving (docs/groups.md "Events"): a LeaveGroup, or a KIP-848
+# heartbeat with member epoch -1 (leave) or -2 (a static member leaving for now).
+_LEAVES = "('leave', 'static_leave')"
+
+
+def stopped_rows(ends: str = "capture_end") -> str:
+    """Per capture and partition a group committed on (`summary_stopped`): its last commit, the latest
+    watermark, the group's last fetch, heartbeat, leave and commit, and its session timeout where a
+    JoinGroup gave it; and per partition fetched by a group that never committed, one row without
+    a commit. The section judges them against --session-timeout-ms at the capture's end (``ends``:
+    a query of (capture, ts_end))."""
+    return f"""
 WITH dated AS (SELECT * FROM commits_dated),
 last_commit AS (
   SELECT capture, group_id, topic, partition, MAX(ts) AS ts_commit FROM dated GROUP BY 1, 2, 3, 4
 ),
-latest AS (
-  SELECT d.*, w.hwm, e.ts_end
+hwms AS (SELECT capture, topic, partition, MAX(hwm) AS hwm FROM watermarks GROUP BY 1, 2, 3),
+commits_any AS (SELECT capture, group_id, MAX(ts) AS ts_commit FROM commits GROUP BY 1, 2),
+committed AS (
+  SELECT d.capture, d.group_id, d.topic, d.partition, d.ts, d.committed_offset, d.produced_at, d.record_ts
   FROM dated d JOIN last_commit l ON l.capture = d.capture AND l.group_id = d.group_id
     AND l.topic = d.topic AND l.partition = d.partition AND l.ts_commit = d.ts
-  LEFT JOIN (SELECT capture, topic, partition, MAX(hwm) AS hwm FROM watermarks GROUP BY 1, 2, 3) AS w
-    ON w.capture = d.capture AND w.topic = d.topic AND w.partition = d.partition
-  JOIN capture_end e ON e.capture = d.capture
 ),
+-- Groups that never committed: the partitions their clients fetched.
+uncommitted AS (
+  SELECT DISTINCT gc.capture, gc.group_id, p.topic, p.partition,
+         CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS BIGINT) AS committed_offset,
+         CAST(NULL AS TIMESTAMPTZ) AS produced_at, CAST(NULL AS TIMESTAMPTZ) AS record_ts
+  FROM group_clients gc
+  JOIN partition_exchanges p ON p.capture = gc.capture AND p.client_id = gc.client_id
+    AND p.client_ip = gc.client_ip AND p.api_key = 1
+  LEFT JOIN commits_any c ON c.capture = gc.capture AND c.group_id = gc.group_id
+  WHERE c.ts_commit IS NULL
+),
+latest AS (SELECT * FROM committed UNION ALL SELECT * FROM uncommitted),
 fetches AS (
   SELECT gc.capture, gc.group_id, MAX(r.ts_request) AS ts_fetch
   FROM group_clients gc JOIN requests r ON r.capture = gc.capture AND r.client_id = gc.client_id
@@ -88,30 +125,51 @@ fetches AS (
   GROUP BY 1, 2
 ),
 beats AS (
-  SELECT capture, group_id, MAX(ts_request) AS ts_heartbeat, MAX(session_timeout_ms) AS session_timeout_ms
+  SELECT capture, group_id,
+         MAX(CASE WHEN event IS NULL OR event NOT IN {_LEAVES} THEN ts_request END) AS ts_heartbeat,
+         MAX(CASE WHEN event IN {_LEAVES} THEN ts_request END) AS ts_leave,
+         MAX(session_timeout_ms) AS session_timeout_ms
   FROM groups GROUP BY 1, 2
-),
-commits_any AS (SELECT capture, group_id, MAX(ts) AS ts_commit FROM commits GROUP BY 1, 2)
+)
 SELECT l.capture, l.group_id, l.topic, l.partition, l.ts, l.committed_offset, l.produced_at, l.record_ts,
-       l.hwm, l.ts_end, f.ts_fetch, b.ts_heartbeat, b.session_timeout_ms AS group_session_timeout_ms,
-       GREATEST(COALESCE(f.ts_fetch, l.ts), COALESCE(b.ts_heartbeat, l.ts), c.ts_commit) AS ts_active
+       w.hwm, e.ts_end, f.ts_fetch, b.ts_heartbeat, b.ts_leave, b.session_timeout_ms AS group_session_timeout_ms,
+       -- GREATEST skips nulls (DuckDB and Spark): the latest of what the group was seen doing.
+       GREATEST(f.ts_fetch, b.ts_heartbeat, c.ts_commit) AS ts_active
 FROM latest l
+LEFT JOIN hwms w ON w.capture = l.capture AND w.topic = l.topic AND w.partition = l.partition
+JOIN {ends} e ON e.capture = l.capture
 LEFT JOIN fetches f ON f.capture = l.capture AND f.group_id = l.group_id
 LEFT JOIN beats b ON b.capture = l.capture AND b.group_id = l.group_id
-JOIN commits_any c ON c.capture = l.capture AND c.group_id = l.group_id
+LEFT JOIN commits_any c ON c.capture = l.capture AND c.group_id = l.group_id
 """
-STOPPED = f"""
+
+
+STOPPED_ROWS = stopped_rows()
+
+
+def stopped_sql(rows: str = "summary_stopped") -> str:
+    """The `stopped` section over ``rows`` (a query of STOPPED_ROWS' columns). A group's state at the
+    capture's end: `left` when the last thing it did was leave; `stopped` when silent past its session
+    timeout without leaving; `never_committed` when it fetches but never committed; else `active`."""
+    silent = seconds("ts_end", "ts_active")
+    return f"""
 SELECT capture, group_id, topic, partition,
-       CASE WHEN {seconds("ts_end", "ts_active")} * 1000 > session_timeout_ms THEN 'stopped' ELSE 'active' END AS state,
+       CASE WHEN ts_leave IS NOT NULL AND ts_leave >= ts_active THEN 'left'
+            WHEN {silent} * 1000 > session_timeout_ms THEN 'stopped'
+            WHEN committed_offset IS NULL THEN 'never_committed'
+            ELSE 'active' END AS state,
        committed_offset, hwm AS high_watermark, hwm - committed_offset AS offset_lag,
        {_lag_seconds("ts_end")} AS lag_seconds, {_SOURCE} AS lag_source,
-       ts AS last_commit, ts_fetch AS last_fetch, ts_heartbeat AS last_heartbeat,
-       {seconds("ts_end", "ts_active")} AS silent_seconds, session_timeout_ms, ts_end AS capture_end
+       ts AS last_commit, ts_fetch AS last_fetch, ts_heartbeat AS last_heartbeat, ts_leave AS last_leave,
+       {silent} AS silent_seconds, session_timeout_ms, ts_end AS capture_end
 FROM (
-  SELECT *, COALESCE(group_session_timeout_ms, {SESSION_TIMEOUT}) AS session_timeout_ms FROM summary_stopped
+  SELECT *, COALESCE(group_session_timeout_ms, {SESSION_TIMEOUT}) AS session_timeout_ms FROM {rows}
 ) AS judged
 ORDER BY state DESC, lag_seconds DESC, capture, group_id, topic, partition
 """
+
+
+STOPPED = stopped_sql()
 
 # Which member is behind: each member's clients' last Fetch per partition (its position against
 # the high watermark that Fetch returned), named by the member id and instance its group rows give.
@@ -143,3 +201,23 @@ GROUP BY m.capture, m.group_id, m.member_id, m.group_instance_id, f.client_id, f
          f.partition, f.fetch_offset, f.high_watermark, f.ts_response
 ORDER BY offset_lag DESC, capture, group_id, member_id, topic, partition
 """
+
+# The sections that keep state: under --since/--until they read what the capture knew (views.known).
+STATEFUL = ("lag", "stopped", "member_lag")
+
+
+def windowed(name: str, since: str | None, until: str | None) -> str:
+    """The SQL of a STATEFUL section for a window (``since``/``until``: SQL timestamps or None): over
+    every row up to ``until``, whatever ``since`` cuts from the other sections. `lag`: its seconds in
+    the window and the lag at ``since``; `stopped`: the state at the window's end (``until`` or the
+    capture's end, the earlier); `member_lag`: each member's last Fetch up to ``until``."""
+    from kwsniff.report.views import known
+
+    if name == "lag":
+        return known(lag_sql(since, until))
+    if name == "stopped":
+        ends = (
+            f"(SELECT capture, LEAST(ts_end, {until}) AS ts_end FROM capture_end)" if until else "capture_end"
+        )
+        return known(stopped_sql(f"({stopped_rows(ends)}) AS r"))
+    return known(MEMBER_LAG)

@@ -22,7 +22,7 @@ GROUPS_CONTRACT = (
     ("assignment", "VARCHAR"),
     ("owned_partitions", "VARCHAR"),
 )
-TABLES = ("requests", "connections", "errors", "partitions", "groups", "records", "captures")
+TABLES = ("requests", "connections", "errors", "partitions", "groups", "records", "captures", "capture_stats")
 
 
 def _duck_type(arrow_type: object) -> str:
@@ -157,10 +157,27 @@ DERIVED = {
         SELECT DISTINCT capture, group_id, client_id, client_ip FROM commits
         UNION
         SELECT DISTINCT capture, group_id, client_id, client_ip FROM groups""",
-    # The last packet time of each capture: "now" for a stopped group.
+    # Where each capture ended as it knew it, "now" for a silent group: the time a live capture was
+    # stopped (its last period's end, `capture_stats`), a file's last packet (`captures.ended`), and
+    # never before the last packet of its tables (tables written before `ended` existed).
     "capture_end": """
         SELECT capture, MAX(ts) AS ts_end FROM (
           SELECT capture, ts_last AS ts FROM connections
-          UNION ALL SELECT capture, COALESCE(ts_response, ts_request) AS ts FROM requests) AS t
+          UNION ALL SELECT capture, COALESCE(ts_response, ts_request) AS ts FROM requests
+          UNION ALL SELECT capture, ended AS ts FROM captures
+          UNION ALL SELECT capture, period_end AS ts FROM capture_stats) AS t
         GROUP BY capture""",
 }
+
+# Every view a section may read by name: the tables and the shared views.
+NAMES = (*TABLES, *DERIVED)
+KNOWN = "known_"
+
+
+def known(sql: str) -> str:
+    """``sql`` reading the ``known_`` twin of every table and shared view it names: the same rows
+    without --since (a window limits what is reported, not what is known before it; engines)."""
+    import re
+
+    names = "|".join(sorted(NAMES, key=len, reverse=True))
+    return re.sub(rf"\b(FROM|JOIN)(\s+)({names})\b", rf"\1\2{KNOWN}\3", sql, flags=re.IGNORECASE)

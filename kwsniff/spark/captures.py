@@ -46,6 +46,8 @@ def capture_rows(
             ),
             started_us=min((s["started"] for s in found), default=0),
             seconds=sum(s["seconds"] for s in found),
+            # The file's last packet is the latest of its tasks' (each reads its flow bucket).
+            ended_us=max((s["last_ts"] for s in found if s.get("last_ts") is not None), default=None),
         )
         row["date"] = next((d for d, _ in mine if d), None)
         rows.append(row)

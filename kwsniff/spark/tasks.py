@@ -377,6 +377,7 @@ def _fed(
     bucket ``only`` of ``buckets`` when it is not -1; the capture's date is its first packet's."""
     date = state["date"]
     numbered = isinstance(session, BucketSession)
+    ts = -1  # the loop leaves the last packet's time here, at no cost per packet
     for n, ts, linktype, data in source:
         if not date:
             date = state["date"] = capture_date(ts)
@@ -386,3 +387,4 @@ def _fed(
             session.packet_index = n  # type: ignore[attr-defined]
         session.packet(ts, linktype, data)
     status["packets"] = session.finish().packets
+    status["last_ts"] = ts if ts >= 0 else None

@@ -297,6 +297,8 @@ CAPTURES = pa.schema(
         ("warnings", pa.int32()),
         ("started", TS),  # wall clock when its decoding began
         ("duration_ms", pa.float64()),  # wall time of its decoding (Spark: summed over its tasks)
+        # Where the capture ended as it knew it: its last packet's time (null when failed or empty).
+        ("ended", TS),
     ]
 )
 

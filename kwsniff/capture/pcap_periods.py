@@ -55,7 +55,6 @@ class PeriodPcapWriter:
         self._current = self._open(1)
         self._previous: PcapWriter | None = None  # the period before the boundary
         self._boundary_us = 0
-        self.packets = 0
 
     def _path(self, period: int) -> Path:
         return self.directory / f"{self.prefix}-{period:06d}.pcap"
@@ -64,7 +63,8 @@ class PeriodPcapWriter:
         return PcapWriter(self._path(period), self.linktype, self.snaplen)
 
     def write(self, packets: list[tuple[int, bytes]]) -> None:
-        self.packets += len(packets)
+        if not packets:
+            return
         previous = self._previous
         boundary = self._boundary_us
         if previous is None or packets[0][0] >= boundary:  # the common case: all after the boundary

@@ -93,6 +93,7 @@ class WorkerPool:
         self._stopping = False
         self._rotating = False  # a rotation was asked for and is not yet committed
         self._awaiting: set[int] = set()  # workers yet to answer the current rotation
+        self._answered: set[int] = set()  # workers that closed their period at it
         # `--write-pcap`: each period's files of the workers, merged into one once all are in.
         target = specs[0].run.write_pcap if specs else None
         self.merger = PeriodMerger(target) if target is not None else None
@@ -195,15 +196,20 @@ class WorkerPool:
                 self._notice_dead()
                 if self._rotating and not self._awaiting - self._done:
                     # Every worker closed its period (or is gone): its files go in as one commit.
+                    # A rotation no worker answered (all stopped first) was no period of its own.
                     self._rotating = False
                     self._awaiting.clear()
-                    self._commit(again=True)
+                    if self._answered:
+                        self._commit(again=True)
+                    else:
+                        self._period_starts.pop(self.seq + 2, None)
                 now = self.clock()
                 # Once stopping, the last period is each worker's own until it is done.
                 if not self._rotating and not self._stopping and now >= due:
                     due = next_rotation(due, now, self.rotate_s)
                     self._rotating = True
                     self._awaiting = set(range(len(self.processes))) - self._done
+                    self._answered = set()
                     self._period_starts[self.seq + 2] = now
                     for index in self._awaiting:
                         self.controls[index].put(("rotate", now))
@@ -232,6 +238,7 @@ class WorkerPool:
             self._stage(rest[0])
             self._add_pcaps(rest[1])
             self._awaiting.discard(index)
+            self._answered.add(index)
         elif kind == "done":
             files, counts, result, pcaps = rest
             self._stage(files)

@@ -279,3 +279,22 @@ def test_rotations_keep_to_the_grid_and_a_late_one_is_not_followed_by_a_short_pe
     assert next_rotation(105.0, 112.0, 5.0) == 115.0  # asked 7 s late: 110 is passed
     assert next_rotation(105.0, 113.0, 5.0) == 120.0  # 115 would be a 2 s period
     assert next_rotation(105.0, 105.0 + 86_400 * 365, 5.0) == 105.0 + 86_400 * 365 + 5.0
+
+
+def test_a_write_pcap_folder_that_cannot_be_written_is_one_error_before_the_workers_start(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "live"
+    done = subprocess.run(
+        [sys.executable, "-m", "kwsniff", "capture", "lo", "--out", str(out), "--workers", "2"]
+        + ["--write-pcap", str(tmp_path / "missing" / "live.pcap"), "--duration", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert (
+        done.stderr
+        == f"kwsniff: error: --write-pcap {tmp_path / 'missing' / 'live.pcap'}: No such file or directory\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no --out, no spool, no stage

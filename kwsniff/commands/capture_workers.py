@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,14 @@ def capture_with_workers(
     watch: Callable[..., None],
 ) -> int:
     """Runs the capture until a signal, --duration or a failure; the exit status."""
+    if run.write_pcap is not None:
+        # The period files are made by the coordinator later: a folder it cannot write is refused now.
+        try:
+            with tempfile.TemporaryFile(dir=run.write_pcap.parent or "."):
+                pass
+        except OSError as err:
+            messages.error(f"--write-pcap {run.write_pcap}: {err.strerror or err}")
+            return 1
     spool = output.spool()
     try:
         specs = [

@@ -9,8 +9,9 @@ dataset's stage, so every worker's rows of a period are committed together.
 
 Messages to the coordinator (one queue shared by the workers), each a tuple starting with the kind
 and the worker's number: ``ready``, ``error`` (one line), ``stats`` (counters, open connections and
-the few fields of the rows the live view and metrics count), ``period`` (files of a closed period),
-``done`` (the last files, row counts and the worker's :class:`CaptureResult`). From the coordinator
+the few fields of the rows the live view and metrics count), ``period`` (files of a closed period,
+and the `--write-pcap` files closed: (period, path)), ``done`` (the last files, row counts, the
+worker's :class:`CaptureResult` and its last `--write-pcap` files). From the coordinator
 (one queue per worker): ``("start", now)``, ``("rotate", now)`` and ``("brokers", endpoints)``.
 
 Brokers a worker learns (`read`'s auto-detection: an endpoint whose connection proved Kafka) go to
@@ -33,10 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from kwsniff.capture.live import LiveCapture, LiveCaptureError, drain, join_fanout, open_interface
+from kwsniff.capture.pcap_periods import PeriodPcapWriter
 from kwsniff.pipeline.keylogs import KeyLogError, follow_keylog
 from kwsniff.pipeline.run import capture_result
 from kwsniff.pipeline.run_live import LiveDecoder, LiveOptions
 from kwsniff.pipeline.session import SessionOptions
+from kwsniff.sinks.parquet import arrow_without_pandas
 from kwsniff.view.stats import LiveStats
 
 PUBLISH_EVERY_S = 0.5  # how often a worker sends its counters and rows to the coordinator
@@ -112,6 +115,7 @@ class WorkerDecoder(LiveDecoder):
         self.control = control
         self._last_sent = 0.0
         self.reported = 0  # of sink.files, those sent in `period` messages
+        self.pcaps_reported = 0  # of the period pcaps closed, those sent
         self.shared: set[tuple[bytes, int]] = set()  # learned brokers the other workers were told of
 
     def _publish(self) -> None:
@@ -123,7 +127,9 @@ class WorkerDecoder(LiveDecoder):
             if message[0] == "rotate":
                 files = self.sink.rotate(message[1])
                 self.reported = len(self.sink.files)
-                self.events.put(("period", self.index, [str(f) for f in files]))
+                if isinstance(self.pcap, PeriodPcapWriter):
+                    self.pcap.rotate(message[1])
+                self.events.put(("period", self.index, [str(f) for f in files], self.closed_pcaps()))
             elif message[0] == "brokers":  # learned by another worker from its connections
                 for endpoint in message[1]:
                     self.session.learn_broker(endpoint)
@@ -132,6 +138,14 @@ class WorkerDecoder(LiveDecoder):
         if now - self._last_sent >= PUBLISH_EVERY_S:
             self._last_sent = now
             self.send_stats()
+
+    def closed_pcaps(self) -> list[tuple[int, str]]:
+        """(period, path) of this worker's `--write-pcap` files closed since the last call."""
+        if not isinstance(self.pcap, PeriodPcapWriter):
+            return []
+        closed = self.pcap.closed[self.pcaps_reported :]
+        self.pcaps_reported += len(closed)
+        return [(period, str(path)) for period, path in closed]
 
     def send_stats(self) -> None:
         assert isinstance(self.stats, RowRelay)
@@ -166,6 +180,9 @@ def _work(spec: WorkerSpec, events: Any, control: Any) -> None:
     except LiveCaptureError as err:
         events.put(("error", spec.index, str(err)))
         return
+    # As `capture` does in its own process: without it pyarrow imports pandas at the first period's
+    # close (seconds on a busy machine, while the other workers wait to commit).
+    arrow_without_pandas()
     events.put(("ready", spec.index, os.getpid()))
     start = _wait_for_start(control, stop)
     if start is None:
@@ -214,13 +231,17 @@ def _capture(
         spec.tables,
         rotate_s=float("inf"),  # the coordinator rotates
         idle_s=spec.run.idle_s,
-        write_pcap=pcap.with_name(f"{pcap.stem}-w{spec.index}{pcap.suffix}") if pcap else None,
         snaplen=spec.run.snaplen,
         worker=spec.index,
         # The file names say the worker, the rows do not: one capture, one `capture` value.
         file_name=f"{spec.name}-w{spec.index}",
     )
     decoder = WorkerDecoder(live, session, options, relay, index=spec.index, events=events, control=control)
+    if pcap is not None:
+        # This worker's packets of each period, for the coordinator to merge with the others'.
+        decoder.pcap = PeriodPcapWriter(
+            spec.spool / "pcap", f"w{spec.index}", live.linktype, spec.run.snaplen
+        )
     decoder.sink.started = start  # the first period's start, as every worker's
     started = time.monotonic()
     decoder.start()
@@ -252,4 +273,4 @@ def _capture(
         )
     if live.error:
         events.put(("error", spec.index, live.error))
-    events.put(("done", spec.index, done, dict(decoder.sink.counts), result))
+    events.put(("done", spec.index, done, dict(decoder.sink.counts), result, decoder.closed_pcaps()))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kwsniff.capture.live import CaptureCounters, LiveCapture
+from kwsniff.capture.pcap_periods import PeriodPcapWriter
 from kwsniff.capture.pcap_writer import PcapWriter
 from kwsniff.memory import ROWS, MemoryBudget
 from kwsniff.pipeline.session import Session, SessionOptions, SessionStats
@@ -67,7 +68,8 @@ class LiveDecoder:
             row_buffer_bytes=MemoryBudget(session_options.memory_limit).cap(ROWS),
         )
         self.session = Session(options.name, StatsSink(self.sink, stats), session_options)
-        self.pcap = (
+        # A worker of `capture --workers N` writes one file per period instead (live_worker.py).
+        self.pcap: PcapWriter | PeriodPcapWriter | None = (
             PcapWriter(options.write_pcap, capture.linktype, options.snaplen) if options.write_pcap else None
         )
         self.decoded = 0

@@ -10,13 +10,16 @@ fanout group, then starts them all at once. A thread of its own reads their mess
   are moved from the spool into the dataset's stage and committed together (docs/datasets.md), so a
   reader sees every worker's rows of a period or none of them;
 - ``done`` (after :meth:`WorkerPool.stop` sent SIGTERM to each worker's PID): the last files, row
-  counts and each worker's result, merged for the summary; then the last commit.
+  counts and each worker's result, merged for the summary; then the last commit;
+- `--write-pcap`: the workers' files of each period, once all are in, are merged into one file in
+  timestamp order by a thread of their own (kwsniff.capture.pcap_periods).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import multiprocessing
 import os
 import queue
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kwsniff.capture.live import CaptureCounters
+from kwsniff.capture.pcap_periods import PeriodMerger
 from kwsniff.pipeline.live_worker import WorkerSpec, worker_main
 from kwsniff.pipeline.run import CaptureResult
 from kwsniff.sinks.dataset import Output, OutputError
@@ -44,6 +48,13 @@ def fanout_group() -> int:
     """A fanout group id of this run: ids are per network namespace, 16 bits; the PID keeps two
     captures of one namespace apart (a clash is refused by the kernel when the modes differ)."""
     return os.getpid() & 0xFFFF
+
+
+def next_rotation(due: float, now: float, period_s: float) -> float:
+    """The rotation after the one ``due`` (asked for at ``now``): the next point of the grid
+    start + k * period_s at least half a period after now, so a late rotation (a slow commit, a busy
+    machine) is followed by a period of about the usual length, never a very short one."""
+    return due + max(1, math.floor((now + period_s / 2 - due) / period_s) + 1) * period_s
 
 
 class WorkerPool:
@@ -80,7 +91,14 @@ class WorkerPool:
         self.started = 0.0  # clock() when the workers were told to start
         self._done: set[int] = set()
         self._stopping = False
+        self._rotating = False  # a rotation was asked for and is not yet committed
         self._awaiting: set[int] = set()  # workers yet to answer the current rotation
+        self._answered: set[int] = set()  # workers that closed their period at it
+        # `--write-pcap`: each period's files of the workers, merged into one once all are in.
+        target = specs[0].run.write_pcap if specs else None
+        self.merger = PeriodMerger(target) if target is not None else None
+        self._pcaps: dict[int, list[Path]] = {}  # period -> the workers' files so far
+        self._period_starts: dict[int, float] = {}  # period -> its start, until merged
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="kwsniff-workers", daemon=True)
 
@@ -117,6 +135,8 @@ class WorkerPool:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(process.pid, signal.SIGTERM)
         self._reap()
+        if self.merger is not None:
+            self.merger.close()
         return message
 
     # -- what the view reads ----------------------------------------------------------------------
@@ -152,6 +172,9 @@ class WorkerPool:
     def join(self) -> None:
         self._thread.join(STOP_TIMEOUT_S + KILL_WAIT_S)
         self._reap()
+        if self.merger is not None:
+            self.merger.close()
+            self.errors += self.merger.errors
 
     def _reap(self) -> None:
         for process in self.processes:
@@ -162,20 +185,32 @@ class WorkerPool:
 
     # -- the coordinator thread -------------------------------------------------------------------
     def _run(self) -> None:
-        period_started = self.started
+        # Rotations keep to the grid start + k * rotate_s (a late one does not push the next).
+        due = self.started + self.rotate_s
+        self._period_starts[1] = self.started
         try:
             while len(self._done) < len(self.processes):
+                wait = 0.2 if self._rotating or self._stopping else min(0.2, max(0.0, due - self.clock()))
                 with contextlib.suppress(queue.Empty):
-                    self._handle(self.events.get(timeout=0.2))
+                    self._handle(self.events.get(timeout=wait))
                 self._notice_dead()
-                now = self.clock()
-                if self._awaiting and not self._awaiting - self._done:
+                if self._rotating and not self._awaiting - self._done:
+                    # Every worker closed its period (or is gone): its files go in as one commit.
+                    # A rotation no worker answered (all stopped first) was no period of its own.
+                    self._rotating = False
                     self._awaiting.clear()
-                    self._commit(again=True)
+                    if self._answered:
+                        self._commit(again=True)
+                    else:
+                        self._period_starts.pop(self.seq + 2, None)
+                now = self.clock()
                 # Once stopping, the last period is each worker's own until it is done.
-                if not self._awaiting and not self._stopping and now - period_started >= self.rotate_s:
-                    period_started = now
+                if not self._rotating and not self._stopping and now >= due:
+                    due = next_rotation(due, now, self.rotate_s)
+                    self._rotating = True
                     self._awaiting = set(range(len(self.processes))) - self._done
+                    self._answered = set()
+                    self._period_starts[self.seq + 2] = now
                     for index in self._awaiting:
                         self.controls[index].put(("rotate", now))
             self._commit(again=False)
@@ -201,10 +236,13 @@ class WorkerPool:
                 self.metrics.update_workers(self.per_worker())
         elif kind == "period":
             self._stage(rest[0])
+            self._add_pcaps(rest[1])
             self._awaiting.discard(index)
+            self._answered.add(index)
         elif kind == "done":
-            files, counts, result = rest
+            files, counts, result, pcaps = rest
             self._stage(files)
+            self._add_pcaps(pcaps)
             self.counts.update(counts)
             if result is not None:
                 self.results.append(result)
@@ -233,9 +271,24 @@ class WorkerPool:
             target.parent.mkdir(exist_ok=True)
             os.replace(path, target)
 
+    def _add_pcaps(self, pcaps: list[tuple[int, str]]) -> None:
+        for period, path in pcaps:
+            self._pcaps.setdefault(period, []).append(Path(path))
+
     def _commit(self, again: bool) -> None:
         self.output.commit(again=again)
         self.seq += 1
+        self._merge_pcaps(last=not again)
+
+    def _merge_pcaps(self, last: bool) -> None:
+        """Hand the periods whose files every worker has sent to the merger: a worker's file of a
+        period closes at the rotation after it (packets older than a boundary may still be queued),
+        so at a commit all periods before the one that just ended are complete; at the end, all."""
+        if self.merger is None:
+            return
+        for period in sorted(p for p in self._pcaps if last or p < self.seq):
+            start = self._period_starts.pop(period, self.started)
+            self.merger.add(period, start, self._pcaps.pop(period))
 
 
 def merge_results(results: list[CaptureResult], name: str, seconds: float) -> CaptureResult:

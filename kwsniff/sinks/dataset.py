@@ -73,6 +73,28 @@ def _carry(src: Path, dst: Path) -> None:
         _link_or_copy(str(src), str(dst))
 
 
+def _carry_table(src: Path, dst: Path) -> None:
+    """The entries of one table directory of OUT into the next OUT at ``dst``, but those staged
+    again (the staged file wins) and temporary files of a run killed before this design. One link
+    per file and no other call: a live capture's every commit carries all its earlier periods' files."""
+    with os.scandir(src) as entries:
+        for item in entries:
+            if item.name.endswith(TEMP_SUFFIX):
+                continue
+            target = os.path.join(dst, item.name)
+            if item.is_dir(follow_symlinks=False):
+                if not os.path.lexists(target):
+                    _carry(Path(item.path), Path(target))
+                continue
+            try:
+                os.link(item.path, target, follow_symlinks=False)
+            except FileExistsError:
+                pass
+            except OSError:  # a filesystem without hard links
+                if not os.path.lexists(target):
+                    shutil.copy2(item.path, target, follow_symlinks=False)
+
+
 def _check_out(out: Path) -> Path:
     """``out`` as the real path a swap can replace, or OutputError."""
     if out.exists() and not out.is_dir():
@@ -195,10 +217,7 @@ class Output:
                     _carry(entry, target)
             elif keep_tables:
                 target.mkdir(exist_ok=True)
-                for item in entry.iterdir():
-                    # A temporary file of a run killed before this design is never carried.
-                    if not os.path.lexists(target / item.name) and not item.name.endswith(TEMP_SUFFIX):
-                        _carry(item, target / item.name)
+                _carry_table(entry, target)
 
     def close(self) -> None:
         if self._staging is not None:

@@ -1,0 +1,162 @@
+"""`capture --workers N --write-pcap FILE`: one pcap per rotation period holding every worker's packets.
+
+Each worker writes its packets into a file of its own per period, split by the packets' own times at
+the period boundaries the coordinator sends (:class:`PeriodPcapWriter`): a packet captured before a
+boundary but decoded after it (it waited in the worker's queue) still goes to the earlier period,
+so consecutive periods never overlap in time. The coordinator merges the workers' files of a period
+into one in timestamp order (:func:`merge_period`, reading each a chunk at a time) and renames it
+into place, named as Wireshark's file sets and dumpcap's ring buffer name theirs
+(`PREFIX_NNNNN_YYYYMMDDHHMMSS.EXT`, :func:`period_path`): `kwsniff read --continuous` reads the set as
+one capture, `mergecap` makes one file of it for tshark, Wireshark lists it under File > File Set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import os
+import queue
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from operator import itemgetter
+from pathlib import Path
+
+from kwsniff.capture.pcap import PcapReader
+from kwsniff.capture.pcap_writer import PcapWriter
+from kwsniff.capture.reader import CaptureError, CaptureReader
+from kwsniff.capture.source import open_capture
+
+MERGE_BATCH = 4096  # packets per write of the merged file
+
+
+def period_path(target: Path, period: int, start_s: float) -> Path:
+    """The file of period ``period`` (1, 2, ...) of `--write-pcap target`, which began at ``start_s``
+    (UTC in the name): `live.pcap`'s first period is `live_00001_20260101120000.pcap`."""
+    stamp = datetime.fromtimestamp(start_s, UTC).strftime("%Y%m%d%H%M%S")
+    return target.with_name(f"{target.stem}_{period:05d}_{stamp}{target.suffix}")
+
+
+class PeriodPcapWriter:
+    """A worker's packets, one pcap per period under ``directory`` (`<prefix>-<period>.pcap`).
+
+    :meth:`rotate` (at the coordinator's boundary) opens the next period's file; the period before
+    stays open for the packets older than the boundary still in the queue, until the next rotation
+    closes it. ``closed`` lists (period, path) of the files closed, in period order."""
+
+    def __init__(self, directory: Path, prefix: str, linktype: int, snaplen: int) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.prefix = prefix
+        self.linktype = linktype
+        self.snaplen = snaplen
+        self.closed: list[tuple[int, Path]] = []
+        self.period = 1
+        self._current = self._open(1)
+        self._previous: PcapWriter | None = None  # the period before the boundary
+        self._boundary_us = 0
+
+    def _path(self, period: int) -> Path:
+        return self.directory / f"{self.prefix}-{period:06d}.pcap"
+
+    def _open(self, period: int) -> PcapWriter:
+        return PcapWriter(self._path(period), self.linktype, self.snaplen)
+
+    def write(self, packets: list[tuple[int, bytes]]) -> None:
+        if not packets:
+            return
+        previous = self._previous
+        boundary = self._boundary_us
+        if previous is None or packets[0][0] >= boundary:  # the common case: all after the boundary
+            self._current.write(packets)
+            return
+        previous.write([p for p in packets if p[0] < boundary])
+        later = [p for p in packets if p[0] >= boundary]
+        if later:
+            self._current.write(later)
+
+    def rotate(self, boundary_s: float) -> None:
+        """Period ``self.period`` ends at ``boundary_s``; the one before it is closed."""
+        self._close_previous()
+        self._previous, self._boundary_us = self._current, int(boundary_s * 1_000_000)
+        self.period += 1
+        self._current = self._open(self.period)
+
+    def _close_previous(self) -> None:
+        if self._previous is not None:
+            self._previous.close()
+            self.closed.append((self.period - 1, self._path(self.period - 1)))
+            self._previous = None
+
+    def close(self) -> None:
+        self._close_previous()
+        self._current.close()
+        self.closed.append((self.period, self._path(self.period)))
+
+
+def _packets(reader: CaptureReader) -> Iterator[tuple[int, bytes]]:
+    for ts, _, data in reader.packets():
+        yield ts, data
+
+
+def merge_period(inputs: list[Path], target: Path) -> int:
+    """The workers' files of one period (pcaps of one link type, each in time order) as one file at
+    ``target``, in timestamp order; written under a hidden temporary name and renamed into place, so
+    a `*.pcap` glob never meets half a file. The inputs are removed. The packets written."""
+    temp = target.with_name(f".{target.name}.tmp")
+    with contextlib.ExitStack() as stack:
+        readers = [stack.enter_context(open_capture(path)) for path in inputs]
+        first = readers[0]
+        assert isinstance(first, PcapReader)  # written by PeriodPcapWriter
+        written = 0
+        try:
+            with PcapWriter(temp, first.linktype, first.snaplen) as out:
+                merged = heapq.merge(*(_packets(r) for r in readers), key=itemgetter(0))
+                batch: list[tuple[int, bytes]] = []
+                for packet in merged:
+                    batch.append(packet)
+                    if len(batch) >= MERGE_BATCH:
+                        out.write(batch)
+                        written += len(batch)
+                        batch = []
+                if batch:
+                    out.write(batch)
+                    written += len(batch)
+            os.replace(temp, target)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+    for path in inputs:
+        path.unlink(missing_ok=True)
+    return written
+
+
+class PeriodMerger:
+    """A thread that merges each complete period (:meth:`add`, in period order) while the capture
+    goes on; :meth:`close` waits for what was added. ``errors``: one line per period that failed
+    (its workers' files are then left in the spool, dropped with it)."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+        self.errors: list[str] = []
+        self.files: list[Path] = []  # written, in period order
+        self._queue: queue.Queue[tuple[int, float, list[Path]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="kwsniff-pcap-merge", daemon=True)
+        self._thread.start()
+
+    def add(self, period: int, start_s: float, inputs: list[Path]) -> None:
+        self._queue.put((period, start_s, inputs))
+
+    def close(self, timeout: float | None = None) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            period, start_s, inputs = item
+            path = period_path(self.target, period, start_s)
+            try:
+                merge_period(inputs, path)
+                self.files.append(path)
+            except (OSError, CaptureError) as err:
+                self.errors.append(f"--write-pcap {path}: {getattr(err, 'strerror', None) or err}")

@@ -1,0 +1,300 @@
+"""`kwsniff capture lo --workers 2 --rotate-seconds 5 --write-pcap` against a real tansu broker while
+real confluent-kafka clients produce and consume: every period of both workers is committed into
+`--out` while the capture runs (a reader sees the acknowledged records before the stop), every
+acknowledged record is counted per partition against the producer's delivery reports, the summary
+and `capture_stats` agree on the periods, and `--write-pcap` gives one pcap per period holding both
+workers' packets that `read --continuous` reads as one capture (the live tables' requests) and tshark
+reads after mergecap (the same requests by port, API and correlation id)."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+
+from kwsniff.capture.pcap_periods import PeriodPcapWriter, merge_period, period_path
+from kwsniff.pipeline.run_workers import next_rotation
+from tests.realparts import (
+    CAPTURE_READY_TIMEOUT_S,
+    CAPTURE_STOP_TIMEOUT_S,
+    consume_with_confluent,
+    create_topics,
+    pcap_packet_count,
+    start_broker,
+    stop_process,
+)
+
+TOPIC = "periods"
+PARTITIONS = 3
+RECORDS = 300
+ROTATE_S = 5.0
+LIVE_TIMEOUT_S = 120.0  # for the acknowledged records to show in --out while the capture runs
+POLL_S = 0.2
+# Columns that differ by nature between the live tables and `read` of the pcaps: the capture's
+# name and conn_id (numbered per worker live; rows are matched by their connection's ports).
+UNCOMPARED = ("capture", "conn_id")
+
+
+def start_capture(out: Path, port: int, pcap: Path, err_path: Path) -> subprocess.Popen[bytes]:
+    """`kwsniff capture lo` with two workers, returned once it says every worker captures."""
+    command = [sys.executable, "-m", "kwsniff", "capture", "lo", "--out", str(out), "-p", str(port)]
+    command += ["--workers", "2", "--rotate-seconds", str(ROTATE_S), "--write-pcap", str(pcap)]
+    with err_path.open("wb") as err:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err)
+    deadline = time.monotonic() + CAPTURE_READY_TIMEOUT_S
+    while b"kwsniff: capturing on lo with 2 workers" not in err_path.read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_process(proc, signal.SIGKILL)
+            raise AssertionError(f"capture not ready: {err_path.read_text(errors='replace')}")
+        time.sleep(POLL_S)
+    return proc
+
+
+def produce_acknowledged(bootstrap: str) -> Counter[tuple[str, int]]:
+    """RECORDS records over the topic's partitions, one producer (and its connections: more for the
+    fanout to spread) per partition; the records acknowledged per partition, from the producers'
+    delivery reports."""
+    from confluent_kafka import Producer
+
+    acked: Counter[tuple[str, int]] = Counter()
+
+    def delivered(err: object, msg: Any) -> None:
+        if err is None:
+            acked[(msg.topic(), msg.partition())] += 1
+
+    for partition in range(PARTITIONS):
+        config = {"bootstrap.servers": bootstrap, "client.id": f"periods-producer-{partition}"}
+        producer = Producer({**config, "linger.ms": 5, "acks": "all"})
+        for i in range(RECORDS // PARTITIONS):
+            producer.produce(TOPIC, value=b"record %d" % i, partition=partition, on_delivery=delivered)
+            producer.poll(0)
+        assert producer.flush(30) == 0
+    return acked
+
+
+def produced(out: Path) -> Counter[tuple[str, int]]:
+    """Records of the Produce requests the broker accepted, per partition, in --out's tables."""
+    counts: Counter[tuple[str, int]] = Counter()
+    if not (out / "partitions").is_dir():
+        return counts
+    for row in ds.dataset(out / "partitions").to_table().to_pylist():
+        if row["api_name"] == "Produce" and row["error_code"] == 0:
+            counts[(row["topic"], row["partition"])] += row["record_count"]
+    return counts
+
+
+def wait_for_live_rows(out: Path, proc: subprocess.Popen[bytes], want: Counter[tuple[str, int]]) -> None:
+    """Bounded wait until --out's tables count ``want`` while the capture still runs."""
+    deadline = time.monotonic() + LIVE_TIMEOUT_S
+    seen: Counter[tuple[str, int]] = Counter()
+    while time.monotonic() < deadline and proc.poll() is None:
+        seen = produced(out)
+        if seen == want:
+            return
+        time.sleep(POLL_S)
+    raise AssertionError(f"--out shows {dict(seen)} of {dict(want)} (capture exit {proc.poll()})")
+
+
+def requests_by_ports(out: Path) -> list[str]:
+    """The requests table's rows, each with its connection's client port in place of the
+    uncompared columns, sorted."""
+    ports = {c["conn_id"]: c["client_port"] for c in ds.dataset(out / "connections").to_table().to_pylist()}
+    rows = []
+    for row in ds.dataset(out / "requests").to_table().to_pylist():
+        kept = {k: v for k, v in row.items() if k not in UNCOMPARED}
+        kept["client_port"] = ports[row["conn_id"]]
+        rows.append(repr(sorted(kept.items())))
+    return sorted(rows)
+
+
+def tshark_requests(pcap: Path, port: int) -> Counter[tuple[int, int, int, int]]:
+    """tshark's Kafka requests (client port, API key, version, correlation id)."""
+    fields = ["tcp.srcport", "tcp.dstport", "kafka.api_key", "kafka.api_version", "kafka.correlation_id"]
+    command = [
+        "tshark",
+        "-r",
+        str(pcap),
+        "-d",
+        f"tcp.port=={port},kafka",
+        "-Y",
+        f"kafka && tcp.dstport=={port}",
+    ]
+    command += ["-T", "fields", "-E", "separator=/t", "-E", "occurrence=a", "-E", "aggregator=,"]
+    done = subprocess.run(
+        command + [x for f in fields for x in ("-e", f)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    found: Counter[tuple[int, int, int, int]] = Counter()
+    for line in done.stdout.splitlines():
+        src, _, keys, versions, correlations = line.split("\t")
+        # One segment may complete several requests: the lists align (every request header has all three).
+        for key, version, cid in zip(
+            keys.split(","), versions.split(","), correlations.split(","), strict=True
+        ):
+            found[(int(src), int(key), int(version), int(cid))] += 1
+    return found
+
+
+def test_two_workers_commit_every_period_while_clients_run_and_write_one_pcap_per_period(
+    tmp_path: Path,
+) -> None:
+    out, pcap, err = tmp_path / "live", tmp_path / "live.pcap", tmp_path / "capture.err"
+    with start_broker() as broker:
+        create_topics(broker.bootstrap, {TOPIC: PARTITIONS})
+        proc = start_capture(out, broker.port, pcap, err)
+        try:
+            acked = produce_acknowledged(broker.bootstrap)
+            assert sum(acked.values()) == RECORDS and len(acked) == PARTITIONS
+            # Both workers' periods are committed while the capture runs: the records show up.
+            wait_for_live_rows(out, proc, acked)
+            assert ds.dataset(out / "capture_stats").count_rows() >= 2  # a period of each worker
+            seen, _ = consume_with_confluent(
+                broker.bootstrap, [TOPIC], "periods-group", RECORDS, timeout_s=60
+            )
+            assert seen == RECORDS
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                stdout, _ = proc.communicate(timeout=CAPTURE_STOP_TIMEOUT_S)
+            finally:
+                stop_process(proc, signal.SIGKILL)
+    message = err.read_text(errors="replace")
+    assert "Traceback" not in message and "kwsniff: error" not in message, message
+    assert proc.returncode in (0, 130), message  # a stop by Ctrl-C: docs/datasets.md's exit statuses
+    summary = stdout.decode()
+
+    # Every acknowledged record, per partition, after the stop.
+    assert produced(out) == acked
+    # The summary's periods are capture_stats' periods, each with both workers' rows.
+    periods = int(re.search(r"(\d+) rotation periods", summary).group(1))  # type: ignore[union-attr]
+    stats = ds.dataset(out / "capture_stats").to_table().to_pylist()
+    starts = Counter(r["period_start"] for r in stats)
+    assert len(starts) == periods >= 2, (starts, summary)
+    assert set(Counter(r["worker"] for r in stats)) == {0, 1}
+    assert all(n <= 2 for n in starts.values()) and sum(starts.values()) >= 2 * periods - 1
+    # Every row of both workers was committed, and nothing but the dataset is in or beside OUT.
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    assert not [p for p in out.rglob(".*")]
+
+    # One pcap per period, named as a Wireshark file set, read back as one capture.
+    pieces = sorted(tmp_path.glob("live_*.pcap"))
+    assert [re.fullmatch(r"live_(\d{5})_\d{14}\.pcap", p.name) is not None for p in pieces] == [
+        True
+    ] * periods
+    assert [int(p.name.split("_")[1]) for p in pieces] == list(range(1, periods + 1))
+    # Every packet either worker decoded is in the set (counted by a walk of the record headers).
+    assert sum(pcap_packet_count(p) for p in pieces) == sum(r["packets"] for r in stats) > 0
+    again = tmp_path / "again"
+    read = subprocess.run(
+        [sys.executable, "-m", "kwsniff", "read", "--continuous", *map(str, pieces), "--out", str(again)]
+        + ["-p", str(broker.port)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert read.returncode == 0, read.stderr
+    assert "pieces in time order" in read.stdout
+    assert ds.dataset(again / "captures").count_rows() == 1
+    live_requests = requests_by_ports(out)
+    assert requests_by_ports(again) == live_requests
+    answered = ds.dataset(out / "requests").to_table().filter(ds.field("ts_response").is_valid())
+    assert Counter(answered.column("api_name").to_pylist())["Produce"] >= 1
+    assert {"Fetch", "JoinGroup", "SyncGroup"} <= set(answered.column("api_name").to_pylist())
+
+    # tshark reads the set (made one file by mergecap): the same requests.
+    merged = tmp_path / "merged.pcap"
+    done = subprocess.run(
+        ["mergecap", "-w", str(merged), *map(str, pieces)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    ports = {c["conn_id"]: c["client_port"] for c in ds.dataset(out / "connections").to_table().to_pylist()}
+    ours = Counter(
+        (ports[r["conn_id"]], r["api_key"], r["api_version"], r["correlation_id"])
+        for r in ds.dataset(out / "requests").to_table().to_pylist()
+    )
+    assert tshark_requests(merged, broker.port) == ours
+
+
+# --- the parts, on packets the tests make ---------------------------------------------------------
+
+
+def dpkt_packets(path: Path) -> tuple[int, list[tuple[int, bytes]]]:
+    """(link type, [(ts_us, data)]) of a pcap, read by dpkt."""
+    import dpkt
+
+    with path.open("rb") as f:
+        reader = dpkt.pcap.Reader(f)
+        return reader.datalink(), [(round(ts * 1_000_000), bytes(data)) for ts, data in reader]
+
+
+def test_a_workers_period_files_split_at_the_boundary_by_packet_time(tmp_path: Path) -> None:
+    """A packet captured before the boundary but decoded after the rotation (it waited in the queue)
+    goes to the earlier period, whose file stays open until the next rotation."""
+    writer = PeriodPcapWriter(tmp_path / "spool", "w1", linktype=1, snaplen=65535)
+    writer.write([(9_000_000, b"a"), (9_500_000, b"b")])
+    writer.rotate(10.0)
+    assert writer.closed == []  # period 1 still takes late packets
+    writer.write([(9_900_000, b"late"), (10_000_000, b"c"), (10_200_000, b"d")])
+    writer.write([(10_300_000, b"e")])
+    writer.rotate(11.0)
+    assert writer.closed == [(1, tmp_path / "spool" / "w1-000001.pcap")]
+    writer.write([(10_900_000, b"late2"), (11_100_000, b"f")])
+    writer.close()
+    assert [p for p, _ in writer.closed] == [1, 2, 3]
+    files = [dpkt_packets(path) for _, path in writer.closed]
+    assert files == [
+        (1, [(9_000_000, b"a"), (9_500_000, b"b"), (9_900_000, b"late")]),
+        (1, [(10_000_000, b"c"), (10_200_000, b"d"), (10_300_000, b"e"), (10_900_000, b"late2")]),
+        (1, [(11_100_000, b"f")]),
+    ]
+
+
+def test_a_periods_worker_files_merge_into_one_in_time_order(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    inputs = []
+    for worker, times in enumerate(([1, 4, 5, 9], [2, 3, 6, 7, 8], [])):
+        writer = PeriodPcapWriter(spool, f"w{worker}", linktype=113, snaplen=262144)
+        writer.write([(t * 1000, b"w%d-%d" % (worker, t)) for t in times] if times else [])
+        writer.close()
+        inputs.append(writer.closed[0][1])
+    target = period_path(tmp_path / "live.pcap", 3, 1_767_225_600.5)
+    assert target.name == "live_00003_20260101000000.pcap"
+    assert merge_period(inputs, target) == 9
+    linktype, packets = dpkt_packets(target)
+    assert linktype == 113
+    assert [ts for ts, _ in packets] == [t * 1000 for t in range(1, 10)]
+    assert packets[0] == (1000, b"w0-1") and packets[1] == (2000, b"w1-2")
+    assert sorted(tmp_path.iterdir()) == [target, spool] and list(spool.iterdir()) == []
+
+
+def test_rotations_keep_to_the_grid_and_a_late_one_is_not_followed_by_a_short_period() -> None:
+    assert next_rotation(105.0, 105.1, 5.0) == 110.0
+    assert next_rotation(105.0, 112.0, 5.0) == 115.0  # asked 7 s late: 110 is passed
+    assert next_rotation(105.0, 113.0, 5.0) == 120.0  # 115 would be a 2 s period
+    assert next_rotation(105.0, 105.0 + 86_400 * 365, 5.0) == 105.0 + 86_400 * 365 + 5.0
+
+
+def test_a_write_pcap_folder_that_cannot_be_written_is_one_error_before_the_workers_start(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "live"
+    done = subprocess.run(
+        [sys.executable, "-m", "kwsniff", "capture", "lo", "--out", str(out), "--workers", "2"]
+        + ["--write-pcap", str(tmp_path / "missing" / "live.pcap"), "--duration", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert (
+        done.stderr
+        == f"kwsniff: error: --write-pcap {tmp_path / 'missing' / 'live.pcap'}: No such file or directory\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no --out, no spool, no stage

@@ -167,7 +167,7 @@ def test_two_workers_commit_every_period_while_clients_run_and_write_one_pcap_pe
                 stop_process(proc, signal.SIGKILL)
     message = err.read_text(errors="replace")
     assert "Traceback" not in message and "kwsniff: error" not in message, message
-    assert proc.returncode in (0, 130), message  # a stop by Ctrl-C: docs/datasets.md's exit statuses
+    assert proc.returncode == 0, message  # capture stopped by Ctrl-C after committing: docs/datasets.md
     summary = stdout.decode()
 
     # Every acknowledged record, per partition, after the stop.

@@ -1,1 +1,1 @@
-"""The report side: analytics over the Parquet tables, and the plots drawn from them."""
+"""The report side: the report's sections (SQL over the Parquet tables, on DuckDB or Spark) and their plots."""

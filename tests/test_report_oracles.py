@@ -44,15 +44,17 @@ def array(items: list[bytes]) -> bytes:
 
 
 def produce_v8_two_partitions(corr: int, throttle_ms: int) -> tuple[bytes, bytes]:
-    """A Produce v8 of partitions 0 and 1 of `built-orders` (no records), both acknowledged, throttled."""
+    """A Produce v8 of partitions 0 and 1 of `built-orders` (no records), throttled: partition 0
+    acknowledged, partition 1 refused (NOT_LEADER_OR_FOLLOWER), every time."""
     body = (
         string(None)
         + i16(-1)
         + i32(1000)
         + array([string("built-orders") + array([i32(0) + i32(-1), i32(1) + i32(-1)])])
     )
-    acked = [i32(p) + i16(0) + i64(10 * corr) + i64(-1) + i64(0) + array([]) + string(None) for p in (0, 1)]
-    answer_ = array([string("built-orders") + array(acked)]) + i32(throttle_ms)
+    acked = i32(0) + i16(0) + i64(10 * corr) + i64(-1) + i64(0) + array([]) + string(None)
+    refused = i32(1) + i16(6) + i64(-1) + i64(-1) + i64(-1) + array([]) + string("leader moved")
+    answer_ = array([string("built-orders") + array([acked, refused])]) + i32(throttle_ms)
     return request(0, 8, corr, body, client_id="throttled-producer"), response(corr, answer_)
 
 
@@ -63,6 +65,29 @@ def describe_configs(corr: int, throttle_ms: int, version: int) -> tuple[bytes, 
     fine = i16(0) + string(None) + i8(2) + string("built-orders") + array([])
     answer_ = i32(throttle_ms) + array([fine])
     return request(32, version, corr, body, client_id="throttled-admin"), response(corr, answer_)
+
+
+def blob(data: bytes) -> bytes:
+    return i32(len(data)) + data
+
+
+def join_group_v1(corr: int, error_code: int, generation: int) -> tuple[bytes, bytes]:
+    """Member m-built's JoinGroup v1 of `built-group` (rebalance timeout 60 s), answered with
+    ``error_code`` (it then joins nothing) or as the leader of ``generation``."""
+    body = string("built-group") + i32(10_000) + i32(60_000) + string("m-built") + string("consumer")
+    body += array([string("range") + blob(b"\x00\x00")])
+    joined = error_code == 0
+    members = array([string("m-built") + blob(b"\x00\x00")]) if joined else array([])
+    answer_ = i16(error_code) + i32(generation if joined else -1) + string("range" if joined else "")
+    answer_ += string("m-built" if joined else "") + string("m-built") + members
+    return request(11, 1, corr, body, client_id="built-consumer"), response(corr, answer_)
+
+
+def sync_group_v0(corr: int, generation: int) -> tuple[bytes, bytes]:
+    body = (
+        string("built-group") + i32(generation) + string("m-built") + array([string("m-built") + blob(b"")])
+    )
+    return request(14, 0, corr, body, client_id="built-consumer"), response(corr, i16(0) + blob(b""))
 
 
 def built_capture(path: Path) -> Path:
@@ -91,10 +116,24 @@ def built_capture(path: Path) -> Path:
         producer.send(0, req)
         producer.send(1, resp, dt=1000 * corr)
     producer.close()
+    # A JoinGroup refused while the coordinator loads (COORDINATOR_LOAD_IN_PROGRESS: not part of a
+    # generation), then the member joins generation 5 and syncs.
+    member = Flow(client=(bytes([10, 0, 0, 9]), 44000), broker=BROKER_2).handshake()
+    for exchange, waited_us in (
+        (join_group_v1(9, 14, 0), 300),
+        (join_group_v1(10, 0, 5), 2000),
+        (sync_group_v0(11, 5), 500),
+    ):
+        member.send(0, exchange[0], dt=100_000)
+        member.send(1, exchange[1], dt=waited_us)
+    member.close()
+    member.packets = [(ts + 40_000, p) for ts, p in member.packets]
     shutdown.packets = [(ts + 10_000, p) for ts, p in shutdown.packets]
     admin.packets = [(ts + 20_000, p) for ts, p in admin.packets]
     producer.packets = [(ts + 30_000, p) for ts, p in producer.packets]
-    return write_pcap(path, sorted(stop.packets + shutdown.packets + admin.packets + producer.packets))
+    return write_pcap(
+        path, sorted(stop.packets + shutdown.packets + admin.packets + producer.packets + member.packets)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -326,6 +365,12 @@ def test_errors_by_code_api_topic_and_client_with_their_kind_and_rate(report: di
     want["errors_per_request"] = want.errors / want.client_requests
     columns = [*keys, "errors", "partitions", "client_requests", "errors_per_request"]
     assert got(report, "errors", columns) == rows(want, columns)
+    # Built: partition 1 refused in each of 3 requests, in each of 2 captures.
+    assert [
+        (r["kind"], r["errors"], r["partitions"], r["client_requests"])
+        for r in report["errors"]
+        if r["error_name"] == "NOT_LEADER_OR_FOLLOWER"
+    ] == [("failure", 6, 1, 6)]
     assert {(r["kind"], r["error_name"]) for r in report["errors"]} >= {
         ("expected", "MEMBER_ID_REQUIRED"),
         ("failure", "UNKNOWN_PRODUCER_ID"),
@@ -406,6 +451,14 @@ def test_rebalances_run_from_the_first_join_to_the_last_sync_of_a_generation(
         "duration_ms",
     ]
     assert got(report, "rebalances", columns) == rows(want, columns)
+    # Built: the refused JoinGroup is no part of generation 5, which runs from the JoinGroup that
+    # joined it to its SyncGroup's response: 2 ms + 100 ms + 0.5 ms.
+    built = [
+        (r["generation"], r["members"], r["duration_ms"])
+        for r in report["rebalances"]
+        if r["group_id"] == "built-group"
+    ]
+    assert built == [(5, 1, 102.5), (5, 1, 102.5)]
 
 
 def test_rebalance_members_wait_for_the_others_and_reach_their_sync(report: dict, tables: dict) -> None:

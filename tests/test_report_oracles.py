@@ -29,6 +29,8 @@ from kwsniff.report.run import answer
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURES = sorted((ROOT / "tests/data/captures").glob("*.pcap")) + [ROOT / "sample_pcaps/quickstart.pcap"]
+# Two groups reading the same records (tests/data/report/README.md): batches fetched twice.
+TWO_GROUPS = ROOT / "tests/data/report/two_groups.pcap"
 LONG_POLL_APIS = {1, 78, 11}  # Fetch, ShareFetch, JoinGroup (docs/report.md `latency`, `long_polls`)
 ZOOKEEPER_APIS = {4, 5, 6, 7}  # LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown
 EPOCH = pd.Timestamp("1970-01-01", tz="UTC")
@@ -142,7 +144,7 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     built = [built_capture(stage / f"built-{n}.pcap") for n in ("a", "b")]
     out = tmp_path_factory.mktemp("tables")
     done = CliRunner().invoke(
-        main, ["read", "-q", *map(str, CAPTURES + built), "--out", str(out), "--overwrite"]
+        main, ["read", "-q", *map(str, [*CAPTURES, TWO_GROUPS, *built]), "--out", str(out), "--overwrite"]
     )
     assert done.exit_code == 0, done.output
     return out
@@ -247,7 +249,11 @@ def test_throughput_per_topic_adds_up_to_what_the_clients_produced(report: dict)
         # throughput is what producers sent, acknowledged or not.
         if facts.get("legacy_attempts"):
             truth["legacy-t"] += len(facts["legacy_attempts"])
-    assert len(truth) == 12
+    # two_groups.pcap: the producer's delivery callbacks, one per record.
+    truth["report-lag"] = len(
+        json.loads(TWO_GROUPS.with_suffix(".truth.json").read_text())["producer_acks"]["times"]
+    )
+    assert len(truth) == 13
     per_topic: dict[str, int] = {}
     for r in report["throughput"]:
         per_topic[r["topic"]] = per_topic.get(r["topic"], 0) + (r["records"] or 0)

@@ -153,7 +153,9 @@ def main() -> int:
             print(f"{m.section}: {m.label}: {caught or 'NOT CAUGHT'} ({took:.0f} s)", flush=True)
             lines.append(f"| `{m.section}` | {m.label} | {caught or '**not caught**'} |")
     if args.report:
-        args.report.write_text("\n".join(lines) + "\n")
+        verdict = "every mutation caught" if not missed else f"{missed} not caught"
+        title = f"# `python3 tools/mutate_report.py`: its last run ({verdict})\n\n"
+        args.report.write_text(title + "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 1 if missed else 0
 

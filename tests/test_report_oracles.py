@@ -1,9 +1,11 @@
 """Every `kwsniff report` section against a second computation that shares nothing with the report's
 SQL: pandas over the raw Parquet tables, written from docs/report.md's description of the section
-(never a translation of its query), on the repository's real captures plus two captures assembled
-here byte by byte (throttled clients, ZooKeeper-era inter-broker requests, a Produce carrying two
-partitions of one topic), the two holding the same exchanges so that sections adding captures up
-are checked to add, not to count.
+(never a translation of its query), on the repository's real captures, two groups of real clients
+reading the same records (tests/data/report) and two captures made here (exchanges the test encodes,
+sent over real loopback sockets and captured by tcpdump: throttled clients, ZooKeeper-era
+inter-broker requests, a Produce carrying two partitions of one topic, a refused partition and
+JoinGroup), the two holding the same exchanges so that sections adding captures up are checked to
+add, not to count.
 
 Sections checked elsewhere against the real clients' own record or values built into the input:
 `lag`, `stopped`, `member_lag` (tests/test_report_live.py), `inventory`, `reconciliation`, `storms`,
@@ -15,13 +17,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import socket
+import threading
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from kafkawire import Flow, i8, i16, i32, i64, request, response, string, write_pcap
+from kafkawire import i8, i16, i32, i64, request, response, string
+from realparts import LOOPBACK, free_port, tcpdump_capture
 
 from kwsniff.cli import main
 from kwsniff.report.engines import DuckEngine, Filters
@@ -34,11 +39,7 @@ TWO_GROUPS = ROOT / "tests/data/report/two_groups.pcap"
 LONG_POLL_APIS = {1, 78, 11}  # Fetch, ShareFetch, JoinGroup (docs/report.md `latency`, `long_polls`)
 ZOOKEEPER_APIS = {4, 5, 6, 7}  # LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown
 EPOCH = pd.Timestamp("1970-01-01", tz="UTC")
-
-CONTROLLER = (bytes([10, 0, 0, 1]), 41000)
-BROKER_2 = (bytes([10, 0, 0, 2]), 9092)
-ADMIN = (bytes([10, 0, 0, 7]), 42000)
-PRODUCER = (bytes([10, 0, 0, 8]), 43000)
+TIMEOUT_S = 10.0
 
 
 def array(items: list[bytes]) -> bytes:
@@ -92,56 +93,74 @@ def sync_group_v0(corr: int, generation: int) -> tuple[bytes, bytes]:
     return request(14, 0, corr, body, client_id="built-consumer"), response(corr, i16(0) + blob(b""))
 
 
-def built_capture(path: Path) -> Path:
-    """The controller stops two replicas on broker 2 (StopReplica v0) and asks nothing else; broker 2
-    asks to shut down (ControlledShutdown v1); an admin is throttled 250 ms (DescribeConfigs v1) then
-    40 ms (v0, which Kafka 4.0 refuses); a producer sends
-    three Produce requests of two partitions each, throttled 0, 100 and 300 ms."""
-    stop = Flow(client=CONTROLLER, broker=BROKER_2).handshake()
-    for corr in (1, 2):
-        stop.send(0, request(5, 0, corr, i32(1) + i32(7) + i8(corr - 1) + i32(0), client_id="controller-1"))
-        stop.send(1, response(corr, i16(0) + i32(0)))
-    stop.close()
-    shutdown = Flow(client=(BROKER_2[0], 42500), broker=(CONTROLLER[0], 9092)).handshake()
-    shutdown.send(0, request(7, 1, 3, i32(2), client_id="broker-2"))
-    shutdown.send(1, response(3, i16(0) + i32(0)))
-    shutdown.close()
-    admin = Flow(client=ADMIN, broker=BROKER_2).handshake()
-    for corr, throttle, version in ((4, 250, 1), (5, 40, 0)):
-        req, resp = describe_configs(corr, throttle, version)
-        admin.send(0, req)
-        admin.send(1, resp, dt=700 * corr)
-    admin.close()
-    producer = Flow(client=PRODUCER, broker=BROKER_2).handshake()
-    for corr, throttle in ((6, 0), (7, 100), (8, 300)):
-        req, resp = produce_v8_two_partitions(corr, throttle)
-        producer.send(0, req)
-        producer.send(1, resp, dt=1000 * corr)
-    producer.close()
-    # A JoinGroup refused while the coordinator loads (COORDINATOR_LOAD_IN_PROGRESS: not part of a
-    # generation), then the member joins generation 5 and syncs.
-    member = Flow(client=(bytes([10, 0, 0, 9]), 44000), broker=BROKER_2).handshake()
-    for exchange, waited_us in (
-        (join_group_v1(9, 14, 0), 300),
-        (join_group_v1(10, 0, 5), 2000),
-        (sync_group_v0(11, 5), 500),
-    ):
-        member.send(0, exchange[0], dt=100_000)
-        member.send(1, exchange[1], dt=waited_us)
-    member.close()
-    member.packets = [(ts + 40_000, p) for ts, p in member.packets]
-    shutdown.packets = [(ts + 10_000, p) for ts, p in shutdown.packets]
-    admin.packets = [(ts + 20_000, p) for ts, p in admin.packets]
-    producer.packets = [(ts + 30_000, p) for ts, p in producer.packets]
-    return write_pcap(
-        path, sorted(stop.packets + shutdown.packets + admin.packets + producer.packets + member.packets)
-    )
+def built_connections() -> list[list[tuple[bytes, bytes]]]:
+    """The controller stops two replicas on broker 2 (StopReplica v0); broker 2 asks to shut down
+    (ControlledShutdown v1); an admin is throttled 250 ms (DescribeConfigs v1) then 40 ms (v0, which
+    Kafka 4.0 refuses); a producer sends three Produce requests of two partitions each, throttled 0,
+    100 and 300 ms; a member's JoinGroup is refused while the coordinator loads
+    (COORDINATOR_LOAD_IN_PROGRESS: no part of a generation), then it joins generation 5 and syncs.
+    One list of (request, response) per connection."""
+    stop = [
+        (
+            request(5, 0, corr, i32(1) + i32(7) + i8(corr - 1) + i32(0), client_id="controller-1"),
+            response(corr, i16(0) + i32(0)),
+        )
+        for corr in (1, 2)
+    ]
+    shutdown = [(request(7, 1, 3, i32(2), client_id="broker-2"), response(3, i16(0) + i32(0)))]
+    admin = [
+        describe_configs(corr, throttle, version) for corr, throttle, version in ((4, 250, 1), (5, 40, 0))
+    ]
+    producer = [produce_v8_two_partitions(corr, throttle) for corr, throttle in ((6, 0), (7, 100), (8, 300))]
+    member = [join_group_v1(9, 14, 0), join_group_v1(10, 0, 5), sync_group_v0(11, 5)]
+    return [stop, shutdown, admin, producer, member]
+
+
+def received(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        assert chunk, "the peer closed early"
+        data += chunk
+    return data
+
+
+def built_capture(path: Path, port: int) -> Path:
+    """:func:`built_connections` to a server on ``port`` over real loopback sockets, one connection
+    after the other, each request answered once it has arrived whole, captured by tcpdump."""
+    connections = built_connections()
+    with socket.create_server((LOOPBACK, port)) as listener:
+        listener.settimeout(TIMEOUT_S)
+
+        def serve() -> None:
+            for exchanges in connections:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.settimeout(TIMEOUT_S)
+                    for req, resp in exchanges:
+                        assert received(conn, len(req)) == req
+                        conn.sendall(resp)
+                    assert conn.recv(1) == b""  # the client closes first
+
+        with tcpdump_capture(path, port):
+            server = threading.Thread(target=serve, daemon=True)
+            server.start()
+            for exchanges in connections:
+                with socket.create_connection((LOOPBACK, port), timeout=TIMEOUT_S) as client:
+                    for req, resp in exchanges:
+                        client.sendall(req)
+                        assert received(client, len(resp)) == resp
+            server.join(TIMEOUT_S)
+            assert not server.is_alive()
+    return path
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     stage = tmp_path_factory.mktemp("built")
-    built = [built_capture(stage / f"built-{n}.pcap") for n in ("a", "b")]
+    # One broker port for both: the same receiver, whose requests the report adds up over captures.
+    port = free_port()
+    built = [built_capture(stage / f"built-{n}.pcap", port) for n in ("a", "b")]
     out = tmp_path_factory.mktemp("tables")
     done = CliRunner().invoke(
         main, ["read", "-q", *map(str, [*CAPTURES, TWO_GROUPS, *built]), "--out", str(out), "--overwrite"]
@@ -457,14 +476,12 @@ def test_rebalances_run_from_the_first_join_to_the_last_sync_of_a_generation(
         "duration_ms",
     ]
     assert got(report, "rebalances", columns) == rows(want, columns)
-    # Built: the refused JoinGroup is no part of generation 5, which runs from the JoinGroup that
-    # joined it to its SyncGroup's response: 2 ms + 100 ms + 0.5 ms.
-    built = [
-        (r["generation"], r["members"], r["duration_ms"])
-        for r in report["rebalances"]
-        if r["group_id"] == "built-group"
-    ]
-    assert built == [(5, 1, 102.5), (5, 1, 102.5)]
+    # Built: the refused JoinGroup is no part of generation 5, which starts at the JoinGroup that
+    # joined it (one member; once in each of the two captures).
+    built = [r for r in report["rebalances"] if r["group_id"] == "built-group"]
+    assert [(r["generation"], r["members"]) for r in built] == [(5, 1), (5, 1)]
+    joins = tables["groups"][(tables["groups"].group_id == "built-group") & (tables["groups"].api_key == 11)]
+    assert [r["ts_start"] for r in built] == sorted(py(t) for t in joins[joins.error_code == 0].ts_request)
 
 
 def test_rebalance_members_wait_for_the_others_and_reach_their_sync(report: dict, tables: dict) -> None:
@@ -498,9 +515,9 @@ def test_upgrade_zookeeper_lists_each_sender_receiver_and_version(report: dict, 
     columns = [*keys, "requests", "first_seen", "last_seen", "removed_in"]
     assert got(report, "upgrade_zookeeper", columns) == rows(want.reset_index(), columns)
     # Built into each of the two captures: StopReplica twice, ControlledShutdown once.
-    assert [(r["api_name"], r["requests"]) for r in report["upgrade_zookeeper"]] == [
-        ("StopReplica", 4),
-        ("ControlledShutdown", 2),
+    assert [(r["client_id"], r["api_name"], r["requests"]) for r in report["upgrade_zookeeper"]] == [
+        ("broker-2", "ControlledShutdown", 2),
+        ("controller-1", "StopReplica", 4),
     ]
 
 

@@ -12,6 +12,7 @@ import re
 import resource
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -26,8 +27,25 @@ LOOPBACK = "127.0.0.1"
 BROKER_READY_TIMEOUT_S = 15.0
 TCPDUMP_READY_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
-CAPTURE_SETTLE_S = 0.3
+# Until tcpdump has written every packet the kernel handed it: bounded in time and in reports asked.
+DRAIN_TIMEOUT_S = 10.0
+DRAIN_REPORTS = 200
+POLL_S = 0.02  # the poll interval of the bounded waits below (never a wait of its own)
 _TCPDUMP_STATS = re.compile(r"(\d+) packets? (captured|received by filter|dropped by kernel)")
+_TCPDUMP_REPORT = re.compile(r"(\d+) packets? captured, (\d+) packets? received by filter")
+
+
+def wait_until(condition: Any, what: str, timeout_s: float = 10.0, poll_s: float = POLL_S) -> None:
+    """A bounded wait for ``condition()`` to be true (checked every ``poll_s``, at most ``timeout_s``);
+    an AssertionError naming ``what`` when it never is."""
+    deadline = time.monotonic() + timeout_s
+    for _ in range(int(timeout_s / poll_s) + 2):
+        if condition():
+            return
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(poll_s)
+    raise AssertionError(f"not within {timeout_s} s: {what}")
 
 
 def netns_prefix(netns: str | None) -> list[str]:
@@ -223,6 +241,7 @@ def tcpdump_capture(
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     stats = TcpdumpStats()
     listening = threading.Event()
+    reports: list[tuple[int, int]] = []  # (captured, received by filter) of each SIGUSR1 report
 
     def read_stderr() -> None:
         assert proc.stderr is not None
@@ -231,21 +250,56 @@ def tcpdump_capture(
             stats.stderr.append(line)
             if "listening on" in line:
                 listening.set()
+            report = _TCPDUMP_REPORT.search(line)
+            if report:
+                reports.append((int(report.group(1)), int(report.group(2))))
 
     reader = threading.Thread(target=read_stderr, daemon=True)
     reader.start()
+    copies, offset = (2 if interface == "lo" else 1), 0
     try:
         if not listening.wait(TCPDUMP_READY_TIMEOUT_S):
             raise RuntimeError(f"tcpdump did not start listening: {' | '.join(stats.stderr)}")
+        # The kernel's count starts with what reached the socket before its filter was set (libpcap
+        # discards those packets, but they stay counted): the first report, before any traffic of
+        # the block, gives that offset.
+        captured, received_ = _report(proc, reports)
+        offset = received_ - copies * captured
         yield stats
     finally:
-        # Without immediate mode libpcap hands packets over a ring-buffer block at a time, and packets
-        # still in an unfinished block when tcpdump stops are lost; the short settle lets the last ones
-        # (FINs of closing clients) arrive. SIGINT makes tcpdump flush, close the file and print stats.
-        time.sleep(CAPTURE_SETTLE_S)
+        # Packets the kernel has matched may still wait in the capture ring when the block ends (the
+        # FINs of clients that just closed): tcpdump is stopped once it has written all it was given.
+        if proc.poll() is None and listening.is_set():
+            _drain(proc, reports, copies, offset)
         stop_process(proc, signal.SIGINT)
         reader.join(timeout=STOP_TIMEOUT_S)
         _parse_tcpdump_stats(stats.stderr, stats)
+
+
+def _report(proc: subprocess.Popen[bytes], reports: list[tuple[int, int]]) -> tuple[int, int]:
+    """tcpdump's (captured, received by filter) now: asked by SIGUSR1, read from its stderr."""
+    asked = len(reports)
+    proc.send_signal(signal.SIGUSR1)
+    wait_until(lambda: len(reports) > asked or proc.poll() is not None, "tcpdump's packet report", 5.0)
+    return reports[-1] if len(reports) > asked else (0, 0)
+
+
+def _drain(proc: subprocess.Popen[bytes], reports: list[tuple[int, int]], copies: int, offset: int) -> None:
+    """Until tcpdump's report says it wrote every packet its filter received since it listened. On
+    `lo` the kernel hands each packet over twice (sent and received) and libpcap keeps one: ``copies``."""
+
+    def written_all() -> bool:
+        captured, received_ = _report(proc, reports)
+        return proc.poll() is not None or captured * copies >= received_ - offset
+
+    try:
+        wait_until(written_all, "tcpdump writing every packet its filter received", DRAIN_TIMEOUT_S)
+    except AssertionError as err:
+        # The capture is stopped all the same, and says so; each test's oracle reads the file it got.
+        print(
+            f"realparts: {err}; its last reports (captured, received): {reports[-3:]}, offset {offset}",
+            file=sys.stderr,
+        )
 
 
 def pcap_packet_count(path: str | os.PathLike[str]) -> int:
@@ -457,15 +511,16 @@ def ip_certificate(directory: Path) -> tuple[Path, Path]:
 
 
 def wait_for_listener(port: int, timeout_s: float = 20.0) -> None:
-    """Bounded wait until something accepts on 127.0.0.1:port; then a moment for the probe connection
-    to be over, so a capture started next never sees it."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    """Bounded wait until something accepts on 127.0.0.1:port. The probe is closed with a reset
+    (SO_LINGER 0), sent before close() returns: nothing of it is left in flight for a capture
+    started next to see, where an orderly close would still exchange FINs."""
+
+    def accepts() -> bool:
         with socket.socket() as probe:
-            if probe.connect_ex((LOOPBACK, port)) == 0:
-                break
-        time.sleep(0.05)
-    time.sleep(0.3)
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return probe.connect_ex((LOOPBACK, port)) == 0
+
+    wait_until(accepts, f"a listener on {LOOPBACK}:{port}", timeout_s, poll_s=0.05)
 
 
 # -- replaying a capture into a veth pair in a network namespace (live capture tests and bench) ------
@@ -502,7 +557,8 @@ def replay_namespace(tag: str) -> Iterator[ReplayNet]:
             capture_output=True,
             timeout=30,
         )
-        for iface in (net.send, net.capture):
+        # lo too: a capture's --metrics-port inside the namespace is read over it (capture_metric).
+        for iface in (net.send, net.capture, "lo"):
             subprocess.run([*run, "set", iface, "up"], check=True, capture_output=True, timeout=30)
         yield net
     finally:
@@ -604,6 +660,35 @@ def split_loopback(source: Path, target: Path, broker_port: int) -> int:
                 rewritten += 1
             writer.writepkt(frame, ts)
     return rewritten
+
+
+_METRICS_SCRIPT = (
+    "import sys, urllib.request\n"
+    "page = urllib.request.urlopen(f'http://127.0.0.1:{sys.argv[1]}/metrics', timeout=2).read().decode()\n"
+    "print(sum(float(l.split()[-1]) for l in page.splitlines() if l.split(' ')[0] == sys.argv[2]))\n"
+)
+
+
+def capture_metric(metrics_port: int, name: str, netns: str | None = None) -> float:
+    """A `kwsniff capture --metrics-port` series (0 while the server is not up or has no such
+    series), read inside ``netns`` when given. Names as exposed: ``kwsniff_packets_total``,
+    ``kwsniff_requests_total{api="LeaveGroup"}``."""
+    command = [*netns_prefix(netns), sys.executable, "-c", _METRICS_SCRIPT, str(metrics_port), name]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=10)
+    return float(done.stdout) if done.returncode == 0 and done.stdout.strip() else 0.0
+
+
+def wait_for_captured_packets(
+    metrics_port: int, packets: int, netns: str | None = None, timeout_s: float = 30.0
+) -> None:
+    """Bounded wait until `kwsniff capture` has decoded ``packets`` packets (its metrics say so): what
+    was sent before is then in its tables once it is stopped."""
+    wait_until(
+        lambda: capture_metric(metrics_port, "kwsniff_packets_total", netns) >= packets,
+        f"kwsniff capture decoding {packets} packets",
+        timeout_s,
+        poll_s=0.1,
+    )
 
 
 def start_kwsniff_capture(net: ReplayNet, args: Sequence[str], err_path: Path) -> subprocess.Popen[bytes]:

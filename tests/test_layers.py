@@ -35,7 +35,7 @@ LAYERS: list[set[str]] = [
     {"pipeline.live_worker"},  # a process of `capture --workers`, built on run_live
     {"pipeline.run_workers"},  # their coordinator
     {"spark"},  # the fleet pipeline (imports pyspark only when called)
-    {"report"},  # analytics over the tables and their plots
+    {"report"},  # the report's sections over the tables and their plots
     {"commands"},
     {"api"},  # the Python API (kwsniff.read, kwsniff.report), built on the commands' code and options
     {"cli"},

@@ -14,11 +14,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from tests.realparts import (
+    capture_metric,
     consume_with_confluent,
     create_topics,
+    free_port,
     produce_with_confluent,
     start_broker,
     stop_process,
+    wait_until,
 )
 
 READY_TIMEOUT_S = 15.0
@@ -32,12 +35,14 @@ def kwsniff(*args: str, **kw: object) -> subprocess.CompletedProcess[str]:
     )
 
 
-def start_capture(out: Path, port: int, pcap: Path, err_path: Path) -> subprocess.Popen[bytes]:
+def start_capture(
+    out: Path, port: int, pcap: Path, err_path: Path, metrics_port: int
+) -> subprocess.Popen[bytes]:
     err = open(err_path, "wb")  # noqa: SIM115 - the child owns it
     proc = subprocess.Popen(
         [sys.executable, "-m", "kwsniff", "capture", "lo", "--out", str(out), "--broker-port", str(port)]
         + ["--workers", "1"]
-        + ["--rotate-seconds", "2", "--write-pcap", str(pcap)],
+        + ["--rotate-seconds", "2", "--write-pcap", str(pcap), "--metrics-port", str(metrics_port)],
         stdout=subprocess.PIPE,
         stderr=err,
     )
@@ -51,6 +56,11 @@ def start_capture(out: Path, port: int, pcap: Path, err_path: Path) -> subproces
         time.sleep(0.05)
     stop_process(proc, signal.SIGKILL)
     raise AssertionError(f"capture not ready: {err_path.read_text()}")
+
+
+def committed(table: Path) -> bool:
+    """A table folder holds a committed file (not a temporary one, named with a leading dot)."""
+    return any(not p.name.startswith(".") for p in table.glob("*.parquet"))
 
 
 def rows(directory: Path, table: str) -> list[tuple]:
@@ -69,7 +79,8 @@ def test_capture_lo_counts_rotation_and_pcap(tmp_path: Path) -> None:
     with start_broker() as broker:
         topics = {f"live-{codec}": 1 for codec in CODECS}
         create_topics(broker.bootstrap, topics)
-        proc = start_capture(out, broker.port, pcap, err)
+        metrics_port = free_port()
+        proc = start_capture(out, broker.port, pcap, err, metrics_port)
         try:
             for codec in CODECS:
                 n = produce_with_confluent(
@@ -82,11 +93,16 @@ def test_capture_lo_counts_rotation_and_pcap(tmp_path: Path) -> None:
                     linger_ms=5,
                 )
                 acked[(f"live-{codec}", 0)] = n
-            time.sleep(2.5)  # past a rotation boundary with traffic on both sides
+            # Past a rotation boundary with traffic on both sides: the first period's files are in.
+            wait_until(lambda: committed(out / "requests"), "the first rotation's files", READY_TIMEOUT_S)
             seen, _ = consume_with_confluent(
                 broker.bootstrap, list(topics), "live-group", sum(acked.values()), timeout_s=30
             )
-            time.sleep(0.5)
+            # The consumer's last request (LeaveGroup, as it closes) decoded: all before it is too.
+            leave = 'kwsniff_requests_total{api="LeaveGroup"}'
+            wait_until(
+                lambda: capture_metric(metrics_port, leave) >= 1, "the LeaveGroup decoded", READY_TIMEOUT_S
+            )
         finally:
             proc.send_signal(signal.SIGINT)
             try:

@@ -9,7 +9,6 @@ import json
 import queue
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -38,11 +37,12 @@ from tests.realparts import (
     start_kwsniff_capture,
     stop_process,
     tcpreplay,
+    wait_for_captured_packets,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-REPLAY_PPS = 5000  # far below what one worker keeps up with: no drop may explain a difference
-SETTLE_S = 1.0  # for the last replayed packets to be read before the capture is stopped
+REPLAY_PPS = 5000
+METRICS_PORT = 9464  # the capture's --metrics-port, inside the test's own network namespace  # far below what one worker keeps up with: no drop may explain a difference
 # Columns that differ by nature between a replay and the file: the capture's name, times (the
 # replay's own pace) and conn_id (numbered per worker; rows are matched by their connection's
 # addresses instead).
@@ -97,11 +97,12 @@ def replay_with_two_workers(
     assert read.returncode == 0, read.stderr
     live = tmp_path / "live"
     args = ["--out", str(live), "-p", str(port), "--workers", "2", "--rotate-seconds", "0.5"]
+    args += ["--metrics-port", str(METRICS_PORT)]
     with replay_namespace("fanout") as net:
         proc = start_kwsniff_capture(net, args, tmp_path / "capture.err")
         try:
             sent = tcpreplay(net, replayed or pcap, pps=REPLAY_PPS, loop=loop, unique_ip=loop > 1)
-            time.sleep(SETTLE_S)
+            wait_for_captured_packets(METRICS_PORT, sent.packets, net.netns)
         finally:
             code = stop_process(proc, timeout_s=CAPTURE_STOP_TIMEOUT_S)  # type: ignore[arg-type]
     err = (tmp_path / "capture.err").read_text()

@@ -5,6 +5,7 @@ a pipe as it fills."""
 from __future__ import annotations
 
 import datetime
+import fcntl
 import gc
 import os
 import queue
@@ -12,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import termios
 import threading
 import time
 import urllib.request
@@ -34,7 +36,7 @@ from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.view.metrics import Metrics
 from kwsniff.view.screen import api_lines, log_line
 from kwsniff.view.stats import LiveStats, StatsSink
-from tests.realparts import free_port, stop_process
+from tests.realparts import free_port, stop_process, wait_until
 
 CAPTURES = Path(__file__).parent / "data" / "captures"
 SAMPLE = CAPTURES / "kafka_python.pcap"
@@ -259,10 +261,16 @@ def test_read_stdin_yields_packets_before_end_of_stream(tmp_path: Path) -> None:
     thread.start()
     try:
         os.write(w, data[:cut])
-        deadline = time.monotonic() + 10
-        while len(got) < half and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(0.1)
+        # Until the reader has taken every byte written and waits in the kernel for more: whatever
+        # it decodes from what it was given is then decoded.
+        assert thread.native_id is not None
+        wchan = Path(f"/proc/self/task/{thread.native_id}/wchan")
+
+        def waiting_for_more() -> bool:
+            unread = int.from_bytes(fcntl.ioctl(w, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
+            return unread == 0 and "pipe_read" in wchan.read_text()
+
+        wait_until(waiting_for_more, "the reader waiting for more of the stream")
         assert len(got) == half  # the first half decoded while the stream is still open
         os.write(w, data[cut:])
     finally:

@@ -10,7 +10,6 @@ worker, and the pairs give both workers a share."""
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -34,11 +33,12 @@ from tests.realparts import (
     start_kwsniff_capture,
     stop_process,
     tcpreplay,
+    wait_for_captured_packets,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLAY_PPS = 2000
-SETTLE_S = 1.0  # for the last replayed packets to be read before the capture is stopped
+METRICS_PORT = 9464  # the capture's --metrics-port, inside the test's own network namespace
 # Three VTEP pairs (client node, broker node, 802.1Q-tagged), and the member of a 2-worker group the
 # steering program's sum of their addresses sends each to. The tagged IPv4 pair and the IPv6 pair
 # share member 1: were the tag not removed, or the IPv6 addresses not read, theirs would go to
@@ -97,10 +97,11 @@ def test_two_workers_on_a_mirror_target_decode_vxlan_like_the_plain_capture(tmp_
     vxlan = tw.write(tmp_path / "vxlan.pcap", tw.wrapped(inner, two_node_pairs))
     out = tmp_path / "live"
     with replay_namespace("tun") as net:
-        proc = start_kwsniff_capture(net, ["--out", str(out), "--workers", "2"], tmp_path / "capture.err")
+        args = ["--out", str(out), "--workers", "2", "--metrics-port", str(METRICS_PORT)]
+        proc = start_kwsniff_capture(net, args, tmp_path / "capture.err")
         try:
             sent = tcpreplay(net, vxlan, pps=REPLAY_PPS)
-            time.sleep(SETTLE_S)
+            wait_for_captured_packets(METRICS_PORT, sent.packets, net.netns)
         finally:
             code = stop_process(proc, timeout_s=CAPTURE_STOP_TIMEOUT_S)  # type: ignore[arg-type]
     assert code == 0, (tmp_path / "capture.err").read_text()

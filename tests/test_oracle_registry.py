@@ -9,6 +9,12 @@ that kwsniff wrote; they never count here.
 ORACLE_CHECKED names, for each column, one such test (file::function). A new column fails
 test_every_column_has_an_independent_check until its line is added. tools/mutate_columns.py checks
 the other way round: that a wrong value in each column makes a non-snapshot test fail.
+
+SECTION_CHECKED does the same for the report's sections: the test that holds each section's answer
+against pandas written from docs/report.md (tests/test_report_oracles.py), the real clients' record
+(tests/test_report_live.py) or values built into its input; never DuckDB against Spark or summaries
+against rows (the same SQL twice). tools/mutate_report.py checks that a wrong query in each section
+makes one of them fail.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from kwsniff.report.sections import SECTIONS
 from kwsniff.tables.schemas import SCHEMAS
 
 TESTS = Path(__file__).parent
@@ -322,6 +329,51 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "ended": CAPTURES_ROWS,
     },
 }
+
+
+RO = "test_report_oracles.py::"
+RS = "test_report_sections.py::"
+LIVE = "test_report_live.py::"
+SHARE_STORY = RS + "test_share_group_redelivery_release_reject_rates_and_lock_timeouts"
+SECTION_CHECKED: dict[str, str] = {
+    "inventory": RS + "test_inventory_names_each_quickstart_client_with_its_role_topic_and_group",
+    # lag, stopped, member_lag: the clients' own acknowledgement and commit times (their definitions
+    # are being changed apart: these lines move with them).
+    "lag": LIVE + "test_lag_in_seconds_matches_what_the_clients_saw",
+    "stopped": LIVE + "test_a_killed_consumer_shows_as_stopped_with_growing_lag",
+    "member_lag": LIVE + "test_member_lag_names_each_member_and_its_last_fetch_against_the_producers_acks",
+    "rebalances": RO + "test_rebalances_run_from_the_first_join_to_the_last_sync_of_a_generation",
+    "rebalance_members": RO + "test_rebalance_members_wait_for_the_others_and_reach_their_sync",
+    "reconciliation": RS + "test_kip848_reconciliation_and_time_without_assignment",
+    "storms": RS + "test_a_group_rebalancing_more_than_three_times_a_minute_is_a_storm",
+    "share_groups": SHARE_STORY,
+    "share_deliveries": SHARE_STORY,
+    "latency": RO + "test_latency_is_per_api_version_and_client_without_long_polls",
+    "long_polls": RO + "test_long_polls_are_judged_against_their_own_wait",
+    "produce_latency": RO + "test_produce_latency_is_one_count_and_one_latency_per_request_and_topic",
+    "produce_to_consume": RO
+    + "test_produce_to_consume_is_each_batch_to_the_first_fetch_response_carrying_it",
+    "errors": RO + "test_errors_by_code_api_topic_and_client_with_their_kind_and_rate",
+    "throttled": RO + "test_throttled_clients_how_often_in_total_and_at_most",
+    "throughput": RO + "test_throughput_is_the_records_and_bytes_produced_per_topic_and_minute",
+    "churn": RO + "test_churn_counts_connections_opened_closed_and_short_lived_per_minute",
+    "upgrade": RO + "test_upgrade_lists_each_client_and_version_a_release_refuses",
+    "upgrade_zookeeper": RO + "test_upgrade_zookeeper_lists_each_sender_receiver_and_version",
+}
+
+
+def test_every_report_section_has_an_independent_check_that_reads_it() -> None:
+    assert sorted(SECTION_CHECKED) == sorted(s.name for s in SECTIONS)
+    wrong = []
+    for section, test in SECTION_CHECKED.items():
+        file, _, name = test.partition("::")
+        tree = ast.parse((TESTS / file).read_text())
+        found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+        # The test names the section it checks (reads its rows by name).
+        strings = {c.value for f in found for c in ast.walk(f) if isinstance(c, ast.Constant)}
+        if file in SNAPSHOTS or not name.startswith("test_") or not found or section not in strings:
+            wrong.append((section, test))
+    assert wrong == []
 
 
 def test_every_column_has_an_independent_check() -> None:

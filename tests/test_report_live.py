@@ -183,19 +183,31 @@ def test_inventory_is_the_clients_this_test_started(traffic: dict) -> None:
     assert by_client["lag-stopped"]["records"] >= KILL_AFTER
 
 
-def expected_max_lag(acks: dict[int, float], commits: list[tuple[float, int]]) -> float:
-    """The group's worst lag in seconds from the clients' own clocks: at each acknowledgement and
-    commit, now minus the acknowledgement time of the first offset not yet committed."""
+# How far the clients' clocks may read from the capture's: a commit's time is read just before the
+# commit is sent, an acknowledgement's in the delivery callback after the response came; both make
+# the clients' lag a little smaller than the wire's, by milliseconds unless the machine is loaded.
+CLOCK_SKEW_S = 0.1
+
+
+def lag_bounds(acks: dict[int, float], commits: list[tuple[float, int]]) -> tuple[float, float]:
+    """The group's worst lag in seconds from the clients' own clocks, as the report may find it.
+    Lag at t is t minus the acknowledgement time of the first offset not yet committed: it grows
+    with t between events and drops at a commit. The report samples it at commits and at every
+    watermark it sees, Fetch responses included (which come at any moment between two commits):
+    its worst is at least the worst at the acknowledgements and commits (low) and at most the worst
+    just before each commit or acknowledgement, where each rise ends (high)."""
     events = sorted([(t, "ack", o) for o, t in acks.items()] + [(t, "commit", c) for t, c in commits])
-    committed, hwm, worst = None, 0, 0.0
+    committed, hwm, low, high = None, 0, 0.0, 0.0
     for t, kind, value in events:
+        if committed is not None and committed < hwm:
+            high = max(high, t - acks[committed])  # the rise up to this event, before it applies
         if kind == "ack":
             hwm = max(hwm, value + 1)
         else:
             committed = value
         if committed is not None and committed < hwm:
-            worst = max(worst, t - acks[committed])
-    return worst
+            low = max(low, t - acks[committed])
+    return low, max(high, low)
 
 
 def test_lag_in_seconds_matches_what_the_clients_saw(traffic: dict) -> None:
@@ -203,7 +215,8 @@ def test_lag_in_seconds_matches_what_the_clients_saw(traffic: dict) -> None:
     worst = max(r["lag_seconds"] for r in lag)
     # The slow consumer (0.25 s a record against one produced every 0.1 s) falls seconds behind.
     assert worst > 2.0
-    assert abs(worst - expected_max_lag(traffic["acks"], traffic["active"])) < 0.25
+    low, high = lag_bounds(traffic["acks"], traffic["active"])
+    assert low - CLOCK_SKEW_S < worst < high + CLOCK_SKEW_S, (low, worst, high)
     assert {r["lag_source"] for r in lag} <= {"produce_ack", "caught_up"}
 
 

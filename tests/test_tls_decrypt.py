@@ -8,14 +8,17 @@ twice, independently: by kwsniff's TlsStream fed from dpkt's view of each direct
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pickle
 import select
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from functools import partial
@@ -24,7 +27,18 @@ from typing import IO
 
 import dpkt
 import pytest
-from realparts import LOOPBACK, free_port, ip_certificate, stop_process, tcpdump_capture, wait_for_listener
+from realparts import (
+    LOOPBACK,
+    free_port,
+    free_ports,
+    ip_certificate,
+    pcap_packet_count,
+    stop_process,
+    tcpdump_capture,
+    wait_for_captured_packets,
+    wait_for_listener,
+    wait_until,
+)
 
 from kwsniff.pipeline.connection import accounting_difference
 from kwsniff.pipeline.keylogs import KeyLogFollower, load_keylog
@@ -255,7 +269,20 @@ def test_hello_retry_request_and_a_resumed_session_decrypt_as_tshark_does(
                 assert client.stdin is not None
                 client.stdin.write(line)
                 client.stdin.flush()
-                time.sleep(1.0)
+                # The line has crossed, and the first client holds the session its ticket gave (it
+                # writes -sess_out when the ticket comes): only then may it close.
+                assert server.stdout is not None
+                printed(server.stdout, line)
+                if sess == "-sess_out":
+                    wait_until(
+                        lambda: (
+                            b"END SSL SESSION PARAMETERS" in session.read_bytes()
+                            if session.exists()
+                            else False
+                        ),
+                        "s_client writing its session",
+                        TIMEOUT_S,
+                    )
                 out, _ = client.communicate(timeout=TIMEOUT_S)  # end of input: s_client closes
                 reused.append(b"Reused, TLSv1.3" in out)
     finally:
@@ -324,8 +351,10 @@ def echo_over_tls(
                 step = piece or len(payload)
                 for i in range(0, len(payload), step):
                     tls.sendall(payload[i : i + step])
-                    if piece:
-                        time.sleep(0.002)
+                    if piece:  # its own segment: the next write waits until this one is acknowledged
+                        wait_until(
+                            lambda: unacknowledged(tls) == 0, "the piece acknowledged", TIMEOUT_S, 0.001
+                        )
                 echoed = b""
                 while len(echoed) < len(payload):
                     echoed += tls.recv(65536)
@@ -333,6 +362,11 @@ def echo_over_tls(
         listener.close()
     assert echoed == payload
     return pcap, port
+
+
+def unacknowledged(sock: socket.socket) -> int:
+    """Bytes in the socket's send queue, not yet acknowledged by the peer (SIOCOUTQ)."""
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
 
 
 def read_connection(pcap: Path, port: int, keylog: KeyLog | None) -> dict:
@@ -491,13 +525,13 @@ def test_live_capture_decrypts_connections_whose_keys_are_appended_later(
 ) -> None:
     keylog = tmp_path / "keys.log"
     keylog.write_text("")  # empty when the capture starts; the server appends as it handshakes
-    port = free_port()
+    port, metrics_port = free_ports(2)
     out = tmp_path / "tables"
     err_path = tmp_path / "capture.err"
     with err_path.open("wb") as err:
         capture = subprocess.Popen(
             [sys.executable, "-m", "kwsniff", "capture", "lo", "--out", str(out), "-p", str(port)]
-            + ["--keylog", str(keylog)],
+            + ["--keylog", str(keylog), "--metrics-port", str(metrics_port)],
             stdout=subprocess.DEVNULL,
             stderr=err,
         )
@@ -506,8 +540,9 @@ def test_live_capture_decrypts_connections_whose_keys_are_appended_later(
         while b"capturing on lo" not in err_path.read_bytes() and time.monotonic() < deadline:
             assert capture.poll() is None, err_path.read_text()
             time.sleep(0.05)
-        echo_over_tls(tmp_path, certificate, PAYLOAD, keylog, port=port)
-        time.sleep(0.5)
+        pcap, _ = echo_over_tls(tmp_path, certificate, PAYLOAD, keylog, port=port)
+        # Stopped once it has decoded every packet tcpdump saw of the conversation.
+        wait_for_captured_packets(metrics_port, pcap_packet_count(pcap), timeout_s=TIMEOUT_S)
     finally:
         capture.send_signal(signal.SIGINT)
         try:

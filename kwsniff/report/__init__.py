@@ -1,4 +1,4 @@
-"""The report side: analytics over the Parquet tables, and the plots drawn from them.
+"""The report side: the report's sections (SQL over the Parquet tables, on DuckDB or Spark) and their plots.
 
 ``kwsniff.report`` is also the Python API's report function (kwsniff.api.reporting.report,
 docs/python-api.md). Importing this package makes the package root's attribute ``report`` this

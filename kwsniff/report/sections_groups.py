@@ -5,14 +5,14 @@ from __future__ import annotations
 from kwsniff.report.sql import bucket, millis, pct
 
 # Classic generations: from the first JoinGroup request of a generation (a member's
-# MEMBER_ID_REQUIRED attempt, KIP-394, counts for the generation it then joins) to the last
-# SyncGroup response of that generation.
+# MEMBER_ID_REQUIRED attempt, KIP-394, counts for the generation it then joins; a JoinGroup failing
+# otherwise joins nothing and is in `errors`) to the last SyncGroup response of that generation.
 _CLASSIC_JOINS = """
 SELECT capture, group_id, member_id, ts_request, ts_response, error_code, protocol_name,
        FIRST_VALUE(CASE WHEN error_code = 0 THEN generation_id END IGNORE NULLS) OVER (
          PARTITION BY capture, group_id, member_id ORDER BY ts_request
          ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS generation
-FROM groups WHERE api_key = 11
+FROM groups WHERE api_key = 11 AND error_code IN (0, 79)
 """
 
 REBALANCES = f"""

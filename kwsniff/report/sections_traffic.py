@@ -75,16 +75,17 @@ GROUP BY api_name, api_version, client_id
 ORDER BY api_name, api_version, client_id
 """
 
+# One Produce request per topic is one count and one latency, however many partitions of the topic
+# it carries (each partition is a row of `partition_exchanges`, every one with the request's latency).
+_PRODUCE_PER_TOPIC = """
+SELECT topic, MAX(latency_ms) AS latency_ms, SUM(record_count) AS record_count
+FROM partition_exchanges WHERE api_key = 0
+GROUP BY capture, conn_id, correlation_id, topic"""
+
 PRODUCE_LATENCY = f"""
 SELECT topic, COUNT(*) AS requests, SUM(record_count) AS records,
        {pct(0.5, "latency_ms")} AS p50_ms, {pct(0.99, "latency_ms")} AS p99_ms, MAX(latency_ms) AS max_ms
-FROM ({
-    ranked(
-        "SELECT topic, latency_ms, record_count FROM partition_exchanges WHERE api_key = 0",
-        "topic",
-        "latency_ms",
-    )
-}) AS t
+FROM ({ranked(_PRODUCE_PER_TOPIC, "topic", "latency_ms")}) AS t
 GROUP BY topic ORDER BY topic
 """
 
@@ -152,7 +153,9 @@ ORDER BY kind DESC, errors DESC, error_name, api_name, topic, client_id
 # The wait a long poll may take: a Fetch's or ShareFetch's max_wait_ms and JoinGroup's rebalance
 # timeout, both from the request. Tables written before `requests.max_wait_ms` existed have it null:
 # then the wait is guessed from the polls that came back empty, which waited it out (their median
-# latency), and `wait_source` says `empty polls (guess)`.
+# latency), and `wait_source` says `empty polls (guess)`. One row per API, client and wait: a client
+# polling with two waits (a consumer's max_wait_ms changed, two consumers under one client id) has
+# each judged against its own.
 LONG_POLLS = f"""
 WITH polls AS (
   SELECT r.api_name, r.client_id, r.latency_ms, r.record_count, r.max_wait_ms,
@@ -177,11 +180,12 @@ judged AS (
   FROM polls p LEFT JOIN empty_wait w ON w.api_name = p.api_name AND w.client_id IS NOT DISTINCT FROM p.client_id
 )
 SELECT api_name, client_id, COUNT(*) AS polls, SUM(CASE WHEN record_count = 0 THEN 1 ELSE 0 END) AS empty,
-       MAX(wait_ms) AS wait_ms, MAX(wait_source) AS wait_source,
+       wait_ms, wait_source,
        {pct(0.5, "latency_ms")} AS p50_ms, MAX(latency_ms) AS max_ms,
        SUM(CASE WHEN latency_ms > wait_ms * 1.1 + 100 THEN 1 ELSE 0 END) AS over_wait
 FROM ({ranked("SELECT * FROM judged", "api_name, client_id", "latency_ms")}) AS t
-GROUP BY api_name, client_id ORDER BY api_name, client_id
+GROUP BY api_name, client_id, wait_ms, wait_source
+ORDER BY api_name, client_id NULLS LAST, wait_ms NULLS LAST, wait_source NULLS LAST
 """
 
 CHURN = f"""

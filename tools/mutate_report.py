@@ -1,0 +1,164 @@
+"""Mutation check of the report: does a wrong query in any section make an independent test fail?
+
+    python tools/mutate_report.py                          # every mutation below
+    python tools/mutate_report.py throughput errors        # the mutations of these sections
+    python tools/mutate_report.py --report tools/report-mutation-report.md
+
+Each mutation replaces one piece of one section's SQL (kwsniff/report/sections_*.py, upgrade.py) by a
+plausible mistake: SUM(record_count) -> COUNT(*), a MIN for a MAX, a code on the wrong API. It is made
+in a copy of the kwsniff package (the source tree is never touched), which the tests then import:
+pytest runs with that copy's folder as its working directory (first on sys.path), and the CLI
+processes the tests start get it through PYTHONPATH. The mutation must change the SQL (a mutation
+whose text is not found exactly once fails the run).
+
+Only tests that compare the report with something else may catch a mutation: the pandas oracles of
+tests/test_report_oracles.py, the real clients' record (tests/test_report_live.py), and the values built
+into the inputs of tests/test_report_sections.py (named in INDEPENDENT). DuckDB against Spark, and
+summaries against rows, run the same SQL and are left out: they would pass with any mutation. A run
+without mutation goes first: a test failing there would catch everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ORACLES = "tests/test_report_oracles.py"
+SECTIONS_TESTS = "tests/test_report_sections.py"
+# The tests of test_report_sections.py that check values built into its inputs, not one engine
+# against the other.
+INDEPENDENT = [
+    f"{SECTIONS_TESTS}::test_kip848_reconciliation_and_time_without_assignment",
+    f"{SECTIONS_TESTS}::test_a_group_rebalancing_more_than_three_times_a_minute_is_a_storm",
+    f"{SECTIONS_TESTS}::test_share_group_redelivery_release_reject_rates_and_lock_timeouts",
+    f"{SECTIONS_TESTS}::test_inventory_names_each_quickstart_client_with_its_role_topic_and_group",
+    f"{SECTIONS_TESTS}::test_member_id_required_on_a_first_join_is_expected_not_a_failure",
+    f"{SECTIONS_TESTS}::test_long_polls_judge_each_fetch_against_the_max_wait_ms_it_sent",
+]
+LIVE = "tests/test_report_live.py"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    section: str
+    file: str  # under kwsniff/report/
+    old: str
+    new: str
+    tests: tuple[str, ...] = (ORACLES, *INDEPENDENT)
+
+    @property
+    def label(self) -> str:
+        return f"`{_squash(self.old)}` -> `{_squash(self.new)}`"
+
+
+def _squash(sql: str) -> str:
+    return re.sub(r"\s+", " ", sql).strip()
+
+
+T, G, U, L = "sections_traffic.py", "sections_groups.py", "upgrade.py", "sections_lag.py"
+MUTATIONS = [
+    Mutation("throughput", T, "SUM(record_count) AS records,\n       SUM(record_bytes)", "COUNT(*) AS records,\n       SUM(record_bytes)"),
+    Mutation("churn", T, "< 1000 THEN 1", "< 10 THEN 1"),
+    Mutation("latency", T, "FROM requests WHERE api_key NOT IN ({LONG_POLL_APIS})", "FROM requests WHERE api_key NOT IN (1, 78)"),
+    Mutation("throttled", T, "MAX(throttle_time_ms) AS throttle_ms_max", "MIN(throttle_time_ms) AS throttle_ms_max"),
+    Mutation("produce_latency", T, "GROUP BY capture, conn_id, correlation_id, topic", "GROUP BY capture, conn_id, correlation_id, topic, partition"),
+    Mutation("produce_to_consume", T, "MIN(pr.ts_request) AS ts_produce", "MIN(pr.ts_ack) AS ts_produce"),
+    Mutation("produce_to_consume", T, "MIN(f.ts_response) AS ts_consume", "MAX(f.ts_response) AS ts_consume"),
+    Mutation("errors", T, "(e.error_code = 79 AND e.api_key = 11)", "(e.error_code = 79 AND e.api_key = 12)"),
+    Mutation("errors", T, "COUNT(DISTINCT e.partition) AS partitions", "COUNT(e.partition) AS partitions"),
+    Mutation("long_polls", T, "SUM(CASE WHEN record_count = 0 THEN 1 ELSE 0 END) AS empty", "SUM(CASE WHEN record_count >= 0 THEN 1 ELSE 0 END) AS empty"),
+    Mutation("long_polls", T, "latency_ms > wait_ms * 1.1 + 100", "latency_ms > wait_ms * 1.1 - 100"),
+    Mutation("inventory", T, "COALESCE(SUM(r.record_count), 0) AS records", "COALESCE(SUM(r.requests), 0) AS records"),
+    Mutation("rebalances", G, "MIN(ts_request) AS ts_start", "MAX(ts_request) AS ts_start"),
+    Mutation("rebalances", G, "FROM groups WHERE api_key = 11 AND error_code IN (0, 79)", "FROM groups WHERE api_key = 11"),
+    Mutation("rebalance_members", G, "MIN(ts_request) AS ts_join", "MAX(ts_request) AS ts_join"),
+    Mutation("reconciliation", G, "AND o.owned_partitions = a.assignment AND o.ts_request", "AND o.ts_request"),
+    Mutation("storms", G, "HAVING COUNT(*) > {STORM_REBALANCES}", "HAVING COUNT(*) > {STORM_REBALANCES} + 2"),
+    Mutation("share_groups", G, "SUM(redelivered_records) AS redelivered", "SUM(acquired_records) AS redelivered"),
+    Mutation("share_deliveries", G, "COUNT(acquired_first_offset) AS acquisitions", "COUNT(*) AS acquisitions"),
+    Mutation("upgrade", U, "    sum(requests) AS requests,\n", "    count(*) AS requests,\n"),
+    Mutation("upgrade_zookeeper", U, "sum(requests) AS requests, min(first_seen)", "count(*) AS requests, min(first_seen)"),
+    # lag, stopped, member_lag: the real clients' record (slow: real clients against tansu).
+    Mutation("lag", L, "MAX({_lag_seconds(\"e.ts\")}) AS lag_seconds", "MIN({_lag_seconds(\"e.ts\")}) AS lag_seconds", (LIVE,)),
+    Mutation("stopped", L, "THEN 'stopped' ELSE 'active' END", "THEN 'active' ELSE 'stopped' END", (LIVE,)),
+    Mutation("member_lag", L, "f.fetch_offset AS position", "f.fetch_offset + 1 AS position", (LIVE,)),
+]  # fmt: skip
+
+
+def staged(mutation: Mutation | None, into: Path) -> Path:
+    """A copy of the kwsniff package under ``into`` with ``mutation`` made (compiled modules too)."""
+    if into.exists():
+        shutil.rmtree(into)
+    shutil.copytree(REPO / "kwsniff", into / "kwsniff", ignore=shutil.ignore_patterns("__pycache__"))
+    if mutation is not None:
+        path = into / "kwsniff/report" / mutation.file
+        text = path.read_text()
+        if text.count(mutation.old) != 1:
+            found = text.count(mutation.old)
+            raise SystemExit(
+                f"mutate_report: {mutation.section}: {mutation.old!r} is {found} times in {mutation.file}"
+            )
+        path.write_text(text.replace(mutation.old, mutation.new))
+    return into
+
+
+def run_tests(root: Path, tests: tuple[str, ...], budget_s: float) -> tuple[str | None, float]:
+    """The first failing test (node id) of ``tests`` run against the package under ``root``, or None."""
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    command = [
+        sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider",
+        "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"),
+        *(str(REPO / t) for t in tests),
+    ]  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=budget_s)
+    took = time.monotonic() - started
+    failed = re.search(r"^FAILED (\S+)", done.stdout, re.MULTILINE)
+    if failed:
+        return failed.group(1).split(str(REPO) + "/")[-1], took
+    if done.returncode not in (0, 5):
+        return f"(pytest exit {done.returncode}: {done.stdout[-300:]}{done.stderr[-300:]})", took
+    return None, took
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("sections", nargs="*", help="only the mutations of these sections")
+    parser.add_argument("--report", type=Path, help="write the table of results as Markdown here")
+    parser.add_argument("--budget", type=float, default=900.0, help="seconds per pytest run")
+    args = parser.parse_args()
+    chosen = [m for m in MUTATIONS if not args.sections or m.section in args.sections]
+    with tempfile.TemporaryDirectory(prefix="mutate-report-") as tmp:
+        root = Path(tmp) / "pkg"
+        tests = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
+        caught, took = run_tests(staged(None, root), tests, args.budget)
+        print(f"no mutation: {caught or 'all pass'} ({took:.0f} s)", flush=True)
+        if caught:
+            print("mutate_report: a test fails without any mutation; fix it first", file=sys.stderr)
+            return 1
+        lines = ["| section | mutation | caught by |", "|---|---|---|"]
+        missed = 0
+        for m in chosen:
+            caught, took = run_tests(staged(m, root), m.tests, args.budget)
+            missed += caught is None
+            print(f"{m.section}: {m.label}: {caught or 'NOT CAUGHT'} ({took:.0f} s)", flush=True)
+            lines.append(f"| `{m.section}` | {m.label} | {caught or '**not caught**'} |")
+    if args.report:
+        verdict = "every mutation caught" if not missed else f"{missed} not caught"
+        title = f"# `python3 tools/mutate_report.py`: its last run ({verdict})\n\n"
+        args.report.write_text(title + "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -89,7 +89,7 @@ MUTATIONS = [
     Mutation("upgrade_zookeeper", U, "sum(requests) AS requests, min(first_seen)", "count(*) AS requests, min(first_seen)"),
     # lag, stopped, member_lag: the real clients' record (slow: real clients against tansu).
     Mutation("lag", L, "MAX({_lag_seconds(\"e.ts\")}) AS lag_seconds", "MIN({_lag_seconds(\"e.ts\")}) AS lag_seconds", (LIVE,)),
-    Mutation("stopped", L, "THEN 'stopped' ELSE 'active' END", "THEN 'active' ELSE 'stopped' END", (LIVE,)),
+    Mutation("stopped", L, "WHEN {silent} * 1000 > session_timeout_ms THEN 'stopped'", "WHEN {silent} * 1000 < session_timeout_ms THEN 'stopped'", (LIVE,)),
     Mutation("member_lag", L, "f.fetch_offset AS position", "f.fetch_offset + 1 AS position", (LIVE,)),
 ]  # fmt: skip
 

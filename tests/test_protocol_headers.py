@@ -128,9 +128,9 @@ def test_error_codes_names_and_retriability() -> None:
     assert (error_retriable(6), error_retriable(0), error_retriable(1234)) == (True, False, False)
 
 
-# sha256 of ../shared/kafka-error-codes.csv (Kafka 4.4's error table, codes -1..136) on 2026-11-28, when
+# sha256 of the shared kafka-error-codes.csv (Kafka 4.4's error table, codes -1..136) on 2026-11-28, when
 # the project's copy was last taken from it: the repository stays self-contained, so the test compares
-# with the digest of the shared file at the time of the change rather than reading ../shared.
+# with the digest of the shared file at the time of the change rather than reading the shared folder.
 SHARED_ERROR_CODES_SHA256 = "655535c0d8ad1678e18256462729282c6493b12484d542a3cb363e6a932a927d"
 
 

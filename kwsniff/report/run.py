@@ -50,7 +50,7 @@ def answer_arrow(
 
     out = {}
     for s in sections:
-        table = engine.arrow(_bind(s.sql, filters))
+        table = engine.arrow(_bind(s, filters))
         for column, value in wanted(filters).items():
             if column in table.column_names:
                 table = table.filter(pc.equal(table[column], value))

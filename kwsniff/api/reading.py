@@ -171,8 +171,9 @@ def _session(
     session = Session(name, sink, options)
     reader.on_secrets = session.add_secrets
     feed, ready = session.packet, sink.ready
-    for ts, linktype, data in reader.packets():
-        feed(ts, linktype, data)
+    last = -1  # the last packet's time: the `captures` row's `ended`, as run_capture keeps it
+    for last, linktype, data in reader.packets():
+        feed(last, linktype, data)
         if ready:
             yield from _taken(sink)
     stats = session.finish()
@@ -187,6 +188,7 @@ def _session(
         truncated=reader.truncated,
         warnings=list(reader.warnings),
         started_us=started_us,
+        ended_us=last,
     )
 
 

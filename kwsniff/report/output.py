@@ -8,6 +8,8 @@ import io
 import json
 from typing import Any
 
+from kwsniff.view.escape import csv_safe, visible
+
 Answers = dict[str, list[dict[str, Any]]]
 
 
@@ -18,7 +20,8 @@ def cell(value: Any) -> str:
         return f"{value:.3f}"
     if isinstance(value, dt.datetime):
         return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
-    return str(value)
+    # Strings from the wire reach a terminal: control characters as visible escapes.
+    return visible(str(value))
 
 
 def sort_rows(rows: list[dict[str, Any]], column: str | None) -> list[dict[str, Any]]:
@@ -58,7 +61,8 @@ def as_json(answers: Answers) -> str:
 
 def as_csv(answers: Answers) -> str:
     """Every section in one CSV stream: a `section` column first, then that section's columns (a
-    header line each time the section changes)."""
+    header line each time the section changes). A string that would start a formula in a
+    spreadsheet gets a leading `'` (kwsniff.view.escape.csv_safe)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     for name, rows in answers.items():
@@ -67,5 +71,5 @@ def as_csv(answers: Answers) -> str:
         columns = list(rows[0])
         writer.writerow(["section", *columns])
         for r in rows:
-            writer.writerow([name, *("" if r[c] is None else _jsonable(r[c]) for c in columns)])
+            writer.writerow([name, *("" if r[c] is None else csv_safe(_jsonable(r[c])) for c in columns)])
     return out.getvalue()

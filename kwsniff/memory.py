@@ -33,8 +33,8 @@ RECORD_COST = 1200
 # Bytes one buffered row of a table costs as a dict (a `partitions` row is about 2 KB).
 ROW_COST = 2048
 # Bytes one TLS secret costs besides its own bytes: its client random and label as dict keys, the
-# per-connection dict (measured with tracemalloc over 100k distinct client randoms: about 420 B).
-SECRET_COST = 448
+# per-connection dict (tracemalloc over 100k distinct client randoms: 444 B with a 48-byte secret).
+SECRET_COST = 400
 
 
 # One capture record (a pcap record, a pcapng block) may be at most this part of the limit, and never

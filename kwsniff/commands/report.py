@@ -200,7 +200,11 @@ def report(
     if fmt == "json":
         click.echo(output.as_json(shown))
     elif fmt == "csv":
-        click.echo(output.as_csv(shown), nl=False)
+        # Written as it is: click.echo would drop CSI sequences from cells when not on a terminal,
+        # and on one the cells show control characters as escapes, as the text report does.
+        stdout = click.get_text_stream("stdout")
+        stdout.write(output.as_csv(shown, terminal=stdout.isatty()))
+        stdout.flush()
     else:
         for s in sections:
             click.echo(output.text_table(s.title, shown[s.name], totals[s.name]))

@@ -84,10 +84,14 @@ def _schemas(con: Any, listed: list[str]) -> list[tuple[str, str, str | None]]:
     query = "SELECT file_name, name, type FROM parquet_schema({!r})"
     try:
         return con.execute(query.format(listed)).fetchall()
+    except duckdb.OutOfMemoryException:
+        raise  # the engine's budget, not a file: the report says so on its own
     except duckdb.Error:
         for path in listed:
             try:
                 con.execute(query.format([path])).fetchall()
+            except duckdb.OutOfMemoryException:
+                raise
             except duckdb.Error as exc:
                 reason = (
                     str(exc).splitlines()[0].removeprefix("IO Error: ").removeprefix("Invalid Input Error: ")

@@ -59,17 +59,22 @@ def as_json(answers: Answers) -> str:
     )
 
 
-def as_csv(answers: Answers) -> str:
+def as_csv(answers: Answers, terminal: bool = False) -> str:
     """Every section in one CSV stream: a `section` column first, then that section's columns (a
     header line each time the section changes). A string that would start a formula in a
-    spreadsheet gets a leading `'` (kwsniff.view.escape.csv_safe)."""
+    spreadsheet gets a leading `'` (kwsniff.view.escape.csv_safe); for a ``terminal``, control
+    characters are written as visible escapes, elsewhere cells keep what was sent."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    header = csv.writer(out, lineterminator="\n")
+    # Every string cell quoted (OWASP's advice, and a CR from the wire stays inside its cell); numbers
+    # bare, so a spreadsheet reads them, negative ones too, as numbers.
+    writer = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC)
     for name, rows in answers.items():
         if not rows:
             continue
         columns = list(rows[0])
-        writer.writerow(["section", *columns])
+        header.writerow(["section", *columns])
         for r in rows:
-            writer.writerow([name, *("" if r[c] is None else csv_safe(_jsonable(r[c])) for c in columns)])
+            cells = ("" if r[c] is None else csv_safe(_jsonable(r[c])) for c in columns)
+            writer.writerow([name, *(visible(v) if terminal and isinstance(v, str) else v for v in cells)])
     return out.getvalue()

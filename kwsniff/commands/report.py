@@ -202,9 +202,9 @@ def report(
     elif fmt == "csv":
         # Written as it is: click.echo would drop CSI sequences from cells when not on a terminal,
         # and on one the cells show control characters as escapes, as the text report does.
-        stdout = click.get_text_stream("stdout")
-        stdout.write(output.as_csv(shown, terminal=stdout.isatty()))
-        stdout.flush()
+        csv_out = sys.stdout
+        csv_out.write(output.as_csv(shown, terminal=csv_out.isatty()))
+        csv_out.flush()
     else:
         for s in sections:
             click.echo(output.text_table(s.title, shown[s.name], totals[s.name]))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import IO, Any
 
 import click
 
@@ -24,7 +25,37 @@ COMMANDS = {
 }
 
 
+class OneLineError(click.ClickException):
+    """A click error said the way kwsniff says every error: one `kwsniff: error:` line on stderr
+    (with the hint to `--help` for a usage error), and click's exit status (2 for usage)."""
+
+    def __init__(self, err: click.ClickException) -> None:
+        super().__init__(err.format_message())
+        self.exit_code = err.exit_code  # type: ignore[misc]  # click's ClassVar, per error here
+        self.hint = ""
+        if isinstance(err, click.UsageError):
+            path = err.ctx.command_path if err.ctx is not None else "kwsniff"
+            self.hint = f" (see '{path} --help')"
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(
+            f"kwsniff: error: {self.message.rstrip('.') if self.hint else self.message}{self.hint}", err=True
+        )
+
+
 class _LazyGroup(click.Group):
+    # Usage errors come up while the group's own arguments are read (make_context: an unknown
+    # command) and while a sub-command's are (invoke); both become one line.
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except OneLineError:
+            raise
+        except click.ClickException as err:
+            raise OneLineError(err) from None
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
@@ -37,11 +68,16 @@ class _LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> object:
         """The command, and the one rule for signals (kwsniff/commands/signals.py): a command that
-        Ctrl-C or SIGTERM stopped before it finished exits 130 or 143 (click's own would be 1)."""
+        Ctrl-C or SIGTERM stopped before it finished exits 130 or 143 (click's own would be 1); a usage
+        error in a sub-command's arguments is one line (OneLineError)."""
         from kwsniff.commands.signals import Interrupted, exit_status
 
         try:
             return super().invoke(ctx)
+        except OneLineError:
+            raise
+        except click.ClickException as err:
+            raise OneLineError(err) from None
         except (KeyboardInterrupt, Interrupted) as stopped:
             sys.exit(exit_status(stopped))
 

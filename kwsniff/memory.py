@@ -17,9 +17,11 @@ REASSEMBLY = 1  # out-of-order TCP segments, partial frames, bytes held while de
 RECORDS = 2  # `records` rows held for a Produce response (their offsets), and read per frame
 ROWS = 3  # rows buffered per table before a Parquet row group is written
 QUEUE = 4  # packets captured live and not yet decoded
-POOLS = ("flows", "reassembly", "records", "rows", "queue")
-# Shares of the limit, per pool. `read` leaves the queue's share unused: that eighth is headroom.
-SHARES = (0.25, 0.25, 0.25, 0.125, 0.125)
+SECRETS = 5  # TLS secrets from `--keylog` files and pcapng Decryption Secrets Blocks
+FRAGMENTS = 6  # IP fragments held for reassembly (`--fragment-memory` is at most this share)
+POOLS = ("flows", "reassembly", "records", "rows", "queue", "secrets", "fragments")
+# Shares of the limit, per pool. `read` leaves the queue's share unused: that sixteenth is headroom.
+SHARES = (0.25, 0.25, 0.25, 0.125, 0.0625, 0.03125, 0.03125)
 
 DEFAULT_MEMORY_LIMIT = 1024 * 1024 * 1024  # 1 GiB
 # Bytes one followed connection costs (Connection, two reassemblers, a Conversation, the flow
@@ -30,6 +32,21 @@ CONNECTION_COST = 5120
 RECORD_COST = 1200
 # Bytes one buffered row of a table costs as a dict (a `partitions` row is about 2 KB).
 ROW_COST = 2048
+# Bytes one TLS secret costs besides its own bytes: its client random and label as dict keys, the
+# per-connection dict (tracemalloc over 100k distinct client randoms: 444 B with a 48-byte secret).
+SECRET_COST = 400
+
+
+# One capture record (a pcap record, a pcapng block) may be at most this part of the limit, and never
+# less than what libpcap allows any link type (256 KiB): it is held whole while it is read, and
+# copied once or twice on the way. A larger one is skipped in pieces, never held (docs/memory.md).
+RECORD_SHARE = 1 / 16
+MIN_RECORD = 256 * 1024
+
+
+def record_limit(limit: int) -> int:
+    """The largest capture record read under a limit of ``limit`` bytes."""
+    return max(MIN_RECORD, int(limit * RECORD_SHARE))
 
 
 class MemoryBudget:

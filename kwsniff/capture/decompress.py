@@ -58,14 +58,20 @@ class DecompressingReader:
         self._new, self._errors = _decompressor_factory(kind)
         self._input = memoryview(b"")
         self._pos = 0
-        self._output = b""
+        # Decompressed bytes not yet handed on, as a view: a call that made 32 MiB hands them on a
+        # read at a time without copying the rest on every read.
+        self._output = memoryview(b"")
         self._frame: Any = None
         self._input_done = False
         self._error: Exception | None = None
 
     def read(self, size: int = -1) -> bytes:
         limit = size if size >= 0 else 1 << 62
-        parts = [self._output]
+        if len(self._output) >= limit:
+            out = bytes(self._output[:limit])
+            self._output = self._output[limit:]
+            return out
+        parts: list[bytes | memoryview] = [self._output]
         have = len(self._output)
         while have < limit and self._error is None:
             if self._pos >= len(self._input) and (self._input_done or not self._fill()):
@@ -90,11 +96,17 @@ class DecompressingReader:
                 self._input = memoryview(rest + bytes(self._input[self._pos :]))
                 self._pos = 0
                 self._frame = None
+        if have > limit:
+            # Only the last part reaches past the limit: keep its tail as a view, join the rest.
+            last = memoryview(parts[-1])
+            cut = len(last) - (have - limit)
+            parts[-1], self._output = last[:cut], last[cut:]
+        else:
+            self._output = memoryview(b"")
         out = b"".join(parts)
         if not out and self._error is not None:
             raise self._error
-        self._output = out[limit:]
-        return out[:limit]
+        return out
 
     def _skip_padding(self) -> bool:
         """xz stream padding (null bytes between streams); False when the input held nothing else."""

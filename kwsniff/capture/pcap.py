@@ -75,7 +75,8 @@ class PcapReader(CaptureReader):
         hdr = self._record.size
         divisor = self._fraction_divisor
         linktype = self.linktype
-        limit = self._limit
+        damaged = self._limit  # past the snaplen (or MAX_RECORD): the file is damaged
+        limit = min(damaged, self.max_record)  # past --memory-limit's share: skipped in pieces
         read = self._read
         buf = b""
         base = FILE_HEADER_SIZE  # stream offset of buf[0], for warnings
@@ -100,10 +101,22 @@ class PcapReader(CaptureReader):
                     count += 1
                     off = nxt
                 if off + hdr <= end and caplen > limit:
-                    self._stop(
-                        f"record at offset {base + off} claims {caplen} bytes (limit {limit}): file damaged"
-                    )
-                    return
+                    if caplen > damaged:
+                        self._stop(
+                            f"record at offset {base + off} claims {caplen} bytes (limit {damaged}): file damaged"
+                        )
+                        return
+                    # A record the snaplen allows but the budget does not: read past, never held.
+                    self._oversized(base + off, caplen)
+                    nxt = off + hdr + caplen
+                    if nxt <= end:
+                        off = nxt
+                        continue
+                    if not self._skip(nxt - end):
+                        self._stop(f"last record cut short at offset {base + off}")
+                        return
+                    base, buf, off = base + nxt, b"", 0
+                    continue
                 # A record cut by the end of the chunk is completed by a read of just its missing
                 # bytes, and the next chunk starts after it: the chunk itself is never copied again
                 # (prepending the cut record to the whole next chunk copied every byte once more).
@@ -122,3 +135,4 @@ class PcapReader(CaptureReader):
         finally:
             self.stats["records"] += count
             self._note_backwards(backwards)
+            self._note_oversized()

@@ -154,6 +154,18 @@ class PcapngReader(CaptureReader):
                         self._stop(f"block at offset {base + off} has impossible length {blen}: file damaged")
                         return
                     nxt = off + blen
+                    if blen > self.max_record:
+                        # A block --memory-limit does not let us hold (a packet or a Decryption
+                        # Secrets Block of megabytes): read past in pieces, counted.
+                        self._oversized(base + off, blen)
+                        if nxt <= end:
+                            off = nxt
+                            continue
+                        if not self._skip(nxt - end):
+                            self._stop(f"last block cut short at offset {base + off}")
+                            return
+                        base, buf, off, end = base + nxt, b"", 0, 0
+                        break
                     if nxt > end:
                         need = blen
                         break
@@ -238,6 +250,7 @@ class PcapngReader(CaptureReader):
         finally:
             self.stats["records"] += count
             self._note_backwards(backwards)
+            self._note_oversized()
             if out_of_range:
                 self.stats["ts_out_of_range"] = out_of_range
                 self._warn(

@@ -70,6 +70,9 @@ class CaptureReader:
         # packets that follow it are yielded.
         self.on_secrets: Callable[[bytes], None] | None = None
         self.compression: str | None = None  # gzip, zstd, lz4 or xz when the file is compressed
+        # The largest record (pcapng: block) held to be read; set from --memory-limit before
+        # packets() (kwsniff.memory.record_limit). A larger one is skipped in pieces and counted.
+        self.max_record = MAX_RECORD
         self._raw = raw
         self._data = data
         # Bytes already read from the (decompressed) stream while checking the file header.
@@ -124,6 +127,29 @@ class CaptureReader:
         if steps:
             self.stats["ts_backwards"] = self.stats.get("ts_backwards", 0) + steps
             self._warn(f"timestamps go backwards {steps} times (packets kept in capture order)")
+
+    def _skip(self, n: int) -> bool:
+        """Read past ``n`` bytes a piece at a time, never holding them; False if the file ends first."""
+        while n > 0:
+            got = self._read(min(n, CHUNK_SIZE))
+            if not got:
+                return False
+            n -= len(got)
+        return True
+
+    def _oversized(self, offset: int, size: int) -> None:
+        """A record larger than max_record was skipped: counted, and said (once, then the count)."""
+        self._count("oversized_records")
+        if self.stats["oversized_records"] == 1:
+            self._warn(
+                f"record at offset {offset} of {size} bytes skipped: larger than --memory-limit allows "
+                f"one record ({self.max_record} bytes)"
+            )
+
+    def _note_oversized(self) -> None:
+        n = self.stats.get("oversized_records", 0)
+        if n > 1:
+            self._warn(f"{n} records larger than --memory-limit allows one record skipped in all")
 
     def _count(self, stat: str) -> None:
         self.stats[stat] = self.stats.get(stat, 0) + 1

@@ -14,8 +14,8 @@ import click
 from kwsniff.commands import messages
 from kwsniff.commands.sizes import BYTE_SIZE
 from kwsniff.defaults import DEFAULT_BROKER_PORT
-from kwsniff.memory import DEFAULT_MEMORY_LIMIT
-from kwsniff.net import FRAGMENT_BYTES, GENEVE_PORTS, TUNNEL_KINDS, VXLAN_PORTS
+from kwsniff.memory import DEFAULT_MEMORY_LIMIT, FRAGMENTS, SECRETS, MemoryBudget
+from kwsniff.net import GENEVE_PORTS, TUNNEL_KINDS, VXLAN_PORTS
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.protocol import api_names
 
@@ -108,9 +108,11 @@ keylog_option = click.option(
     "--keylog",
     "keylog",
     multiple=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="NSS key log file (SSLKEYLOGFILE format) to decrypt TLS connections with; repeatable. "
-    "Keys in a pcapng Decryption Secrets Block are used without it. Its secrets never reach any output.",
+    # A pipe (`--keylog <(...)`) is welcome: load_keylog checks what the path is, not click.
+    type=click.Path(path_type=Path),
+    help="NSS key log file (SSLKEYLOGFILE format, or a pipe) to decrypt TLS connections with; "
+    "repeatable. Keys in a pcapng Decryption Secrets Block are used without it. Its secrets never "
+    "reach any output, and are held within the secrets share of --memory-limit.",
 )
 
 
@@ -121,8 +123,9 @@ def with_keylog(options: SessionOptions, paths: tuple[Path, ...], follow: bool =
         return options
     from kwsniff.pipeline.keylogs import KeyLogError, follow_keylog, load_keylog
 
+    cap = MemoryBudget(options.memory_limit).cap(SECRETS)
     try:
-        keys = follow_keylog(paths) if follow else load_keylog(paths)
+        keys = follow_keylog(paths, cap) if follow else load_keylog(paths, cap)
     except KeyLogError as exc:
         messages.error(str(exc))
         sys.exit(1)
@@ -153,7 +156,7 @@ def tunnel_settings(
     vxlan_port: tuple[int, ...],
     geneve_port: tuple[int, ...],
     tunnel_port: tuple[tuple[str, int], ...],
-    fragment_memory: int,
+    fragment_memory: int | None,
 ) -> dict[str, Any]:
     """The SessionOptions keywords of --vxlan-port, --geneve-port, --tunnel-port, --fragment-memory."""
     vxlan = set(vxlan_port) | {p for k, p in tunnel_port if k == "vxlan"}
@@ -161,7 +164,7 @@ def tunnel_settings(
     return {
         "vxlan_ports": frozenset(vxlan) if vxlan else VXLAN_PORTS,
         "geneve_ports": frozenset(geneve) if geneve else GENEVE_PORTS,
-        "fragment_bytes": fragment_memory,
+        "fragment_bytes": fragment_memory,  # None: the fragments' share of --memory-limit (decoding_options)
     }
 
 
@@ -175,7 +178,7 @@ def tunnel_options(command: Callable[..., Any]) -> Callable[..., Any]:
         vxlan_port: tuple[int, ...],
         geneve_port: tuple[int, ...],
         tunnel_port: tuple[tuple[str, int], ...],
-        fragment_memory: int,
+        fragment_memory: int | None,
         **kwargs: Any,
     ) -> Any:
         tunnels = tunnel_settings(vxlan_port, geneve_port, tunnel_port, fragment_memory)
@@ -199,9 +202,10 @@ def tunnel_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--fragment-memory",
         type=BYTE_SIZE,
-        default=FRAGMENT_BYTES,
-        show_default="32MiB",
-        help="Most bytes of IP fragments held for reassembly; the oldest datagrams are evicted and counted.",
+        default=None,
+        show_default="--memory-limit / 32",
+        help="Most bytes of IP fragments held for reassembly, at most the fragments share of "
+        "--memory-limit (1/32); the oldest datagrams are evicted and counted.",
     )(run)
 
 
@@ -221,6 +225,15 @@ def decoding_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(command)
     def run(*args: Any, keylog: tuple[Path, ...], tunnels: dict, memory_limit: int, **kwargs: Any) -> Any:
+        share = MemoryBudget(memory_limit).cap(FRAGMENTS)
+        asked = tunnels["fragment_bytes"]
+        if asked is not None and asked > share:
+            raise click.BadParameter(
+                f"{asked:,} bytes is more than the fragments share of --memory-limit "
+                f"({share:,} bytes, 1/32 of it): raise --memory-limit or ask for less",
+                param_hint="--fragment-memory",
+            )
+        tunnels = {**tunnels, "fragment_bytes": share if asked is None else asked}
         return command(*args, decoding=Decoding(keylog, tunnels, memory_limit), **kwargs)
 
     return keylog_option(tunnel_options(memory_limit_option(run)))

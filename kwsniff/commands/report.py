@@ -164,10 +164,22 @@ def report(
         if html_file is not None or plots is not None:
             from kwsniff.report.figures import draw
 
-            drawn = draw(figure_rows(engine, filters, sections, min(top or 8, 12)))
+            undrawn: list[str] = []
+            drawn = draw(figure_rows(engine, filters, sections, min(top or 8, 12)), undrawn)
+            if undrawn:
+                names = ", ".join(undrawn[:5]) + (" ..." if len(undrawn) > 5 else "")
+                messages.warnings(
+                    "plots",
+                    [f"{len(undrawn)} names have characters the font cannot draw, shown as ?: {names}"],
+                )
     except Exception as exc:
         import duckdb  # a base dependency; already loaded where the engine is DuckDB
 
+        from kwsniff.report.engines import DatasetError
+
+        if isinstance(exc, DatasetError):  # a file it cannot read: one line naming it
+            messages.error(str(exc))
+            sys.exit(1)
         if not isinstance(exc, duckdb.OutOfMemoryException):  # past --memory-limit and the disk
             raise
         if "max_temp_directory_size" in str(exc):
@@ -188,7 +200,11 @@ def report(
     if fmt == "json":
         click.echo(output.as_json(shown))
     elif fmt == "csv":
-        click.echo(output.as_csv(shown), nl=False)
+        # Written as it is: click.echo would drop CSI sequences from cells when not on a terminal,
+        # and on one the cells show control characters as escapes, as the text report does.
+        csv_out = sys.stdout
+        csv_out.write(output.as_csv(shown, terminal=csv_out.isatty()))
+        csv_out.flush()
     else:
         for s in sections:
             click.echo(output.text_table(s.title, shown[s.name], totals[s.name]))

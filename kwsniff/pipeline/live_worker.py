@@ -35,6 +35,7 @@ from typing import Any
 
 from kwsniff.capture.live import LiveCapture, LiveCaptureError, drain, join_fanout, open_interface
 from kwsniff.capture.pcap_periods import PeriodPcapWriter
+from kwsniff.memory import SECRETS, MemoryBudget
 from kwsniff.pipeline.keylogs import KeyLogError, follow_keylog
 from kwsniff.pipeline.run import capture_result
 from kwsniff.pipeline.run_live import LiveDecoder, LiveOptions
@@ -195,7 +196,8 @@ def _work(spec: WorkerSpec, events: Any, control: Any) -> None:
     try:
         session = dataclasses.replace(spec.session, conn_ids=(spec.index, spec.workers))
         if spec.keylog:
-            session = dataclasses.replace(session, keylog=follow_keylog(spec.keylog))
+            cap = MemoryBudget(session.memory_limit).cap(SECRETS)
+            session = dataclasses.replace(session, keylog=follow_keylog(spec.keylog, cap))
         _capture(spec, handle, session, start, events, control, stop)
     except (KeyLogError, OSError) as err:
         events.put(("error", spec.index, str(err)))

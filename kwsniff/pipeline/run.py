@@ -13,6 +13,8 @@ from pathlib import Path
 import click
 
 from kwsniff.capture import STDIN, CaptureError, CaptureReader, open_capture
+from kwsniff.capture.reader import MAX_RECORD
+from kwsniff.memory import record_limit
 from kwsniff.pipeline.session import Session, SessionOptions, SessionStats
 from kwsniff.rows import RowSink
 
@@ -87,6 +89,7 @@ def run_capture(
         name = name or reader.name
         session = Session(name, sink, options, keep_messages=keep_messages)
         reader.on_secrets = session.add_secrets
+        reader.max_record = record_limit(options.memory_limit)
         if gate is not None:
             last = _read_gated(reader, session, gate)
         elif progress and reader.size:
@@ -132,6 +135,7 @@ class Series:
         self.order = [paths[i] for ts, i in sorted(firsts, key=lambda f: (f[0] is None, f[0] or 0, f[1]))]
         self.opener = opener
         self.on_secrets: Callable[[bytes], None] | None = None  # TLS keys met in a piece's pcapng blocks
+        self.max_record = MAX_RECORD  # each piece's CaptureReader.max_record (from --memory-limit)
         self.pieces: list[tuple[str, int, int]] = []  # (piece, first ts, last ts), in time order
         self.size = 0
         self.truncated = False
@@ -144,6 +148,7 @@ class Series:
             with self.opener(path) as reader:
                 if self.on_secrets is not None:
                     reader.on_secrets = self.on_secrets
+                reader.max_record = self.max_record
                 for ts, linktype, data in reader.packets():
                     if first < 0:
                         first = ts
@@ -173,6 +178,7 @@ def run_series(
     name = name or Path(series.order[0]).name
     session = Session(name, sink, options)
     series.on_secrets = session.add_secrets
+    series.max_record = record_limit(options.memory_limit)
     feed = session.packet
     last = -1
     for last, linktype, data in series.packets():

@@ -13,7 +13,15 @@ from typing import cast
 
 from kwsniff.defaults import DEFAULT_BROKER_PORT, MAX_DECOMPRESSED, MAX_FRAME_SIZE
 from kwsniff.kafka import FrameSplitter
-from kwsniff.memory import CONNECTION_COST, DEFAULT_MEMORY_LIMIT, FLOWS, REASSEMBLY, MemoryBudget
+from kwsniff.memory import (
+    CONNECTION_COST,
+    DEFAULT_MEMORY_LIMIT,
+    FLOWS,
+    FRAGMENTS,
+    REASSEMBLY,
+    SECRETS,
+    MemoryBudget,
+)
 from kwsniff.net import (
     ACK,
     COPY_WITHIN_US,
@@ -93,6 +101,8 @@ class SessionStats:
     evicted_connections: int = 0  # closed to stay under the memory limit (connections.expired)
     evicted_bytes: int = 0  # reassembly bytes those held (partial frames, out-of-order segments)
     forgotten_early: int = 0  # closed connections forgotten before FORGET_CLOSED_US, for memory
+    secrets_evicted: int = 0  # TLS secrets (key log, Decryption Secrets Blocks) evicted for memory
+    secrets_evicted_bytes: int = 0  # what they cost in the secrets pool
 
 
 class Session:
@@ -135,12 +145,20 @@ class Session:
         self._swept = 0
         # Closed connections whose flow entries still absorb late packets, oldest first.
         self._closed: dict[int, Connection] = {}
+        # Fragments are held within their share of the budget, whatever fragment_bytes asks (the CLI
+        # refuses more; a live capture's workers each get a part of the limit).
         self.decap = Decapsulator(
-            opts.vxlan_ports, opts.geneve_ports, opts.max_tunnel_depth, opts.fragment_bytes
+            opts.vxlan_ports,
+            opts.geneve_ports,
+            opts.max_tunnel_depth,
+            min(opts.fragment_bytes, budget.cap(FRAGMENTS)),
         )
         self.duplicates = DuplicateFilter()
         # Secrets of `--keylog`, and of any Decryption Secrets Block the capture carries.
+        # They are held in the secrets share of the budget: past it the oldest are evicted, counted.
         self.keys: KeyLog | None = opts.keylog
+        if self.keys is not None:
+            self.keys.bound(budget.cell(SECRETS), budget.cap(SECRETS))
         if FastPath is not None and type(self).packet is _PURE_PACKET:
             # The compiled path handles the common packet and hands every other one to the method
             # below (a subclass or a test that replaces the method keeps the pure path).
@@ -158,6 +176,7 @@ class Session:
         """TLS key log text from the capture itself (a pcapng Decryption Secrets Block)."""
         if self.keys is None:
             self.keys = KeyLog()
+            self.keys.bound(self.budget.cell(SECRETS), self.budget.cap(SECRETS))
         self.keys.add_text(text)
         self.keys.end()
 
@@ -377,6 +396,9 @@ class Session:
         st, decap = self.stats, self.decap.totals()
         st.decapsulated, st.tunnel_overhead_bytes = dict(decap.decapsulated), decap.overhead_bytes
         st.fragments = self.decap.defrag.stats.as_dict()
+        if self.keys is not None:
+            st.secrets_evicted, st.secrets_evicted_bytes = self.keys.take_evicted()
+            self.keys.bound(None, self.keys.cap or self.budget.cap(SECRETS))  # the key log outlives us
         return st
 
 

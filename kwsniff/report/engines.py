@@ -84,14 +84,71 @@ def known_views(
     return out
 
 
+class DatasetError(Exception):
+    """A file in the dataset that the report cannot read as the table it sits in. str() is one line
+    naming the file: the report refuses the dataset rather than answer from part of it."""
+
+
+# Parquet physical types a column of each DuckDB type may be stored as (kwsniff writes the first).
+_PHYSICAL = {
+    "SMALLINT": {"INT32", "INT64"},
+    "INTEGER": {"INT32", "INT64"},
+    "BIGINT": {"INT32", "INT64"},
+    "DOUBLE": {"DOUBLE", "FLOAT"},
+    "BOOLEAN": {"BOOLEAN"},
+    "VARCHAR": {"BYTE_ARRAY"},
+    "BLOB": {"BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY"},
+    "TIMESTAMPTZ": {"INT64", "INT96"},
+}
+
+
+def _schemas(con: Any, listed: list[str]) -> list[tuple[str, str, str | None]]:
+    """(file, column, physical type) of every column of ``listed``, from the footers in one query;
+    a file DuckDB cannot read is a DatasetError naming it (found by asking file by file)."""
+    import duckdb
+
+    query = "SELECT file_name, name, type FROM parquet_schema({!r})"
+    try:
+        return con.execute(query.format(listed)).fetchall()
+    except duckdb.OutOfMemoryException:
+        raise  # the engine's budget, not a file: the report says so on its own
+    except duckdb.Error:
+        for path in listed:
+            try:
+                con.execute(query.format([path])).fetchall()
+            except duckdb.OutOfMemoryException:
+                raise
+            except duckdb.Error as exc:
+                reason = (
+                    str(exc).splitlines()[0].removeprefix("IO Error: ").removeprefix("Invalid Input Error: ")
+                )
+                raise DatasetError(f"{path}: not a Parquet file the report can read ({reason})") from None
+        raise
+
+
 def written(con: Any, paths: dict[str, list[str]]) -> dict[str, tuple[set[str], bool]]:
     """Per table of ``paths`` (its Parquet files): the columns any of its files has, and whether every
-    file has the FILLED ones, read from the files' footers in one DuckDB query."""
+    file has the FILLED ones, read from the files' footers in one DuckDB query. A file that is not
+    Parquet, or whose columns are not its table's (no `capture`, or a column of another type), is a
+    DatasetError naming it."""
     listed = [p for files_of in paths.values() for p in files_of]
+    table_of = {p: table for table, files_of in paths.items() for p in files_of}
+    wanted = {table: dict(cols) for table, cols in table_columns().items()}
     names: dict[str, set[str]] = {p: set() for p in listed}
     if listed:
-        for path, name in con.execute(f"SELECT file_name, name FROM parquet_schema({listed!r})").fetchall():
+        for path, name, physical in _schemas(con, listed):
+            if physical is None:
+                continue  # the schema's root (or a group of a nested column)
             names[path].add(name)
+            expected = wanted.get(table_of[path], {}).get(name)
+            if expected in _PHYSICAL and physical not in _PHYSICAL[expected]:
+                raise DatasetError(
+                    f"{path}: column {name} is {physical}, not {expected} as in the"
+                    f" {table_of[path]} table: a file of another schema"
+                )
+        for path in listed:
+            if "capture" in wanted.get(table_of[path], {}) and "capture" not in names[path]:
+                raise DatasetError(f"{path}: no capture column: not a file of the {table_of[path]} table")
     return {
         table: (
             set().union(*(names[p] for p in files_of)),
@@ -131,9 +188,15 @@ def rows_of(arrow: Any) -> list[Row]:
 def files(tables: Path, table: str) -> list[str]:
     """The Parquet files of one table, as Spark would read them (no hidden or staging files)."""
     found = (tables / table).rglob("*.parquet") if (tables / table).is_dir() else []
-    return sorted(
-        str(p) for p in found if not any(part.startswith((".", "_")) for part in p.relative_to(tables).parts)
+    kept = sorted(
+        p for p in found if not any(part.startswith((".", "_")) for part in p.relative_to(tables).parts)
     )
+    # A link out of the dataset (to /etc/passwd, say) is not the dataset's to read.
+    inside = tables.resolve()
+    for p in kept:
+        if not p.resolve().is_relative_to(inside):
+            raise DatasetError(f"{p}: a link out of the dataset; the report reads only files inside it")
+    return [str(p) for p in kept]
 
 
 class DuckEngine:

@@ -12,14 +12,42 @@ logarithmic axes are labelled in plain numbers (0.4, 10, 2,000), never 4×10⁻�
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import io
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kwsniff.view.escape import visible
+
 Rows = list[dict[str, Any]]
 OTHER_COLOUR = "#9e9e9e"
+# Names from the wire (client ids, topics, groups) the font could not draw in full, per draw():
+# their undrawable characters are shown as "?" and the names said once (no warning per glyph).
+_undrawn: list[str] = []
+
+
+@functools.cache
+def _drawable() -> frozenset[int]:
+    """The code points of the font the plots use (matplotlib's DejaVu Sans, which it ships)."""
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
+    font = FT2Font(font_manager.findfont(font_manager.FontProperties(family="DejaVu Sans")))
+    return frozenset(font.get_charmap())
+
+
+def _label(name: str) -> str:
+    """A name from the wire as a plot label: control characters escaped, characters the font lacks
+    as "?" (noted once in _undrawn), and `$` escaped so it never starts matplotlib's mathtext."""
+    text = visible(name)
+    drawable = _drawable()
+    shown = "".join(c if ord(c) in drawable else "?" for c in text)
+    if shown != text:
+        _undrawn.append(text)
+    return shown.replace("$", r"\$")
 
 
 def _pyplot() -> Any:
@@ -120,7 +148,9 @@ def _series(rows: list[dict[str, Any]]) -> tuple[list[tuple[str, list[Any], list
     shown: dict[int, tuple[str, list[Any], list[float]]] = {}
     other: tuple[list[Any], list[float]] = ([], [])
     for r in rows:
-        xs, ys = shown.setdefault(r["rank"], (r["label"], [], []))[1:] if r["rank"] is not None else other
+        xs, ys = (
+            shown.setdefault(r["rank"], (_label(r["label"]), [], []))[1:] if r["rank"] is not None else other
+        )
         xs.append(r["x"])
         ys.append(float(r["y"]))
     rest = (rows[0]["series"] - len(shown), *other) if other[0] else None
@@ -187,7 +217,7 @@ def produce_latency(rows: Rows) -> bytes | None:
     if not rows:
         return None
     values = {p: [max(r[f"{p}_ms"], 1e-3) for r in rows] for p in ("p50", "p99", "max")}
-    labels = [f"{r['topic']} ({r['requests']:,})" for r in rows]
+    labels = [_label(f"{r['topic']} ({r['requests']:,})") for r in rows]
     return _bars(
         f"Produce latency per topic (top {len(rows)} by p99; requests)", labels, values, "ms, log scale"
     )
@@ -198,7 +228,8 @@ def request_latency(rows: Rows) -> bytes | None:
         return None
     values = {p: [max(r[f"{p}_ms"], 1e-3) for r in rows] for p in ("p50", "p99")}
     labels = [
-        f"{r['api_name']} v{r['api_version']} {r['client_id'] or '-'} ({r['requests']:,})" for r in rows
+        _label(f"{r['api_name']} v{r['api_version']} {r['client_id'] or '-'} ({r['requests']:,})")
+        for r in rows
     ]
     return _bars(
         f"Request latency, long polls apart (top {len(rows)} by p99)", labels, values, "ms, log scale"
@@ -249,11 +280,18 @@ FIGURES: dict[str, Figure] = {
 }
 
 
-def draw(rows: dict[str, Rows]) -> dict[str, bytes]:
-    """{section name: PNG} for every figure whose rows (its SQL's answer) are not empty."""
+def draw(rows: dict[str, Rows], undrawn: list[str] | None = None) -> dict[str, bytes]:
+    """{section name: PNG} for every figure whose rows (its SQL's answer) are not empty. Names the
+    font could not draw in full are added to ``undrawn`` (for one warning, not one per glyph)."""
     drawn = {}
-    for name, figure in FIGURES.items():
-        png = figure.draw(rows.get(name) or [])
-        if png is not None:
-            drawn[name] = png
+    _undrawn.clear()
+    # Labels are cleaned before matplotlib sees them; a warning it still gives is not the user's.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, figure in FIGURES.items():
+            png = figure.draw(rows.get(name) or [])
+            if png is not None:
+                drawn[name] = png
+    if undrawn is not None:
+        undrawn.extend(dict.fromkeys(_undrawn))
     return drawn

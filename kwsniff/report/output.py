@@ -8,6 +8,8 @@ import io
 import json
 from typing import Any
 
+from kwsniff.view.escape import csv_safe, visible
+
 Answers = dict[str, list[dict[str, Any]]]
 
 
@@ -18,7 +20,8 @@ def cell(value: Any) -> str:
         return f"{value:.3f}"
     if isinstance(value, dt.datetime):
         return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
-    return str(value)
+    # Strings from the wire reach a terminal: control characters as visible escapes.
+    return visible(str(value))
 
 
 def sort_rows(rows: list[dict[str, Any]], column: str | None) -> list[dict[str, Any]]:
@@ -56,16 +59,22 @@ def as_json(answers: Answers) -> str:
     )
 
 
-def as_csv(answers: Answers) -> str:
+def as_csv(answers: Answers, terminal: bool = False) -> str:
     """Every section in one CSV stream: a `section` column first, then that section's columns (a
-    header line each time the section changes)."""
+    header line each time the section changes). A string that would start a formula in a
+    spreadsheet gets a leading `'` (kwsniff.view.escape.csv_safe); for a ``terminal``, control
+    characters are written as visible escapes, elsewhere cells keep what was sent."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    header = csv.writer(out, lineterminator="\n")
+    # Every string cell quoted (OWASP's advice, and a CR from the wire stays inside its cell); numbers
+    # bare, so a spreadsheet reads them, negative ones too, as numbers.
+    writer = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC)
     for name, rows in answers.items():
         if not rows:
             continue
         columns = list(rows[0])
-        writer.writerow(["section", *columns])
+        header.writerow(["section", *columns])
         for r in rows:
-            writer.writerow([name, *("" if r[c] is None else _jsonable(r[c]) for c in columns)])
+            cells = ("" if r[c] is None else csv_safe(_jsonable(r[c])) for c in columns)
+            writer.writerow([name, *(visible(v) if terminal and isinstance(v, str) else v for v in cells)])
     return out.getvalue()

@@ -25,6 +25,7 @@ from typing import Any, cast
 import pyarrow as pa
 
 from kwsniff.capture.split import Frames, RangeScan, SplitCapture, Unsplittable
+from kwsniff.memory import record_limit
 from kwsniff.net import TcpPacket, parse_tcp
 from kwsniff.pipeline.run import Series, failure_reason, file_size
 from kwsniff.pipeline.session import Session, SessionOptions
@@ -332,6 +333,7 @@ def _decode(
         # TLS keys in pcapng Decryption Secrets Blocks: read on the way for a whole-file read; a
         # task reading records by offset reads the file's head up to its first packet for them.
         reader.on_secrets = session.add_secrets
+        reader.max_record = record_limit(options.memory_limit)
         if offsets is not None:
             next(iter(reader.packets()), None)
         # The ordinal of a packet (its index, or its file offset) numbers the connections it opens.
@@ -360,6 +362,7 @@ def _decode_series(
         series = Series(pieces, open_input)
         session = Session(state["name"], sink, options)
         series.on_secrets = session.add_secrets
+        series.max_record = record_limit(options.memory_limit)
         _fed(session, _numbered(series.packets()), state, status)
         status["bytes"], status["warnings"] = series.size, series.warnings
         status["rows"] = sink.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 
 from kwsniff.protocol.partial import CutRecords
 from kwsniff.rows.extract import error_rows
+from kwsniff.view.escape import visible
 
 JSON_HEX_BYTES = 32  # bytes of a bytes/records field shown as hex in --json
 TREE_HEX_BYTES = 16  # ... and in the tree
@@ -24,6 +26,7 @@ INLINE_WIDTH = 100  # a list item whose fields fit this many characters is print
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Statuses that are a normal outcome, not a problem: acks=0 Produce requests get no response.
 _FINE_STATUSES = ("ok", "no_response_expected")
+_C1_DEL = re.compile("[\x7f-\x9f]")
 
 
 @dataclass
@@ -174,7 +177,9 @@ def exchange_json(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def json_line(row: dict[str, Any]) -> str:
-    return json.dumps(exchange_json(row), ensure_ascii=False, separators=(", ", ": "))
+    # json escapes C0 controls but not DEL or C1 (an 8-bit CSI): those as \u escapes too.
+    text = json.dumps(exchange_json(row), ensure_ascii=False, separators=(", ", ": "))
+    return _C1_DEL.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
 
 
 # -- tree ------------------------------------------------------------------------------------------
@@ -192,9 +197,9 @@ def _scalar(value: Any) -> str:
         return str(value)
     if isinstance(value, float):
         return repr(value)
-    # JSON spelling: null/true/false, and strings quoted with control characters escaped, so a
-    # hostile client id cannot move the terminal's cursor.
-    return json.dumps(value, ensure_ascii=False)
+    # JSON spelling: null/true/false, and strings quoted with every control character (C0, DEL,
+    # C1) a visible escape, so a hostile client id cannot move the terminal's cursor.
+    return visible(json.dumps(value, ensure_ascii=False))
 
 
 def _is_struct_list(value: Any) -> bool:
@@ -319,7 +324,7 @@ def tree_text(row: dict[str, Any]) -> str:
     """One exchange: a header line, then the request and response fields indented below it."""
     lines = [header_line(row)]
     if row.get("reason"):
-        lines.append(f"{INDENT}reason: {row['reason']}")
+        lines.append(f"{INDENT}reason: {visible(row['reason'])}")
     for side, size_key in (("request", "request_bytes"), ("response", "response_bytes")):
         message = row.get(side)
         size = row.get(size_key)

@@ -107,6 +107,8 @@ def memory_line(r: CaptureResult) -> str:
         )
     if getattr(st, "forgotten_early", 0):
         parts.append(f"{st.forgotten_early:,} closed connections forgotten early")
+    if getattr(st, "secrets_evicted", 0):
+        parts.append(f"{st.secrets_evicted:,} TLS secrets ({human_size(st.secrets_evicted_bytes)} held)")
     line = ("evicted: " + ", ".join(parts)) if parts else ""
     if idle:
         line += ("   " if line else "") + f"idle connections expired: {idle:,}"

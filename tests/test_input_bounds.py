@@ -1,0 +1,330 @@
+"""Every input bounded by the one `--memory-limit` budget (issue 35, defects 1, 5, 6 and 7): secrets
+from key logs and pcapng Decryption Secrets Blocks, capture records of hundreds of megabytes, key
+logs that are devices or pipes, and `--fragment-memory`. Each attack is built here, scaled to a
+small limit, and peak memory is read from the kernel (VmHWM of a child process), never a timing.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+import zstandard
+from click.testing import CliRunner
+from kafkawire import Flow, request, response, write_pcap
+from scapy.layers.inet import IP
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+
+from kwsniff.cli import main
+from kwsniff.memory import SECRET_COST, SECRETS, MemoryBudget, record_limit
+from kwsniff.net.fragments import FRAGMENT_OVERHEAD
+from kwsniff.net.linktypes import ETHERNET
+from kwsniff.pipeline.keylogs import load_keylog
+from kwsniff.pipeline.session import Session, SessionOptions
+from kwsniff.rows import ListSink
+from kwsniff.tls import KeyLog
+
+MIB = 1024 * 1024
+SECRET = bytes(range(48))  # a TLS 1.2 master secret's length
+LIMIT = 16 * MIB  # the --memory-limit of the child-process tests: every attack is 8 times it
+
+
+def keylog_line(i: int) -> bytes:
+    """A CLIENT_RANDOM line of its own client random (i as 32 bytes)."""
+    return b"CLIENT_RANDOM %064x %s\n" % (i, SECRET.hex().encode())
+
+
+def distinct_sessions(nbytes: int) -> tuple[bytes, int]:
+    """Key log text of at least ``nbytes``, one session a line, and its number of lines."""
+    per = len(keylog_line(0))
+    n = -(-nbytes // per)
+    return b"".join(keylog_line(i) for i in range(n)), n
+
+
+def kept_under(cap: int) -> int:
+    """Secrets a pool of ``cap`` bytes holds: docs/memory.md's cost, SECRET_COST plus the secret."""
+    return cap // (SECRET_COST + len(SECRET))
+
+
+def metadata_exchange() -> list[tuple[int, bytes]]:
+    """One Metadata v1 exchange on a fresh connection: a request the tables must still show."""
+    flow = Flow(client=(bytes([10, 0, 0, 7]), 40007)).handshake()
+    flow.send(0, request(3, 1, 7, struct.pack(">i", -1)))
+    flow.send(1, response(7, struct.pack(">iii", 0, -1, 0)))
+    flow.close()
+    return flow.packets
+
+
+# -- the secrets pool, exactly ----------------------------------------------------------------------
+def test_secrets_past_their_cap_evict_the_oldest_client_randoms_and_count_them() -> None:
+    cap = 64 * 1024
+    keys = KeyLog(cap=cap)
+    n = 1_000
+    keys.add_text(b"".join(keylog_line(i) for i in range(n)))
+    kept = kept_under(cap)  # 146
+    assert (len(keys), keys.lines, keys.held) == (kept, n, kept * (SECRET_COST + 48))
+    assert (keys.evicted, keys.evicted_bytes) == (n - kept, (n - kept) * (SECRET_COST + 48))
+    label = ("CLIENT_RANDOM",)
+    assert keys.secrets((0).to_bytes(32, "big"), label) is None  # the oldest went
+    assert keys.secrets((n - 1).to_bytes(32, "big"), label) == (SECRET,)  # the newest stayed
+    assert keys.take_evicted() == (n - kept, (n - kept) * (SECRET_COST + 48))
+    assert keys.take_evicted() == (0, 0)
+
+
+def test_a_session_charges_the_secrets_it_holds_to_the_budget_and_lets_go_at_the_end() -> None:
+    keys = KeyLog(b"".join(keylog_line(i) for i in range(10)))
+    session = Session("c", ListSink(), SessionOptions(memory_limit=LIMIT, keylog=keys))
+    assert session.budget.used(SECRETS) == 10 * (SECRET_COST + 48)
+    session.add_secrets(b"".join(keylog_line(i) for i in range(10, 5_000)))  # a Decryption Secrets Block
+    cap = MemoryBudget(LIMIT).cap(SECRETS)
+    assert session.budget.used(SECRETS) == kept_under(cap) * (SECRET_COST + 48) <= cap
+    stats = session.finish()
+    assert (stats.secrets_evicted, stats.secrets_evicted_bytes) == (
+        5_000 - kept_under(cap),
+        (5_000 - kept_under(cap)) * (SECRET_COST + 48),
+    )
+    assert session.budget.used(SECRETS) == 0
+
+
+def test_a_line_without_end_is_never_held_whole_and_counts_as_ignored() -> None:
+    keys = KeyLog()
+    for _ in range(64):  # 64 MiB of zeros, as /dev/zero gives them, a MiB at a time
+        keys.add_text(bytes(MIB))
+    keys.add_text(b"\n" + keylog_line(1))
+    keys.end()
+    assert (keys.lines, keys.ignored_lines, len(keys)) == (1, 1, 1)
+    huge_secret = b"CLIENT_RANDOM " + b"ab" * 32 + b" " + b"cd" * 4096 + b"\n"
+    keys.add_text(huge_secret)
+    assert (keys.lines, keys.ignored_lines) == (1, 2)
+
+
+# -- peak memory of a whole run, measured in a child ------------------------------------------------
+PEAK = textwrap.dedent(
+    """
+    import sys
+    from kwsniff.cli import main
+    try:
+        main(sys.argv[1:])
+    except SystemExit as exc:
+        code = exc.code
+    else:
+        code = 0
+    # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across fork and exec (the pytest parent's size).
+    hwm = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:")).split()[1]
+    print(code or 0, int(hwm) * 1024, file=sys.stderr)
+    """
+)
+
+
+def peak_run(args: list[str]) -> tuple[int, int, str, str]:
+    """(exit status, peak RSS in bytes, stdout, stderr without the measurement) of `kwsniff ARGS`."""
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK, *args], capture_output=True, text=True, timeout=300, env=dict(os.environ)
+    )
+    *lines, last = done.stderr.splitlines()
+    code, peak = last.split()
+    return int(code), int(peak), done.stdout, "".join(line + "\n" for line in lines)
+
+
+@pytest.fixture(scope="module")
+def small_capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_pcap(tmp_path_factory.mktemp("small") / "small.pcap", metadata_exchange())
+
+
+@pytest.fixture(scope="module")
+def baseline(small_capture: Path, tmp_path_factory: pytest.TempPathFactory) -> int:
+    """Peak RSS of the same run with a one-line key log: the interpreter, pyarrow and the decoders."""
+    folder = tmp_path_factory.mktemp("base")
+    keylog = folder / "one.keys"
+    keylog.write_bytes(keylog_line(0))
+    args = ["read", str(small_capture), "-o", str(folder / "t"), "--keylog", str(keylog)]
+    code, peak, _, err = peak_run([*args, "--memory-limit", str(LIMIT), "-q"])
+    assert (code, err) == (0, "")
+    return peak
+
+
+def test_a_key_log_eight_times_the_limit_stays_within_it(
+    small_capture: Path, baseline: int, tmp_path: Path
+) -> None:
+    # 128 MiB of distinct sessions against a 16 MiB limit: before, every line was kept (and the file
+    # read whole), about 450 MB; now the secrets share (512 KiB) keeps the newest, the rest counted.
+    text, n = distinct_sessions(8 * LIMIT)
+    keylog = tmp_path / "big.keys"
+    keylog.write_bytes(text)
+    del text
+    args = ["read", str(small_capture), "-o", str(tmp_path / "t"), "--keylog", str(keylog)]
+    code, peak, out, err = peak_run([*args, "--memory-limit", str(LIMIT)])
+    assert (code, err) == (0, "")
+    evicted = n - kept_under(MemoryBudget(LIMIT).cap(SECRETS))
+    line = next(x for x in out.splitlines() if "evicted:" in x)
+    assert f"evicted: {evicted:,} TLS secrets (" in line
+    assert peak < baseline + LIMIT, f"peak {peak / MIB:.0f} MiB, baseline {baseline / MIB:.0f} MiB"
+
+
+def pcapng_block(btype: int, body: bytes) -> bytes:
+    body += b"\0" * (-len(body) % 4)
+    return struct.pack("<II", btype, 12 + len(body)) + body + struct.pack("<I", 12 + len(body))
+
+
+def dsb(text: bytes) -> bytes:
+    """A Decryption Secrets Block of TLS key log text (pcapng, section 4.7)."""
+    return pcapng_block(10, struct.pack("<II", 0x544C534B, len(text)) + text)
+
+
+def test_a_flood_of_decryption_secrets_blocks_stays_within_the_limit(
+    small_capture: Path, baseline: int, tmp_path: Path
+) -> None:
+    # 128 MiB of secrets in 64 KiB blocks, a block holding one secret of 512 KiB and a block larger
+    # than one record may be at 16 MiB (1 MiB): zstd makes it a small file. Before, all were kept.
+    shb = pcapng_block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+    idb = pcapng_block(1, struct.pack("<HHI", 228, 0, 0))  # LINKTYPE_IPV4, as write_pcap's packets
+    path = tmp_path / "flood.pcapng.zst"
+    per_block = 64 * 1024 // len(keylog_line(0))
+    blocks = 8 * LIMIT // (per_block * len(keylog_line(0)))
+    long_secret = dsb(b"CLIENT_RANDOM " + b"ab" * 32 + b" " + b"cd" * (256 * 1024) + b"\n")
+    too_big = dsb(b"# " + b"x" * (2 * MIB) + b"\n")
+    offset = len(shb) + len(idb) + len(long_secret)
+    with path.open("wb") as f, zstandard.ZstdCompressor().stream_writer(f) as z:
+        z.write(shb + idb + long_secret)
+        for b in range(blocks):
+            block = dsb(b"".join(keylog_line(b * per_block + i) for i in range(per_block)))
+            z.write(block)
+            offset += len(block)
+        z.write(too_big)
+        for _ts, data in metadata_exchange():
+            z.write(pcapng_block(6, struct.pack("<IIIII", 0, 0, 0, len(data), len(data)) + data))
+    assert path.stat().st_size < 20 * MIB
+    code, peak, out, err = peak_run(
+        ["read", str(path), "-o", str(tmp_path / "t"), "--memory-limit", str(LIMIT)]
+    )
+    assert code == 0, err
+    assert err == (
+        f"kwsniff: warning: flood.pcapng.zst: record at offset {offset} of {len(too_big)} bytes"
+        f" skipped: larger than --memory-limit allows one record ({record_limit(LIMIT)} bytes)\n"
+    )
+    evicted = blocks * per_block - kept_under(MemoryBudget(LIMIT).cap(SECRETS))
+    assert f"evicted: {evicted:,} TLS secrets (" in out
+    assert "requests 1: ok 1" in out
+    assert peak < baseline + LIMIT, f"peak {peak / MIB:.0f} MiB, baseline {baseline / MIB:.0f} MiB"
+
+
+def test_pcap_records_of_64_mib_are_skipped_in_pieces_not_held(baseline: int, tmp_path: Path) -> None:
+    # The issue's capture scaled to a 64 MiB limit: a snaplen that allows anything, eight records
+    # of 64 MiB each (zeros, so zstd makes 512 MiB a few kilobytes), then a Kafka exchange. One
+    # record may be 4 MiB at 64 MiB: the big ones are read past a piece at a time and counted.
+    limit = 64 * MIB
+    path = tmp_path / "huge.pcap.zst"
+    record = 64 * MIB
+    with path.open("wb") as f, zstandard.ZstdCompressor().stream_writer(f) as z:
+        z.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 0x0FFFFFFF, 228))
+        for i in range(8):
+            z.write(struct.pack("<IIII", 1_600_000_000 + i, 0, record, record))
+            for _ in range(record // MIB):
+                z.write(bytes(MIB))
+        for ts, data in metadata_exchange():
+            z.write(struct.pack("<IIII", ts // 1_000_000, ts % 1_000_000, len(data), len(data)) + data)
+    assert path.stat().st_size < 1 * MIB
+    code, peak, out, err = peak_run(
+        ["read", str(path), "-o", str(tmp_path / "t"), "--memory-limit", str(limit)]
+    )
+    assert code == 0, err
+    assert err == (
+        f"kwsniff: warning: huge.pcap.zst: record at offset 24 of {record} bytes skipped: larger than"
+        f" --memory-limit allows one record ({record_limit(limit)} bytes)\n"
+        "kwsniff: warning: huge.pcap.zst: 8 records larger than --memory-limit allows one record skipped in all\n"
+    )
+    assert "requests 1: ok 1" in out
+    assert peak < baseline + limit, f"peak {peak / MIB:.0f} MiB, baseline {baseline / MIB:.0f} MiB"
+
+
+# -- what --keylog may name -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("path", "what"),
+    [("/dev/zero", "a device or socket, not a key log file"), ("/tmp", "a directory, not a key log file")],
+)
+def test_a_key_log_that_is_not_a_file_is_one_line(
+    small_capture: Path, tmp_path: Path, path: str, what: str
+) -> None:
+    run = CliRunner().invoke(main, ["read", str(small_capture), "-o", str(tmp_path / "t"), "--keylog", path])
+    assert run.exit_code == 1
+    assert run.stderr == f"kwsniff: error: --keylog {path}: {what}\n"
+    assert not (tmp_path / "t").exists()
+
+
+def test_a_fifo_nobody_writes_to_is_refused_not_waited_for(small_capture: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "keys.fifo"
+    os.mkfifo(fifo)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kwsniff",
+            "read",
+            str(small_capture),
+            "-o",
+            str(tmp_path / "t"),
+            "--keylog",
+            str(fifo),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr == f"kwsniff: error: --keylog {fifo}: a pipe nobody writes to\n"
+
+
+def test_a_fifo_with_a_writer_is_read_to_its_end(tmp_path: Path) -> None:
+    fifo = tmp_path / "keys.fifo"
+    os.mkfifo(fifo)
+    text = b"".join(keylog_line(i) for i in range(2_000))
+
+    def write() -> None:
+        with fifo.open("wb") as f:  # opens once the reader has
+            f.write(text)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    keys = load_keylog([fifo])
+    writer.join(10)
+    assert not writer.is_alive()
+    assert keys is not None and (len(keys), keys.lines) == (2_000, 2_000)
+
+
+# -- --fragment-memory is a share of --memory-limit ---------------------------------------------------
+def test_fragment_memory_past_its_share_of_the_limit_is_a_usage_error(
+    small_capture: Path, tmp_path: Path
+) -> None:
+    args = ["read", str(small_capture), "-o", str(tmp_path / "t"), "--fragment-memory", "8GiB"]
+    run = CliRunner().invoke(main, [*args, "--memory-limit", "64MiB"], prog_name="kwsniff")
+    assert run.exit_code == 2
+    assert run.stderr == (
+        "kwsniff: error: Invalid value for --fragment-memory: 8,589,934,592 bytes is more than the fragments"
+        " share of --memory-limit (2,097,152 bytes, 1/32 of it): raise --memory-limit or ask for less"
+        " (see 'kwsniff read --help')\n"
+    )
+    assert not (tmp_path / "t").exists()
+    ok = CliRunner().invoke(main, [*args[:-2], "--fragment-memory", "2MiB", "--memory-limit", "64MiB", "-q"])
+    assert ok.exit_code == 0, ok.output
+
+
+def test_a_fragment_flood_is_held_within_the_fragments_share_whatever_is_asked() -> None:
+    # 4,000 first fragments of datagrams that never complete (4.3 MB) against a 64 MiB limit, whose
+    # fragments share is 2 MiB, with 8 GiB asked for (as a worker of `capture --workers` may be).
+    session = Session("f", ListSink(), SessionOptions(memory_limit=64 * MIB, fragment_bytes=8 << 30))
+    template = bytearray(
+        bytes(Ether() / IP(src="10.9.0.1", dst="10.9.0.2", proto=6, flags="MF") / Raw(b"x" * 1000))
+    )
+    for n in range(4_000):
+        template[18:20] = n.to_bytes(2, "big")  # the IP id
+        session.packet(n, ETHERNET, bytes(template))
+    stats = session.finish()
+    held = 2 * MIB // (1000 + FRAGMENT_OVERHEAD)
+    assert (stats.fragments["evicted"], stats.fragments["held_bytes_peak"]) == (4_000 - held, held * 1064)

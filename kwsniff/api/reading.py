@@ -48,8 +48,10 @@ class Run:
 
 def settings(captures: Captures, given: dict[str, Any]) -> Run:
     """The run ``read(captures, **given)`` asks for, checked as `kwsniff read` checks it."""
+    import click
+
     from kwsniff import codecache
-    from kwsniff.commands.options import Decoding, session_options, tunnel_settings
+    from kwsniff.commands.options import decoding, session_options, tunnel_settings
     from kwsniff.commands.read import decoding_fields, read
     from kwsniff.memory import ROWS, MemoryBudget
     from kwsniff.tables import DEFAULT_TABLES
@@ -75,7 +77,11 @@ def settings(captures: Captures, given: dict[str, Any]) -> Run:
         v["max_decompressed"],
         v["idle_timeout"],
     )
-    options = session_options(Decoding((), tunnels, v["memory_limit"]), **fields)
+    try:
+        asked = decoding((), tunnels, v["memory_limit"])
+    except click.BadParameter as exc:
+        raise UsageError(f"read: fragment_memory: {exc.format_message()}") from None
+    options = session_options(asked, **fields)
     if v["keylog"]:
         from kwsniff.pipeline.keylogs import KeyLogError, load_keylog
 
@@ -164,12 +170,14 @@ def _session(
 ) -> Generator[tuple[str, pa.RecordBatch], None, CaptureResult]:
     """run_capture's loop (kwsniff.pipeline.run), handing on the sink's batches as they fill;
     returns the CaptureResult."""
+    from kwsniff.memory import record_limit
     from kwsniff.pipeline.run import capture_result
     from kwsniff.pipeline.session import Session
 
     started_us, started = time.time_ns() // 1000, time.perf_counter()
     session = Session(name, sink, options)
     reader.on_secrets = session.add_secrets
+    reader.max_record = record_limit(options.memory_limit)  # as run_capture: --memory-limit bounds a record
     feed, ready = session.packet, sink.ready
     last = -1  # the last packet's time: the `captures` row's `ended`, as run_capture keeps it
     for last, linktype, data in reader.packets():

@@ -225,18 +225,23 @@ def decoding_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(command)
     def run(*args: Any, keylog: tuple[Path, ...], tunnels: dict, memory_limit: int, **kwargs: Any) -> Any:
-        share = MemoryBudget(memory_limit).cap(FRAGMENTS)
-        asked = tunnels["fragment_bytes"]
-        if asked is not None and asked > share:
-            raise click.BadParameter(
-                f"{asked:,} bytes is more than the fragments share of --memory-limit "
-                f"({share:,} bytes, 1/32 of it): raise --memory-limit or ask for less",
-                param_hint="--fragment-memory",
-            )
-        tunnels = {**tunnels, "fragment_bytes": share if asked is None else asked}
-        return command(*args, decoding=Decoding(keylog, tunnels, memory_limit), **kwargs)
+        return command(*args, decoding=decoding(keylog, tunnels, memory_limit), **kwargs)
 
     return keylog_option(tunnel_options(memory_limit_option(run)))
+
+
+def decoding(keylog: tuple[Path, ...], tunnels: dict[str, Any], memory_limit: int) -> Decoding:
+    """The Decoding those options ask for: --fragment-memory defaults to the fragments share of
+    --memory-limit, and more than that share is refused (click.BadParameter)."""
+    share = MemoryBudget(memory_limit).cap(FRAGMENTS)
+    asked = tunnels["fragment_bytes"]
+    if asked is not None and asked > share:
+        raise click.BadParameter(
+            f"{asked:,} bytes is more than the fragments share of --memory-limit "
+            f"({share:,} bytes, 1/32 of it): raise --memory-limit or ask for less",
+            param_hint="--fragment-memory",
+        )
+    return Decoding(keylog, {**tunnels, "fragment_bytes": share if asked is None else asked}, memory_limit)
 
 
 def session_options(decoding: Decoding, *, follow_keylog: bool = False, **fields: Any) -> SessionOptions:

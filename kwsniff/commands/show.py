@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from kwsniff.view.render import (
     ExchangeFilter,
     exchange_json,
     exchange_names,
+    json_text,
     record_json,
     record_lines,
     tree_text,
@@ -86,7 +86,7 @@ class PrintingSink:
             line = exchange_json(row)
             if records is not None:
                 line["records"] = [record_json(r) for r in records]
-            self.out.write(json.dumps(line, ensure_ascii=False, separators=(", ", ": ")) + "\n")
+            self.out.write(json_text(line) + "\n")
         else:
             text = tree_text(row)
             if records:

@@ -176,9 +176,10 @@ def exchange_json(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def json_line(row: dict[str, Any]) -> str:
-    # json escapes C0 controls but not DEL or C1 (an 8-bit CSI): those as \u escapes too.
-    text = json.dumps(exchange_json(row), ensure_ascii=False, separators=(", ", ": "))
+def json_text(value: dict[str, Any]) -> str:
+    """One JSON line of `show --json`: C0 controls are escaped by JSON itself; DEL and C1 (which
+    JSON leaves raw, and an 8-bit CSI is as live as ESC [) as `\\u009b`."""
+    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
     return _C1_DEL.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
 
 

@@ -138,6 +138,12 @@ def other_schema(path: Path) -> None:
     pq.write_table(pa.table({"capture": ["x.pcap"], "api_key": ["Produce"]}), path)
 
 
+def other_table(path: Path) -> None:
+    # A file of the same dataset's `connections` table, put under requests/.
+    connections = sorted((path.parent.parent / "connections").glob("*.parquet"))[0]
+    path.write_bytes(connections.read_bytes())
+
+
 def no_capture(path: Path) -> None:
     pq.write_table(pa.table({"name": ["alice"], "age": [3]}), path)
 
@@ -149,8 +155,9 @@ def no_capture(path: Path) -> None:
         (link_out, "a link out of the dataset; the report reads only files inside it"),
         (other_schema, "column api_key is BYTE_ARRAY, not SMALLINT as in the requests table: a file of another schema"),
         (no_capture, "no capture column: not a file of the requests table"),
+        (other_table, "column broker_ip is not in the requests table: a file of another table"),
     ],
-    ids=["garbage", "link_to_etc_passwd", "other_schema", "no_capture"],
+    ids=["garbage", "link_to_etc_passwd", "other_schema", "no_capture", "other_table"],
 )  # fmt: skip
 def test_a_file_the_report_cannot_read_is_one_line_naming_it(
     hostile: tuple[Path, Path], tmp_path: Path, make: object, reason: str

@@ -147,8 +147,16 @@ def written(con: Any, paths: dict[str, list[str]]) -> dict[str, tuple[set[str], 
                     f" {table_of[path]} table: a file of another schema"
                 )
         for path in listed:
-            if "capture" in wanted.get(table_of[path], {}) and "capture" not in names[path]:
+            table = wanted.get(table_of[path], {})
+            if "capture" in table and "capture" not in names[path]:
                 raise DatasetError(f"{path}: no capture column: not a file of the {table_of[path]} table")
+            # Tables only gain columns (docs/tables.md): a column its table never had marks a file of
+            # another table (a `connections` file under requests/), whose rows would be misread.
+            foreign = sorted(names[path] - set(table)) if table else []
+            if foreign:
+                raise DatasetError(
+                    f"{path}: column {foreign[0]} is not in the {table_of[path]} table: a file of another table"
+                )
     return {
         table: (
             set().union(*(names[p] for p in files_of)),

@@ -27,7 +27,7 @@ from kwsniff.commands.options import (
     session_options,
 )
 from kwsniff.commands.signals import stop_on_signals
-from kwsniff.defaults import DEFAULT_BROKER_PORT
+from kwsniff.defaults import DEFAULT_BROKER_PORT, DEFAULT_METRICS_MAX_SERIES
 from kwsniff.memory import QUEUE, MemoryBudget
 from kwsniff.pipeline.run import capture_result
 from kwsniff.tables import DEFAULT_TABLES
@@ -108,6 +108,14 @@ def default_filter(ports: frozenset[int], tunnels: dict | None = None) -> str:
     "--buffer-mb", type=click.IntRange(min=1), default=64, show_default=True, help="Kernel ring size (MiB)."
 )
 @click.option("--metrics-port", type=PORT, help="Serve Prometheus metrics on this port.")
+@click.option(
+    "--metrics-max-series",
+    type=click.IntRange(min=1),
+    default=DEFAULT_METRICS_MAX_SERIES,
+    show_default=True,
+    help="Most metric series whose labels come from the wire (broker, topic, group, partition); "
+    "updates past it are dropped and counted in kwsniff_metrics_series_dropped_total.",
+)
 @click.option("--metrics-addr", default="127.0.0.1", show_default=True, help="Address of the metrics server.")
 @idle_timeout_option("Close connections silent this long (seconds; 0: never), so their rows are written.")
 @click.option(
@@ -135,6 +143,7 @@ def capture(
     snaplen: int,
     buffer_mb: int,
     metrics_port: int | None,
+    metrics_max_series: int,
     metrics_addr: str,
     idle_timeout: float,
     max_frame_size: int,
@@ -182,7 +191,7 @@ def capture(
     click.get_current_context().call_on_close(output.close)
     metrics = None
     if metrics_port is not None:
-        metrics = Metrics()
+        metrics = Metrics(metrics_max_series)
         try:
             metrics.serve(metrics_port, metrics_addr)
         except OSError as err:

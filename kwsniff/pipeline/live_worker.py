@@ -41,7 +41,7 @@ from kwsniff.pipeline.run import capture_result
 from kwsniff.pipeline.run_live import LiveDecoder, LiveOptions
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.sinks.parquet import arrow_without_pandas
-from kwsniff.view.stats import LiveStats
+from kwsniff.view.stats import LAG_APIS, LiveStats
 
 PUBLISH_EVERY_S = 0.5  # how often a worker sends its counters and rows to the coordinator
 START_TIMEOUT_S = 60.0  # a worker told nothing this long after it is ready gives up
@@ -49,8 +49,26 @@ START_TIMEOUT_S = 60.0  # a worker told nothing this long after it is ready give
 VIEW_FIELDS = {
     "requests": ("api_name", "api_key", "latency_ms", "throttle_time_ms", "client_id"),
     "errors": ("error_name", "error_code"),
-    "partitions": ("api_name", "record_bytes", "topic", "topic_id"),
+    # Bytes and records per topic, and what the lag follows (kwsniff.view.lag).
+    "partitions": (
+        "api_name",
+        "api_key",
+        "record_bytes",
+        "record_count",
+        "topic",
+        "topic_id",
+        "partition",
+        "group_id",
+        "error_code",
+        "first_offset",
+        "last_offset",
+        "high_watermark",
+        "committed_offset",
+        "ts_request",
+        "ts_response",
+    ),
     "connections": ("gaps", "gap_bytes"),
+    "groups": ("api_key", "group_id", "members", "error_code", "ts_response"),
 }
 
 
@@ -93,10 +111,15 @@ class RowRelay(LiveStats):
 
     def row(self, table: str, row: dict[str, Any]) -> None:
         fields = VIEW_FIELDS.get(table)
-        if fields is None or (table == "partitions" and not row.get("record_bytes")):
-            return
         get = row.get
+        if fields is None or (
+            table == "partitions" and not get("record_bytes") and get("api_key") not in LAG_APIS
+        ):
+            return
         kept = {k: get(k) for k in fields}
+        if table == "requests":
+            # Only this worker knows the connection's broker (the metrics' broker label).
+            kept["broker"] = self.broker_of(get("conn_id"))
         with self.lock:
             self.rows.append((table, kept))
 

@@ -1,7 +1,11 @@
 """Prometheus exposition of a live capture (prometheus_client), updated once per decoded batch.
 
 Names follow Prometheus conventions: base units, `_total` counters, `_seconds` histograms. Labels
-are the API and the error name only: never client ports or addresses, whose cardinality is unbounded.
+are the API, the error name, the broker (ip:port), the topic and the consumer group with its
+partition: never client ports or addresses, whose cardinality is unbounded. Series whose labels come
+from the wire (broker, topic, group, partition) are capped by ``max_series`` (`--metrics-max-series`):
+a new one past the cap is not made, and counted in kwsniff_metrics_series_dropped_total
+(docs/live-capture.md "Metrics").
 """
 
 from __future__ import annotations
@@ -11,15 +15,69 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from kwsniff.capture.live import CaptureCounters
+from kwsniff.defaults import DEFAULT_METRICS_MAX_SERIES
 from kwsniff.view.stats import Pending
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, max_series: int = DEFAULT_METRICS_MAX_SERIES) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self.max_series = max_series
+        self._series: set[tuple[str, tuple[str, ...]]] = set()
+        self.series_dropped = Counter(
+            "kwsniff_metrics_series_dropped",
+            "Updates not made because their series would pass --metrics-max-series",
+            registry=r,
+        )
+        group_labels = ["group", "topic", "partition"]
+        self.lag_records = Gauge(
+            "kwsniff_consumer_group_lag_records",
+            "High watermark minus the group's committed offset (the report's lag section, live)",
+            group_labels,
+            registry=r,
+        )
+        self.lag_seconds = Gauge(
+            "kwsniff_consumer_group_lag_seconds",
+            "How long ago the group's committed offset was acknowledged to its producer (0 when caught up)",
+            group_labels,
+            registry=r,
+        )
+        topic_io = ("topic",)
+        self.produced_records = Counter(
+            "kwsniff_produced_records", "Records in Produce requests", topic_io, registry=r
+        )
+        self.produced_bytes = Counter(
+            "kwsniff_produced_bytes", "Record batch bytes in Produce requests", topic_io, registry=r
+        )
+        self.consumed_records = Counter(
+            "kwsniff_fetched_records", "Records in Fetch responses", topic_io, registry=r
+        )
+        self.consumed_bytes = Counter(
+            "kwsniff_fetched_bytes", "Record batch bytes in Fetch responses", topic_io, registry=r
+        )
+        self.group_members = Gauge(
+            "kwsniff_consumer_group_members",
+            "Members the group's leader was sent in its last successful JoinGroup response (classic groups)",
+            ["group"],
+            registry=r,
+        )
+        self.group_rebalanced = Gauge(
+            "kwsniff_consumer_group_last_rebalance_timestamp_seconds",
+            "When the group's last successful JoinGroup response to its leader was seen (a new generation)",
+            ["group"],
+            registry=r,
+        )
+        self._rebalanced: dict[str, int] = {}
+        self.broker_latency = Histogram(
+            "kwsniff_broker_request_latency_seconds",
+            "Time from request to response, per API and broker (ip:port)",
+            ["api", "broker"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
         self.packets = Counter("kwsniff_packets", "Packets captured", registry=r)
         self.bytes = Counter("kwsniff_captured_bytes", "Bytes of packets captured", registry=r)
         self.kernel_drops = Counter(
@@ -75,14 +133,49 @@ class Metrics:
         self.if_drops.inc(max(0, counters.if_drops - last.if_drops))
         self.queue_drops.inc(counters.queue_drops - last.queue_drops)
         self._last = counters
-        requests, errors = pending
-        for api, latency_s in requests:
+        requests, errors, topics, lags, joins = pending
+        for api, broker, latency_s in requests:
             self.requests.labels(api).inc()
             if latency_s is not None:
                 self.latency.labels(api).observe(latency_s)
+                if broker is not None and self._allowed("broker_latency", (api, broker)):
+                    self.broker_latency.labels(api, broker).observe(latency_s)
         for error in errors:
             self.errors.labels(error).inc()
+        for topic, api, records, record_bytes in topics:
+            if self._allowed("topic_io", (topic,)):
+                records_of, bytes_of = (
+                    (self.produced_records, self.produced_bytes)
+                    if api == "Produce"
+                    else (self.consumed_records, self.consumed_bytes)
+                )
+                records_of.labels(topic).inc(records)
+                bytes_of.labels(topic).inc(record_bytes)
+        for (group, topic, partition), offset_lag, lag_s in lags:
+            labels = (group, topic, str(partition))
+            if self._allowed("lag", labels):
+                if offset_lag is not None:
+                    self.lag_records.labels(*labels).set(offset_lag)
+                if lag_s is not None:
+                    self.lag_seconds.labels(*labels).set(lag_s)
+        for group, members, ts_us in joins:
+            # The latest join by its time: a worker's rows may come after another's later ones.
+            if ts_us >= self._rebalanced.get(group, ts_us) and self._allowed("group", (group,)):
+                self._rebalanced[group] = ts_us
+                self.group_members.labels(group).set(members)
+                self.group_rebalanced.labels(group).set(ts_us / 1e6)
         self.connections.set(open_connections)
+
+    def _allowed(self, metric: str, labels: tuple[str, ...]) -> bool:
+        """Whether the series of ``labels`` exists or may be made under max_series (else counted)."""
+        key = (metric, labels)
+        if key in self._series:
+            return True
+        if len(self._series) >= self.max_series:
+            self.series_dropped.inc()
+            return False
+        self._series.add(key)
+        return True
 
     def update_workers(self, workers: list[CaptureCounters]) -> None:
         """Each worker's counters (cumulative): its kernel drops, labelled with its number."""

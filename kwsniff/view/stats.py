@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kwsniff.rows import RowSink
+from kwsniff.view.lag import LagTracker
 
 # Latencies kept per API per window for the percentiles; past it the window keeps every n-th.
 MAX_LATENCIES = 4096
@@ -42,9 +44,24 @@ class Totals:
     gap_bytes: int = 0
 
 
-# What the metrics have not yet seen: (api, latency_s or None) per request, the error name per
-# `errors` row.
-Pending = tuple[list[tuple[str, float | None]], list[str]]
+# What the metrics have not yet seen: (api, broker or None, latency_s or None) per request, the error
+# name per `errors` row, and (topic, api, records, bytes) per Produce request or Fetch response
+# partition that carried record batches.
+# and the lag of each (group, topic, partition) whose figures moved: (key, records, seconds).
+Pending = tuple[
+    list[tuple[str, str | None, float | None]],
+    list[str],
+    list[tuple[str, str, int, int]],
+    list[tuple[tuple[str, str, int], int | None, float | None]],
+    list[tuple[str, int, int]],
+]
+# and (group, members, ts_us) per successful JoinGroup response that named the members (classic
+# protocol: only the group's leader is sent the member list, at each rebalance).
+JOIN_GROUP = 11
+# The partitions rows the lag follows (docs/live-capture.md "Metrics"): Produce, Fetch, OffsetCommit,
+# OffsetFetch.
+LAG_APIS = frozenset({0, 1, 8, 9})
+MAX_LAG_PARTITIONS = 100_000  # partitions whose log the lag follows; past it they are refused, counted
 
 
 class LiveStats:
@@ -56,7 +73,12 @@ class LiveStats:
         self.window = Window()
         self.totals = Totals()
         # Per-batch deltas for the metrics.
-        self.pending: Pending = ([], [])
+        self.pending: Pending = ([], [], [], [], [])
+        # Consumer-group lag as the rows come (the metrics' lag gauges), when metrics are served.
+        self.lag = LagTracker(MAX_LAG_PARTITIONS) if collect_pending else None
+        # The broker (ip:port) of a request's connection, by conn_id (TableBuilder.brokers.get); a
+        # worker's rows come with theirs (live_worker.RowRelay).
+        self.broker_of: Callable[[Any], str | None] = _no_broker
 
     def row(self, table: str, row: dict[str, Any]) -> None:
         # Rows are read with .get: a table's rows carry only the columns known for that exchange
@@ -76,7 +98,8 @@ class LiveStats:
                 if throttle:
                     self.totals.throttled[get("client_id") or "?"] += 1
                 if self.collect_pending:
-                    self.pending[0].append((api, None if latency is None else latency / 1000))
+                    broker = get("broker") or self.broker_of(get("conn_id"))
+                    self.pending[0].append((api, broker, None if latency is None else latency / 1000))
         elif table == "errors":
             # Counted like the table counts them, so the view never disagrees with it.
             error = get("error_name") or f"error_{get('error_code')}"
@@ -93,6 +116,22 @@ class LiveStats:
                     (self.totals.produced_bytes if api == "Produce" else self.totals.fetched_bytes)[
                         topic
                     ] += record_bytes
+                    if self.collect_pending:
+                        self.pending[2].append((topic, api, get("record_count") or 0, record_bytes))
+            if self.lag is not None and get("api_key") in LAG_APIS:
+                with self.lock:
+                    self.lag.row(row)
+        elif table == "groups":
+            if (
+                self.collect_pending
+                and get("api_key") == JOIN_GROUP
+                and get("error_code") == 0
+                and get("members")
+            ):
+                group, ts = get("group_id"), get("ts_response")
+                if group is not None and ts is not None:
+                    with self.lock:
+                        self.pending[4].append((group, row["members"], ts))
         elif table == "connections":
             with self.lock:
                 self.totals.connections_closed += 1
@@ -106,8 +145,17 @@ class LiveStats:
 
     def take_pending(self) -> Pending:
         with self.lock:
-            pending, self.pending = self.pending, ([], [])
+            pending, self.pending = self.pending, ([], [], [], [], [])
+            if self.lag is not None:
+                lags = self.lag.lags
+                pending[3].extend(
+                    (key, lags[key].offset_lag, lags[key].lag_seconds) for key in self.lag.take_changed()
+                )
         return pending
+
+
+def _no_broker(conn_id: Any) -> None:
+    return None
 
 
 class StatsSink:

@@ -1,0 +1,193 @@
+"""Consumer-group lag as the capture goes, from `partitions` rows as they are decoded.
+
+The definition is the report's `lag` section (kwsniff/report/sections_lag.py, over the shared views
+of kwsniff/report/views.py), evaluated incrementally instead of over the whole capture:
+
+- a partition's high watermark is the largest one seen so far: Fetch responses' `high_watermark`,
+  and each acknowledged Produce batch's `last_offset + 1` (the `watermarks` view);
+- a group's commit on a partition is its latest by time (OffsetCommit at its request, OffsetFetch at
+  its response; `committed_offset >= 0`, no error), the largest offset among commits of the same
+  time (the `commits` and `commits_dated` views);
+- at each event (a commit of the group, a new watermark of the partition) the lag is
+  `high watermark - committed offset` records, and in seconds 0 when caught up, else the event's
+  time minus the acknowledgement time of the Produce batch holding the committed offset (the
+  earliest, if several). The report's fallback to a record's own timestamp (`records` table) is
+  not followed here: that lag in seconds stays unknown.
+
+What differs from the report: the report keeps each second's worst value, this keeps the value at
+the latest event; rows decoded out of time order (several workers) count when they are decoded, a
+commit older than the latest watermark being judged at that watermark's time; an offset is dated
+from the batches of its partition still held (``max_batches`` per partition, the oldest below every
+group's commit dropped first).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any
+
+PRODUCE, FETCH, OFFSET_COMMIT, OFFSET_FETCH = 0, 1, 8, 9
+MAX_BATCHES = 1024  # acknowledged batches held per partition to date committed offsets
+
+
+@dataclass
+class PartitionLog:
+    """What the capture knows of one partition's log."""
+
+    topic: str
+    partition: int
+    high_watermark: int | None = None
+    # When the latest watermark was seen: rows of several workers come out of time order, and a
+    # commit decoded after a later watermark is judged at that watermark, the latest event known.
+    watermark_ts: int = 0
+    # Acknowledged Produce batches, sorted: (first_offset, last_offset, ts_ack_us).
+    batches: list[tuple[int, int, int]] = field(default_factory=list)
+    groups: set[str] = field(default_factory=set)  # the groups that committed on it
+
+
+@dataclass
+class GroupLag:
+    """One group on one partition: its latest commit and the lag at the latest event."""
+
+    commit_ts: int
+    committed_offset: int
+    produced_at: int | None = None  # ack time of the batch holding committed_offset, once known
+    at: int = 0  # the event the figures below were evaluated at (µs)
+    offset_lag: int | None = None
+    lag_seconds: float | None = None
+
+
+Key = tuple[str, str, int]  # group, topic, partition
+
+
+class LagTracker:
+    """Feed it `partitions` rows; :meth:`take_changed` gives the (group, topic, partition) whose
+    figures moved. ``max_partitions`` bounds the partitions followed (new ones past it are refused
+    and counted in ``refused``); the groups per partition are bounded by the caller's series cap."""
+
+    def __init__(self, max_partitions: int, max_batches: int = MAX_BATCHES) -> None:
+        self.max_partitions = max_partitions
+        self.max_batches = max_batches
+        self.logs: dict[tuple[str, int], PartitionLog] = {}
+        self.lags: dict[Key, GroupLag] = {}
+        self.changed: set[Key] = set()
+        self.refused = 0  # rows of partitions past max_partitions
+
+    def row(self, row: dict[str, Any]) -> None:
+        get = row.get
+        api, topic, partition = get("api_key"), get("topic"), get("partition")
+        if topic is None or partition is None:  # the report's joins never match a null topic
+            return
+        if api == PRODUCE:
+            first, last, ts = get("first_offset"), get("last_offset"), get("ts_response")
+            if first is not None and last is not None and ts is not None:
+                log = self._log(topic, partition)
+                if log is not None:
+                    self._batch(log, first, last, ts)
+                    self._watermark(log, topic, partition, last + 1, ts)
+        elif api == FETCH:
+            hwm, ts = get("high_watermark"), get("ts_response")
+            if hwm is not None and ts is not None:
+                log = self._log(topic, partition)
+                if log is not None:
+                    self._watermark(log, topic, partition, hwm, ts)
+        elif api in (OFFSET_COMMIT, OFFSET_FETCH):
+            offset, group, error = get("committed_offset"), get("group_id"), get("error_code")
+            ts = get("ts_request") if api == OFFSET_COMMIT else get("ts_response")
+            if offset is not None and offset >= 0 and group is not None and not error and ts is not None:
+                log = self._log(topic, partition)
+                if log is not None:
+                    self._commit(log, (group, topic, partition), offset, ts)
+
+    def forget(self, key: Key) -> None:
+        """Stop following a group on a partition (its series was refused by the cap)."""
+        self.lags.pop(key, None)
+        log = self.logs.get(key[1:])
+        if log is not None:
+            log.groups.discard(key[0])
+
+    def take_changed(self) -> set[Key]:
+        changed, self.changed = self.changed, set()
+        return changed
+
+    # -- events --------------------------------------------------------------------------------------
+    def _log(self, topic: str, partition: int) -> PartitionLog | None:
+        log = self.logs.get((topic, partition))
+        if log is None:
+            if len(self.logs) >= self.max_partitions:
+                self.refused += 1
+                return None
+            log = self.logs[(topic, partition)] = PartitionLog(topic, partition)
+        return log
+
+    def _batch(self, log: PartitionLog, first: int, last: int, ts: int) -> None:
+        batches = log.batches
+        bisect.insort(batches, (first, last, ts))
+        if len(batches) > self.max_batches:
+            self._prune(log)
+        # A group whose committed offset this batch holds can now be dated.
+        for group in log.groups:
+            lag = self.lags.get((group, log.topic, log.partition))
+            dates = lag is not None and first <= lag.committed_offset <= last
+            if lag is not None and dates and (lag.produced_at is None or ts < lag.produced_at):
+                lag.produced_at = ts
+
+    def _watermark(self, log: PartitionLog, topic: str, partition: int, hwm: int, ts: int) -> None:
+        if log.high_watermark is None or hwm > log.high_watermark:
+            log.high_watermark = hwm
+        log.watermark_ts = max(log.watermark_ts, ts)
+        for group in log.groups:
+            self._evaluate((group, topic, partition), log, ts)
+
+    def _commit(self, log: PartitionLog, key: Key, offset: int, ts: int) -> None:
+        lag = self.lags.get(key)
+        if lag is None:
+            lag = self.lags[key] = GroupLag(ts, offset)
+            log.groups.add(key[0])
+        elif (ts, offset) > (lag.commit_ts, lag.committed_offset):
+            lag.commit_ts, lag.committed_offset, lag.produced_at = ts, offset, None
+        else:
+            return
+        if lag.produced_at is None:
+            lag.produced_at = self._dated(log, offset)
+        self._evaluate(key, log, ts)
+
+    def _evaluate(self, key: Key, log: PartitionLog, ts: int) -> None:
+        lag = self.lags[key]
+        # The high watermark held is the latest seen: judged at an earlier time it would count
+        # records not yet produced then (and lag in seconds would come out negative).
+        ts = max(ts, log.watermark_ts)
+        if ts < lag.at:  # a row decoded late: the figures stay those of the latest event
+            return
+        lag.at = ts
+        hwm, committed = log.high_watermark, lag.committed_offset
+        if hwm is None:
+            lag.offset_lag = lag.lag_seconds = None
+        elif committed >= hwm:
+            lag.offset_lag, lag.lag_seconds = hwm - committed, 0.0
+        else:
+            if lag.produced_at is None:
+                lag.produced_at = self._dated(log, committed)
+            lag.offset_lag = hwm - committed
+            lag.lag_seconds = None if lag.produced_at is None else (ts - lag.produced_at) / 1e6
+        self.changed.add(key)
+
+    @staticmethod
+    def _dated(log: PartitionLog, offset: int) -> int | None:
+        """The earliest acknowledgement of a held batch holding ``offset``."""
+        batches = log.batches
+        end = bisect.bisect_right(batches, (offset, float("inf"), 0))
+        times = [ts for first, last, ts in batches[:end] if first <= offset <= last]
+        return min(times) if times else None
+
+    def _prune(self, log: PartitionLog) -> None:
+        """Over max_batches: the batches wholly below every following group's commit go first (they
+        date nothing the groups hold), then the oldest."""
+        batches = log.batches
+        commits = [self.lags[(group, log.topic, log.partition)].committed_offset for group in log.groups]
+        if commits:
+            floor = min(commits)
+            batches[:] = [b for b in batches if b[1] >= floor]
+        if len(batches) > self.max_batches:
+            del batches[: len(batches) - self.max_batches]

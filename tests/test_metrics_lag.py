@@ -1,0 +1,154 @@
+"""kwsniff.view.lag and the metrics on hand-made `partitions` rows: the figures the report's `lag`
+definition (docs/report.md "Lag in seconds") gives, worked out by hand, and the series cap."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from prometheus_client import generate_latest
+
+from kwsniff.capture.live import CaptureCounters
+from kwsniff.pipeline.run import run_capture
+from kwsniff.pipeline.session import SessionOptions
+from kwsniff.rows import ListSink
+from kwsniff.view.lag import LagTracker
+from kwsniff.view.metrics import Metrics
+from kwsniff.view.stats import LiveStats, StatsSink
+
+CAPTURES = Path(__file__).parent / "data" / "captures"
+
+S = 1_000_000  # µs per second
+
+
+def produce(first: int, last: int, ts: int) -> dict:
+    return {
+        "api_key": 0,
+        "topic": "t",
+        "partition": 0,
+        "first_offset": first,
+        "last_offset": last,
+        "ts_response": ts,
+    }
+
+
+def commit(offset: int, ts: int, group: str = "g", error: int | None = 0) -> dict:
+    return {
+        "api_key": 8,
+        "topic": "t",
+        "partition": 0,
+        "group_id": group,
+        "committed_offset": offset,
+        "ts_request": ts,
+        "error_code": error,
+    }
+
+
+def fetch(hwm: int, ts: int) -> dict:
+    return {"api_key": 1, "topic": "t", "partition": 0, "high_watermark": hwm, "ts_response": ts}
+
+
+def test_lag_in_records_and_seconds_follows_commits_and_watermarks() -> None:
+    lag = LagTracker(max_partitions=10)
+    for row in (produce(0, 9, 10 * S), produce(10, 19, 12 * S), commit(5, 13 * S)):
+        lag.row(row)
+    state = lag.lags[("g", "t", 0)]
+    # hwm 20, committed 5: 15 records; offset 5 was acknowledged at 10 s, evaluated at 13 s.
+    assert (state.offset_lag, state.lag_seconds) == (15, 3.0)
+    lag.row(fetch(25, 16 * S))  # a new watermark moves the lag; offset 5 still dated at 10 s
+    assert (state.offset_lag, state.lag_seconds) == (20, 6.0)
+    lag.row(commit(30, 15 * S))  # older than the latest event: the commit counts, figures kept
+    lag.row(commit(25, 17 * S))  # caught up
+    assert (state.committed_offset, state.offset_lag, state.lag_seconds) == (25, 0, 0.0)
+    lag.row(commit(3, 18 * S, error=6))  # a failed commit is no commit
+    assert state.committed_offset == 25
+    assert lag.take_changed() == {("g", "t", 0)}
+
+
+def test_partitions_past_the_cap_are_refused_and_counted() -> None:
+    lag = LagTracker(max_partitions=1)
+    lag.row(produce(0, 0, S))
+    lag.row({**produce(0, 0, S), "partition": 1})
+    lag.row({**commit(0, S), "partition": 2})
+    assert (sorted(lag.logs), lag.refused) == ([("t", 0)], 2)
+
+
+def scraped(metrics: Metrics) -> dict[str, float]:
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in generate_latest(metrics.registry).decode().splitlines()
+        if line.startswith("kwsniff_") and not line.startswith("kwsniff_broker_request_latency")
+    }
+
+
+def test_rows_reach_the_lag_gauges_and_the_topic_counters() -> None:
+    stats = LiveStats(collect_pending=True)
+    for row in (
+        {**produce(0, 9, 10 * S), "api_name": "Produce", "record_count": 10, "record_bytes": 700},
+        {**produce(10, 19, 12 * S), "api_name": "Produce", "record_count": 10, "record_bytes": 650},
+        {**fetch(20, 12 * S), "api_name": "Fetch", "record_count": 4, "record_bytes": 300},
+        {**commit(5, 13 * S), "api_name": "OffsetCommit"},
+    ):
+        stats.row("partitions", row)
+    metrics = Metrics()
+    metrics.update(CaptureCounters(), stats.take_pending(), 0)
+    values = scraped(metrics)
+    # hwm 20, committed 5: 15 records behind; offset 5 was acknowledged at 10 s, the commit seen at 13 s.
+    assert values['kwsniff_consumer_group_lag_records{group="g",partition="0",topic="t"}'] == 15.0
+    assert values['kwsniff_consumer_group_lag_seconds{group="g",partition="0",topic="t"}'] == 3.0
+    assert values['kwsniff_produced_records_total{topic="t"}'] == 20.0
+    assert values['kwsniff_produced_bytes_total{topic="t"}'] == 1350.0
+    assert values['kwsniff_fetched_records_total{topic="t"}'] == 4.0
+    assert values['kwsniff_fetched_bytes_total{topic="t"}'] == 300.0
+    assert values["kwsniff_metrics_series_dropped_total"] == 0.0
+
+
+def test_series_past_the_cap_are_not_made_and_their_updates_counted() -> None:
+    metrics = Metrics(max_series=2)
+    topics = [(f"topic-{i}", "Produce", 1, 10) for i in range(4)]
+    metrics.update(CaptureCounters(), ([], [], topics, [], []), 0)
+    metrics.update(CaptureCounters(), ([], [], topics, [(("g", "topic-0", 0), 3, 1.5)], []), 0)
+    values = scraped(metrics)
+    made = sorted(k for k in values if k.startswith("kwsniff_produced_records_total"))
+    assert made == [
+        'kwsniff_produced_records_total{topic="topic-0"}',
+        'kwsniff_produced_records_total{topic="topic-1"}',
+    ]
+    assert values['kwsniff_produced_records_total{topic="topic-0"}'] == 2.0
+    # Two topics twice, and the group's lag once: 5 updates of series the cap did not let in.
+    assert values["kwsniff_metrics_series_dropped_total"] == 5.0
+    assert not any(k.startswith("kwsniff_consumer_group_lag") and "{" in k for k in values)
+
+
+def test_a_commit_decoded_after_a_later_watermark_is_judged_at_that_watermark() -> None:
+    # Two workers: the acknowledgement of offsets 10..19 (at 12 s) reaches the tracker before the
+    # commit of offset 10 sent at 11 s. At 11 s the log ended at 10; the latest event known is the
+    # acknowledgement, when offset 10 was 0 s old and 10 records were behind: never a negative age.
+    lag = LagTracker(max_partitions=10)
+    for row in (produce(0, 9, 10 * S), produce(10, 19, 12 * S), commit(10, 11 * S)):
+        lag.row(row)
+    state = lag.lags[("g", "t", 0)]
+    assert (state.at, state.offset_lag, state.lag_seconds) == (12 * S, 10, 0.0)
+
+
+def test_a_groups_members_and_last_rebalance_come_from_its_leaders_join_group_response() -> None:
+    # kafka-python's one-member group of the shared capture: the truth file names one consumer in
+    # rig-kp-group, and tshark dates the JoinGroup responses.
+    capture = CAPTURES / "kafka_python.pcap"
+    truth = json.loads((CAPTURES / "kafka_python.pcap.truth.json").read_text())
+    shark = json.loads((CAPTURES / "kafka_python.pcap.tshark.json").read_text())
+    joins = {(r["stream"], r["correlation_id"]) for r in shark["requests"] if r["api_key"] == 11}
+    answered = [
+        r["first_frame_time_epoch"] for r in shark["responses"] if (r["stream"], r["correlation_id"]) in joins
+    ]
+    stats = LiveStats(collect_pending=True)
+    run_capture(capture, StatsSink(ListSink(), stats), SessionOptions())
+    metrics = Metrics()
+    metrics.update(CaptureCounters(), stats.take_pending(), 0)
+    values = scraped(metrics)
+    group = truth["consumer_group"]["group"]
+    assert truth["consumer_groups"] == [group]
+    assert values[f'kwsniff_consumer_group_members{{group="{group}"}}'] == 1.0
+    assert values[f'kwsniff_consumer_group_last_rebalance_timestamp_seconds{{group="{group}"}}'] == max(
+        answered
+    )

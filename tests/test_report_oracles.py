@@ -343,6 +343,23 @@ def test_produce_latency_is_one_count_and_one_latency_per_request_and_topic(
     assert [r["requests"] for r in orders] == [6]  # 3 requests of 2 partitions, in each of 2 captures
 
 
+def test_inventory_counts_a_producers_requests_once_per_topic(report: dict, tables: dict) -> None:
+    # docs/report.md: `requests` per client, role and topic. A Produce request is one request of each
+    # topic it carries, whatever its partitions: distinct (capture, connection, correlation id).
+    parts = tables["partitions"]
+    produce = parts[(parts.api_key == 0) & parts.topic.notna()]
+    want = (
+        groups_of(produce, ["client_id", "client_ip", "topic"])
+        .apply(lambda g: len(g[["capture", "conn_id", "correlation_id"]].drop_duplicates()))
+        .reset_index(name="requests")
+    )
+    producers = [r for r in report["inventory"] if r["role"] == "producer"]
+    columns = ["client_id", "client_ip", "topic", "requests"]
+    assert sorted((tuple(r[c] for c in columns) for r in producers), key=repr) == rows(want, columns)
+    orders = [r["requests"] for r in producers if r["topic"] == "built-orders"]
+    assert orders == [6]  # 3 requests of 2 partitions, in each of 2 captures
+
+
 def test_produce_to_consume_is_each_batch_to_the_first_fetch_response_carrying_it(
     report: dict, tables: dict
 ) -> None:

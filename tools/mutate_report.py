@@ -78,6 +78,7 @@ MUTATIONS = [
     Mutation("long_polls", T, "SUM(CASE WHEN record_count = 0 THEN 1 ELSE 0 END) AS empty", "SUM(CASE WHEN record_count >= 0 THEN 1 ELSE 0 END) AS empty"),
     Mutation("long_polls", T, "latency_ms > wait_ms * 1.1 + 100", "latency_ms > wait_ms * 1.1 - 100"),
     Mutation("inventory", T, "COALESCE(SUM(r.record_count), 0) AS records", "COALESCE(SUM(r.requests), 0) AS records"),
+    Mutation("inventory", T, "FROM per_request GROUP BY", "FROM rows GROUP BY"),
     Mutation("rebalances", G, "MIN(ts_request) AS ts_start", "MAX(ts_request) AS ts_start"),
     Mutation("rebalances", G, "FROM groups WHERE api_key = 11 AND error_code IN (0, 79)", "FROM groups WHERE api_key = 11"),
     Mutation("rebalance_members", G, "MIN(ts_request) AS ts_join", "MAX(ts_request) AS ts_join"),

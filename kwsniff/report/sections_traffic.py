@@ -19,17 +19,24 @@ WITH rows AS (
   SELECT p.client_id, p.client_ip,
          CASE WHEN p.api_key IN ({PRODUCER_APIS}) THEN 'producer'
               WHEN p.api_key IN ({CONSUMER_APIS}) THEN 'consumer' ELSE 'admin' END AS role,
-         p.topic, p.group_id, p.record_count, p.record_bytes, p.ts_request, p.capture
+         p.topic, p.group_id, p.record_count, p.record_bytes, p.ts_request, p.capture, p.conn_id, p.correlation_id
   FROM partition_exchanges p
   WHERE p.api_key IN ({PRODUCER_APIS}, {CONSUMER_APIS}, {ADMIN_APIS}) AND p.topic IS NOT NULL
   UNION ALL
   -- Admin requests without a topic-partition row (CreateTopics, DescribeConfigs, ListGroups...).
   SELECT r.client_id, r.client_ip, 'admin' AS role, CAST(NULL AS VARCHAR) AS topic, CAST(NULL AS VARCHAR) AS group_id,
-         CAST(NULL AS BIGINT) AS record_count, CAST(NULL AS BIGINT) AS record_bytes, r.ts_request, r.capture
+         CAST(NULL AS BIGINT) AS record_count, CAST(NULL AS BIGINT) AS record_bytes, r.ts_request, r.capture,
+         r.conn_id, r.correlation_id
   FROM requests r LEFT JOIN partition_exchanges p
     ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
     AND p.api_key IN ({ADMIN_APIS})
   WHERE r.api_key IN ({ADMIN_APIS}) AND p.conn_id IS NULL
+),
+-- One row per request and topic: a request carrying several partitions of a topic is one request.
+per_request AS (
+  SELECT capture, client_id, client_ip, role, topic, group_id, SUM(record_count) AS record_count,
+         SUM(record_bytes) AS record_bytes, MIN(ts_request) AS ts_request
+  FROM rows GROUP BY capture, client_id, client_ip, role, topic, group_id, conn_id, correlation_id
 ),
 -- Summed per capture first: the joins below then meet thousands of rows, not millions (and `rows`,
 -- read once, is never kept).
@@ -37,7 +44,7 @@ counted AS (
   SELECT capture, client_id, client_ip, role, topic, group_id, SUM(record_count) AS record_count,
          SUM(record_bytes) AS record_bytes, COUNT(*) AS requests, MIN(ts_request) AS first_seen,
          MAX(ts_request) AS last_seen
-  FROM rows GROUP BY capture, client_id, client_ip, role, topic, group_id
+  FROM per_request GROUP BY capture, client_id, client_ip, role, topic, group_id
 ),
 -- A consumer's Fetch carries no group: it is the group the same client commits for on that topic.
 client_group AS (

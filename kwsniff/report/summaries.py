@@ -34,9 +34,9 @@ if TYPE_CHECKING:
     from kwsniff.report.engines import Filters
 
 # Raised whenever a part's query or columns change: summaries of another version are not read.
-VERSION = (
-    3  # 2: stopped's states and never_committed rows; 3: rebalances count only MEMBER_ID_REQUIRED attempts
-)
+# 2: stopped's states and never_committed rows; 3: rebalances count only MEMBER_ID_REQUIRED attempts;
+# 4: inventory counts a request once per topic, not once per partition.
+VERSION = 4
 MARKER = "summary_captures"
 BATCH_ROWS = 65_536  # rows of a part held in Python at a time while it is written
 assert (MARKER, *PARTS) == SUMMARIES, (MARKER, *PARTS)

@@ -30,6 +30,7 @@ from kwsniff.pipeline.keylogs import load_keylog
 from kwsniff.pipeline.session import Session, SessionOptions
 from kwsniff.rows import ListSink
 from kwsniff.tls import KeyLog
+from kwsniff.view.summary import human_size
 
 MIB = 1024 * 1024
 SECRET = bytes(range(48))  # a TLS 1.2 master secret's length
@@ -76,6 +77,25 @@ def test_secrets_past_their_cap_evict_the_oldest_client_randoms_and_count_them()
     assert keys.secrets((n - 1).to_bytes(32, "big"), label) == (SECRET,)  # the newest stayed
     assert keys.take_evicted() == (n - kept, (n - kept) * (SECRET_COST + 48))
     assert keys.take_evicted() == (0, 0)
+
+
+def test_spark_says_what_its_driver_evicted_loading_the_key_log(tmp_path: Path) -> None:
+    # The executors get the driver's secrets pickled, without its counts: the command says them once.
+    from kwsniff.commands.options import Decoding, session_options
+    from kwsniff.commands.spark import keylog_evictions
+
+    keylog = tmp_path / "keys.log"
+    text, n = distinct_sessions(8 * MIB)
+    keylog.write_bytes(text)
+    options = session_options(Decoding((keylog,), {"fragment_bytes": MIB}, LIMIT))
+    cap = MemoryBudget(LIMIT).cap(SECRETS)
+    evicted = n - kept_under(cap)
+    assert keylog_evictions(options.keylog) == (
+        f"{evicted:,} TLS secrets ({human_size(evicted * (SECRET_COST + 48))} held) evicted to stay within "
+        "the secrets share of --memory-limit, the oldest first: connections they would decrypt stay encrypted"
+    )
+    assert keylog_evictions(options.keylog) is None  # said once
+    assert keylog_evictions(None) is None
 
 
 def test_a_session_charges_the_secrets_it_holds_to_the_budget_and_lets_go_at_the_end() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,6 +23,10 @@ from kwsniff.commands.options import (
 from kwsniff.commands.sizes import ByteSize
 from kwsniff.commands.summarize import summarize
 from kwsniff.tables import DEFAULT_TABLES
+from kwsniff.view.summary import human_size
+
+if TYPE_CHECKING:
+    from kwsniff.tls.keylog import KeyLog
 
 
 # pandas too: PySpark moves Arrow batches through it.
@@ -135,6 +140,9 @@ def spark(
     # The key log travels to the executors inside the options (pickled with each task), and the
     # budget is per task: each executor core decodes one task at a time.
     options = session_options(decoding, broker_ports=broker_ports(broker_port), records=records)
+    evicted = keylog_evictions(options.keylog)
+    if evicted:
+        messages.warnings("--keylog", [evicted])
     started = time.perf_counter()
     session = spark_session(
         master,
@@ -237,3 +245,15 @@ def shipped_env(master: str, quiet: bool) -> str:
         how = f"built in {pack.seconds:.1f} s" if pack.built else "reused"
         click.echo(f"--ship-env: {how}: {pack.path} ({human_size(pack.size)})")
     return str(pack.path)
+
+
+def keylog_evictions(keys: KeyLog | None) -> str | None:
+    """What the driver evicted while it loaded the key log, said once: the executors get the
+    pickled secrets without these counts (each task counts only its own), so no summary would."""
+    secrets, held = keys.take_evicted() if keys is not None else (0, 0)
+    if not secrets:
+        return None
+    return (
+        f"{secrets:,} TLS secrets ({human_size(held)} held) evicted to stay within the secrets share of "
+        "--memory-limit, the oldest first: connections they would decrypt stay encrypted"
+    )

@@ -138,11 +138,19 @@ def report(
     sections = [s for s in SECTIONS if not chosen or s.name in chosen]
     spark = None
     if master is not None:
-        from kwsniff.spark.pipeline import spark_session
+        from kwsniff.spark.pipeline import first_line, spark_session, unreachable_master
 
-        spark = spark_session(
-            master, "kwsniff-report", conf={"spark.sql.shuffle.partitions": "8"}, quiet=True
-        )
+        unreachable = unreachable_master(master)
+        if unreachable:
+            messages.error(unreachable)
+            sys.exit(1)
+        try:
+            spark = spark_session(
+                master, "kwsniff-report", conf={"spark.sql.shuffle.partitions": "8"}, quiet=True
+            )
+        except Exception as exc:  # the JVM's reason, on one line
+            messages.error(f"--master {master}: the Spark session did not start: {first_line(exc)}")
+            sys.exit(1)
         spark.sparkContext.setLogLevel("ERROR")
     limit = top if top is not None else (TEXT_ROWS if fmt == "text" else None)
     engine = None

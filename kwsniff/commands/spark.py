@@ -101,7 +101,14 @@ def spark(
     """Decode INPUTS (files, directories, globs) on Spark into OUT/<table>/date=YYYY-MM-DD/."""
     from kwsniff.spark import executors
     from kwsniff.spark.inputs import InputError, expand_inputs, expand_series
-    from kwsniff.spark.pipeline import decode, decode_conf, spark_session, write
+    from kwsniff.spark.pipeline import (
+        decode,
+        decode_conf,
+        first_line,
+        spark_session,
+        unreachable_master,
+        write,
+    )
 
     conf = spark_conf(confs)
     if continuous and flow_buckets not in (None, 1):
@@ -143,14 +150,22 @@ def spark(
     evicted = keylog_evictions(options.keylog)
     if evicted:
         messages.warnings("--keylog", [evicted])
+    unreachable = unreachable_master(master)
+    if unreachable:
+        messages.error(unreachable)
+        sys.exit(1)
     started = time.perf_counter()
-    session = spark_session(
-        master,
-        progress=not quiet and sys.stderr.isatty(),
-        conf=decode_conf(master, conf),
-        archive=archive,
-        quiet=quiet,
-    )
+    try:
+        session = spark_session(
+            master,
+            progress=not quiet and sys.stderr.isatty(),
+            conf=decode_conf(master, conf),
+            archive=archive,
+            quiet=quiet,
+        )
+    except Exception as exc:  # the JVM's reason, on one line: Spark has logged the rest
+        messages.error(f"--master {master}: the Spark session did not start: {first_line(exc)}")
+        sys.exit(1)
     failed: list = []
     try:
         problem = executors.probe(session)

@@ -450,3 +450,32 @@ def write(
         shutil.rmtree(decoded.spool, ignore_errors=True)
         if mine:
             output.close()
+
+
+MASTER_CONNECT_TIMEOUT_S = 5.0
+
+
+def unreachable_master(master: str) -> str | None:
+    """For a standalone master (`spark://host:port[,host:port...]`): None when one of its
+    addresses accepts a TCP connection, else the error to print. Spark itself would retry its
+    registration for over a minute and end in a Java stack trace."""
+    import socket
+
+    if not master.startswith("spark://"):
+        return None
+    reasons = []
+    for address in master.removeprefix("spark://").split(","):
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), MASTER_CONNECT_TIMEOUT_S).close()
+            return None
+        except (OSError, ValueError) as exc:
+            reasons.append(f"{address}: {getattr(exc, 'strerror', None) or exc}")
+    return f"--master {master}: no Spark master answers ({'; '.join(reasons)})"
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line; for a Py4J error, the Java exception's."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java) if java is not None else str(exc)
+    return (text.strip().splitlines() or [type(exc).__name__])[0]

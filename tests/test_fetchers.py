@@ -10,6 +10,7 @@ import datetime
 import enum
 import importlib
 import io
+import shutil
 import socket
 import struct
 import threading
@@ -248,3 +249,22 @@ def test_report_counts_only_the_consumer_fetches(sent: tuple[Path, list[tuple[st
     # Inventory names topics: orders by name up to v12 (v4, v11, v12), ids unnamed by any Metadata.
     inventory = [(r["client_id"], r["role"], r["topic"], r["requests"]) for r in rows["inventory"]]
     assert inventory == [("consumer-1", "consumer", "orders", 3)]
+
+
+def test_tables_written_before_the_columns_existed_still_report(
+    sent: tuple[Path, list[tuple[str, int, int, str]]], tmp_path: Path
+) -> None:
+    """Tables without `replica_id`/`fetcher` (an older kwsniff's) read them as null, taken for
+    consumers: every client's fetches count, as they did before."""
+    out, truth = sent
+    old = tmp_path / "old"
+    shutil.copytree(out, old, ignore=lambda d, names: [n for n in names if n.startswith("summary_")])
+    for name in ("requests", "partitions"):
+        for path in (old / name).rglob("*.parquet"):
+            written = pq.read_table(path)
+            pq.write_table(written.drop_columns(["replica_id", "fetcher"]), path)
+    with DuckEngine(old, Filters()) as engine:
+        assert not engine.summarized
+        rows = answer(engine, Filters(), [BY_NAME["long_polls"]])
+    polls = sorted((r["client_id"], r["polls"]) for r in rows["long_polls"])
+    assert polls == [(client_id, len(VERSIONS)) for client_id in sorted({t[0] for t in truth})]

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from kwsniff.report.engines import Filters
 
 # Raised whenever a part's query or columns change: summaries of another version are not read.
-VERSION = 1
+VERSION = 2  # 2: parts count consumer fetches only (partition_exchanges reads `fetcher`)
 MARKER = "summary_captures"
 BATCH_ROWS = 65_536  # rows of a part held in Python at a time while it is written
 assert (MARKER, *PARTS) == SUMMARIES, (MARKER, *PARTS)

@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -30,7 +31,7 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_writer
 from kio.static import primitive
 from kio.static.primitive import i16, i32
-from realparts import free_port, tcpdump_capture
+from realparts import free_port, run_kwsniff, tcpdump_capture
 
 from kwsniff.cli import main
 from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
@@ -222,6 +223,23 @@ def test_requests_rows_carry_the_encoded_replica_id_and_fetcher(
     got = sorted((r["client_id"], r["api_version"], r["replica_id"], r["fetcher"]) for r in rows)
     assert got == sorted(truth)
     assert all(r["status"] == "ok" for r in rows)
+
+
+def test_spark_decodes_the_same_replica_ids_and_fetchers(
+    sent: tuple[Path, list[tuple[str, int, int, str]]], tmp_path: Path
+) -> None:
+    """`kwsniff spark` (split by flow, so its bucketed sessions) writes the same columns."""
+    out, truth = sent
+    fleet = tmp_path / "fleet"
+    pcap = out.parent / "fetchers.pcap"
+    done = run_kwsniff(
+        "spark", str(pcap), "--out", str(fleet), "--master", "local[1]", "--flow-buckets", "2", "-q"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    keys = ("client_id", "api_version", "replica_id", "fetcher")
+    for name in ("requests", "partitions"):
+        rows = ds.dataset(fleet / name, partitioning="hive").to_table().to_pylist()
+        assert sorted(tuple(r[k] for k in keys) for r in rows) == sorted(truth), name
 
 
 def test_fetch_partitions_rows_repeat_them(sent: tuple[Path, list[tuple[str, int, int, str]]]) -> None:

@@ -61,6 +61,10 @@ KIP848_CALLBACKS = (
 )
 SHARE_PARTS = "test_share_wire.py::test_share_partitions_carry_acquired_and_acknowledged_offsets"
 MAX_WAIT = "test_share_wire.py::test_fetch_and_share_fetch_requests_carry_max_wait_ms"
+# Consumer, follower and metadata-log Fetch v4-v18, kio-encoded over loopback TCP, captured by tcpdump.
+FETCHERS = "test_fetchers.py::"
+FETCHER_REQUESTS = FETCHERS + "test_requests_rows_carry_the_encoded_replica_id_and_fetcher"
+FETCHER_PARTITIONS = FETCHERS + "test_fetch_partitions_rows_repeat_them"
 CLASSIC_CONFIG = (
     "test_groups_classic_protocol.py::test_join_requests_carry_the_clients_configuration_and_subscription"
 )
@@ -98,6 +102,8 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         # Kafka's specs (minimum validVersions) and kafka-python pinned to old broker versions.
         "removed_in": UPGRADE + "test_requests_flag_exactly_the_versions_kafka_4_refuses",
         "client_ip": EXCHANGE_OF_ROW,
+        "replica_id": FETCHER_REQUESTS,
+        "fetcher": FETCHER_REQUESTS,
     },
     "connections": {
         "capture": CAPTURE_NAME,
@@ -243,6 +249,8 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "acknowledged_last_offset": SHARE_PARTS,
         "removed_in": UPGRADE + "test_produced_message_formats_v0_and_v1_are_flagged_on_their_partitions",
         **EXCHANGE_COLUMNS,
+        "replica_id": FETCHER_PARTITIONS,
+        "fetcher": FETCHER_PARTITIONS,
     },
     "records": {
         "capture": BUILT_RECORDS,

@@ -169,7 +169,7 @@ WITH polls AS (
          g.rebalance_timeout_ms
   FROM requests r LEFT JOIN groups g
     ON g.capture = r.capture AND g.conn_id = r.conn_id AND g.correlation_id = r.correlation_id
-  WHERE r.api_key IN ({LONG_POLL_APIS}) AND r.latency_ms IS NOT NULL
+  WHERE r.api_key IN ({LONG_POLL_APIS}) AND r.latency_ms IS NOT NULL AND (r.fetcher IS NULL OR r.fetcher = 'consumer')
 ),
 empty_wait AS (
   SELECT api_name, client_id, {pct(0.5, "latency_ms")} AS empty_ms

@@ -83,7 +83,9 @@ def fill(table: str, columns: list[tuple[str, str]], source: str) -> str:
 
 
 # Views the sections share, each with only the columns sections read. `partition_exchanges`: each
-# topic-partition row but Metadata's (the most numerous, which no section reads), with its exchange's
+# topic-partition row but Metadata's (the most numerous, which no section reads) and but the Fetch rows
+# of brokers (followers and the KRaft metadata log: `fetcher`, null in tables written before it, so
+# lag, member lag, stopped, inventory and produce-to-consume see consumers only), with its exchange's
 # client and times. `produced`: each acknowledged Produce batch's offset range and the time the
 # broker's acknowledgement was seen, i.e. when those offsets became readable. The ones in MATERIALIZED
 # are computed once per report and kept (several sections join them); the others are views.
@@ -102,7 +104,7 @@ DERIVED = {
                fetch_offset, committed_offset, error_code,
                client_id, client_ip, ts_request, ts_response, latency_ms
         FROM partitions
-        WHERE api_key <> 3""",
+        WHERE api_key <> 3 AND (fetcher IS NULL OR fetcher = 'consumer')""",
     # Per client (id and address): its SASL mechanism and principal and its software (KIP-511), from
     # its connections (a connection's client id is its first request's, the one its ApiVersions sent).
     "client_software": """

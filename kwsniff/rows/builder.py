@@ -320,9 +320,12 @@ class ExchangeRows(ConversationHandler):
             tables.notes[reason.split(" at offset")[0]] += 1
         context = self._context(req)
         exchange = self._exchange(req, resp)  # on its partitions, errors and groups rows too
+        # Who sent a Fetch (extract.fetcher), on its requests and partitions rows; null on other APIs.
+        who = {"replica_id": reqi.get("replica_id"), "fetcher": reqi.get("fetcher")}
         row = {
             **context,
             **exchange,
+            **who,
             "request_bytes": req.size,
             "response_bytes": resp.size if resp is not None else None,
             "throttle_time_ms": respi.get("throttle_time_ms"),
@@ -362,7 +365,7 @@ class ExchangeRows(ConversationHandler):
             # KIP-848 assignments name topics by id: written once the topic-id map names them.
             topics.add_spelled("groups", group, topic_ids_of(group), spell_topics)
         damage = tables.record_damage
-        for prow in merged_rows(req.api_key, reqi, respi, {**context, **exchange}):
+        for prow in merged_rows(req.api_key, reqi, respi, {**context, **exchange, **who}):
             records = None
             if "_records" in prow:
                 self._release(prow.pop("_held", 0))

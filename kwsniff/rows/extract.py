@@ -42,6 +42,8 @@ def request_summary(
     elif api_key in LONG_POLLS:
         # How long the broker may hold the poll for data: its latency is judged against this.
         info["max_wait_ms"] = msg.get("max_wait_ms")
+    if api_key == FETCH:
+        info.update(fetcher(api_version, msg))
     if type(msg.get("group_id")) is str:
         info["group_id"] = msg["group_id"]
     if api_key in _MEMBER_EPOCHS:
@@ -88,6 +90,32 @@ _TRANSACTIONAL = frozenset(
     {INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT}
 )
 _PRODUCER_ANSWERS = frozenset({INIT_PRODUCER_ID, END_TXN})
+
+
+# The KRaft metadata log (KIP-500/595): by name, or from Fetch v13 on by its fixed topic id, which no
+# Metadata response names (KIP-516).
+METADATA_TOPIC = "__cluster_metadata"
+METADATA_TOPIC_ID = "00000000-0000-0000-0000-000000000001"
+
+
+def fetcher(api_version: int, msg: dict[str, Any]) -> dict[str, Any]:
+    """Who sent a Fetch: its replica id (the request's field up to v14, replica_state's from v15,
+    KIP-903; -1, a consumer's, when that tagged field is absent) and `metadata` (a fetch of the KRaft
+    metadata log), `follower` (a broker replicating, replica id >= 0) or `consumer` (replica id < 0)."""
+    if api_version >= 15:
+        state = msg.get("replica_state")
+        replica_id = state.get("replica_id", -1) if isinstance(state, dict) else -1
+    else:
+        replica_id = msg.get("replica_id", -1)
+    topics: list[dict[str, Any]] = msg.get("topics") or []
+    kind: str | None
+    if any(t.get("topic") == METADATA_TOPIC or str(t.get("topic_id")) == METADATA_TOPIC_ID for t in topics):
+        kind = "metadata"
+    elif replica_id is None:  # a request cut by a snap length before its replica id
+        kind = None
+    else:
+        kind = "follower" if replica_id >= 0 else "consumer"
+    return {"replica_id": replica_id, "fetcher": kind}
 
 
 def _member_epoch(api_key: int, msg: dict[str, Any]) -> int | None:

@@ -23,6 +23,10 @@ _EXCHANGE = [
 # join of two large tables (docs/tables.md; the report reads them).
 _CLIENT = [("client_id", pa.string()), ("client_ip", pa.string())]
 _TIMES = [("ts_request", TS), ("ts_response", TS), ("latency_ms", pa.float64())]
+# Who sent a Fetch (docs/tables.md "Who is fetching"): its replica id (the request's, or
+# replica_state's from v15; -1 for a consumer) and `consumer`, `follower` or `metadata` (the KRaft
+# metadata log); null on every other API. On `requests` and on Fetch's `partitions` rows.
+_FETCHER = [("replica_id", pa.int32()), ("fetcher", pa.string())]
 
 REQUESTS = pa.schema(
     _EXCHANGE
@@ -62,6 +66,7 @@ REQUESTS = pa.schema(
         ("removed_in", pa.string()),
         ("client_ip", pa.string()),
     ]
+    + _FETCHER
 )
 
 CONNECTIONS = pa.schema(
@@ -214,6 +219,7 @@ PARTITIONS = pa.schema(
     ]
     + _CLIENT
     + _TIMES
+    + _FETCHER
 )
 
 # One row per record of a Produce request or Fetch response; opt-in (`kwsniff read --records`).

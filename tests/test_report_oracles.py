@@ -348,11 +348,9 @@ def test_inventory_counts_a_producers_requests_once_per_topic(report: dict, tabl
     # topic it carries, whatever its partitions: distinct (capture, connection, correlation id).
     parts = tables["partitions"]
     produce = parts[(parts.api_key == 0) & parts.topic.notna()]
-    want = (
-        groups_of(produce, ["client_id", "client_ip", "topic"])
-        .apply(lambda g: len(g[["capture", "conn_id", "correlation_id"]].drop_duplicates()))
-        .reset_index(name="requests")
-    )
+    keys = ["client_id", "client_ip", "topic"]
+    one_per_request = produce.drop_duplicates([*keys, "capture", "conn_id", "correlation_id"])
+    want = groups_of(one_per_request, keys).size().reset_index(name="requests")
     producers = [r for r in report["inventory"] if r["role"] == "producer"]
     columns = ["client_id", "client_ip", "topic", "requests"]
     assert sorted((tuple(r[c] for c in columns) for r in producers), key=repr) == rows(want, columns)

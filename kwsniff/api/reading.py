@@ -108,7 +108,7 @@ def decode(run: Run) -> Iterator[tuple[str, pa.RecordBatch] | Done]:
     """Every input of ``run`` in order: its batches as they fill, then its Done. Inputs are opened
     (format checked) first, as `read` does: a missing input, or no readable one, raises InputError."""
     from kwsniff.capture import CaptureError, open_capture
-    from kwsniff.pipeline.run import Series, capture_row, failure_reason, file_size, input_path, result_row
+    from kwsniff.pipeline.run import Series, failed_row, failure_reason, result_row
     from kwsniff.sinks import capture_keys, output_name
     from kwsniff.sinks.arrow import ArrowSink
 
@@ -146,17 +146,7 @@ def decode(run: Run) -> Iterator[tuple[str, pa.RecordBatch] | Done]:
         except Exception as exc:  # not a capture, or a decoder bug: this input fails, the others go on
             reason = failure_reason(exc, str(path))
             failed = ArrowSink(file_name, ("captures",))
-            row = capture_row(
-                keys[path] or path.name,
-                input_path(path),
-                file_bytes=file_size(path),
-                packets=None,
-                warnings=[],
-                error=reason,
-                started_us=started_us,
-                seconds=time.perf_counter() - started,
-            )
-            failed.add("captures", row)
+            failed.add("captures", failed_row(path, keys[path] or path.name, reason, started_us, started))
             yield from _taken(failed, close=True)
             yield Done(file_name, keys[path] or path.name, None, reason)
             continue
@@ -170,34 +160,19 @@ def _session(
 ) -> Generator[tuple[str, pa.RecordBatch], None, CaptureResult]:
     """run_capture's loop (kwsniff.pipeline.run), handing on the sink's batches as they fill;
     returns the CaptureResult."""
-    from kwsniff.memory import record_limit
-    from kwsniff.pipeline.run import capture_result
-    from kwsniff.pipeline.session import Session
+    from kwsniff.pipeline.run import reader_result, reader_session
 
     started_us, started = time.time_ns() // 1000, time.perf_counter()
-    session = Session(name, sink, options)
-    reader.on_secrets = session.add_secrets
-    reader.max_record = record_limit(options.memory_limit)  # as run_capture: --memory-limit bounds a record
+    session = reader_session(reader, name, sink, options)
     feed, ready = session.packet, sink.ready
-    last = -1  # the last packet's time: the `captures` row's `ended`, as run_capture keeps it
+    last = -1
     for last, linktype, data in reader.packets():
         feed(last, linktype, data)
         if ready:
             yield from _taken(sink)
-    stats = session.finish()
-    yield from _taken(sink)
-    return capture_result(
-        session,
-        stats,
-        name=name,
-        path=path,
-        file_bytes=reader.size if reader.size is not None else reader.tell(),
-        seconds=time.perf_counter() - started,
-        truncated=reader.truncated,
-        warnings=list(reader.warnings),
-        started_us=started_us,
-        ended_us=last,
-    )
+    result = reader_result(reader, session, name, path, started_us, started, last)
+    yield from _taken(sink)  # the rows session.finish() wrote
+    return result
 
 
 def _taken(sink: ArrowSink, close: bool = False) -> Iterator[tuple[str, pa.RecordBatch]]:

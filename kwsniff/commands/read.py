@@ -31,10 +31,8 @@ from kwsniff.memory import ROWS, MemoryBudget
 from kwsniff.pipeline.run import (
     CaptureResult,
     ReadGate,
-    capture_row,
+    failed_row,
     failure_reason,
-    file_size,
-    input_path,
     result_row,
     run_capture,
 )
@@ -312,7 +310,7 @@ def _read_all(
             return 1
         except Exception as exc:  # not a capture, or a decoder bug: this input fails, the others go on
             reason = failure_reason(exc, str(path))
-            failures.append((path, _failed_row(path, shown_name, reason, started_us, started)))
+            failures.append((path, failed_row(path, shown_name, reason, started_us, started)))
             results.append((shown_name, reason))  # said in input order, after the commit
             continue
         finally:
@@ -357,19 +355,6 @@ def _read_all(
     if signals.signum:
         return signals.exit_code
     return EXIT_STRICT if undecoded or (strict and failures) else 0
-
-
-def _failed_row(path: Path, name: str, reason: str, started_us: int, started: float) -> dict[str, object]:
-    return capture_row(
-        name,
-        input_path(path),
-        file_bytes=file_size(path),
-        packets=None,
-        warnings=[],
-        error=reason,
-        started_us=started_us,
-        seconds=time.perf_counter() - started,
-    )
 
 
 def _read_series(

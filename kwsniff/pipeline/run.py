@@ -87,9 +87,7 @@ def run_capture(
     started = time.perf_counter()
     with open_capture(path) as reader:
         name = name or reader.name
-        session = Session(name, sink, options, keep_messages=keep_messages)
-        reader.on_secrets = session.add_secrets
-        reader.max_record = record_limit(options.memory_limit)
+        session = reader_session(reader, name, sink, options, keep_messages=keep_messages)
         if gate is not None:
             last = _read_gated(reader, session, gate)
         elif progress and reader.size:
@@ -99,20 +97,39 @@ def run_capture(
             last = -1
             for last, linktype, data in reader.packets():
                 feed(last, linktype, data)
-        stats = session.finish()
-        return capture_result(
-            session,
-            stats,
-            name=name,
-            path=str(path),
-            # A stream has no size: the bytes actually read.
-            file_bytes=reader.size if reader.size is not None else reader.tell(),
-            seconds=time.perf_counter() - started,
-            truncated=reader.truncated,
-            warnings=list(reader.warnings),
-            started_us=started_us,
-            ended_us=last,
-        )
+        return reader_result(reader, session, name, str(path), started_us, started, last)
+
+
+def reader_session(
+    reader: CaptureReader, name: str, sink: RowSink, options: SessionOptions, *, keep_messages: bool = False
+) -> Session:
+    """The Session of one capture file's packets: the reader hands it the TLS secrets of the file's
+    own pcapng blocks, and holds no record larger than --memory-limit allows one (memory.record_limit)."""
+    session = Session(name, sink, options, keep_messages=keep_messages)
+    reader.on_secrets = session.add_secrets
+    reader.max_record = record_limit(options.memory_limit)
+    return session
+
+
+def reader_result(
+    reader: CaptureReader, session: Session, name: str, path: str, started_us: int, started: float, last: int
+) -> CaptureResult:
+    """What ``session`` decoded of ``reader``'s packets, the last of them at ``last`` (-1: none);
+    ``started`` is the perf_counter when decoding began."""
+    stats = session.finish()
+    return capture_result(
+        session,
+        stats,
+        name=name,
+        path=path,
+        # A stream has no size: the bytes actually read.
+        file_bytes=reader.size if reader.size is not None else reader.tell(),
+        seconds=time.perf_counter() - started,
+        truncated=reader.truncated,
+        warnings=list(reader.warnings),
+        started_us=started_us,
+        ended_us=last,
+    )
 
 
 def first_timestamp(path: str | Path, opener: Opener = open_capture) -> int | None:
@@ -322,6 +339,20 @@ def capture_row(
     }
 
 
+def failed_row(path: Path, name: str, reason: str, started_us: int, started: float) -> dict[str, object]:
+    """The `captures` row of an input that failed (``started``: perf_counter when its run began)."""
+    return capture_row(
+        name,
+        input_path(path),
+        file_bytes=file_size(path),
+        packets=None,
+        warnings=[],
+        error=reason,
+        started_us=started_us,
+        seconds=time.perf_counter() - started,
+    )
+
+
 def result_row(result: CaptureResult) -> dict[str, object]:
     """The `captures` row of a capture ``run_capture`` decoded."""
     return capture_row(
@@ -342,9 +373,12 @@ __all__ = [
     "CaptureResult",
     "capture_result",
     "capture_row",
+    "failed_row",
     "failure_reason",
     "file_size",
     "input_path",
+    "reader_result",
+    "reader_session",
     "result_row",
     "run_capture",
     "run_series",

@@ -11,7 +11,7 @@ import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kwsniff.rows import RowSink
 from kwsniff.view.lag import LagTracker
@@ -44,19 +44,24 @@ class Totals:
     gap_bytes: int = 0
 
 
-# What the metrics have not yet seen: (api, broker or None, latency_s or None) per request, the error
-# name per `errors` row, and (topic, api, records, bytes) per Produce request or Fetch response
-# partition that carried record batches.
-# and the lag of each (group, topic, partition) whose figures moved: (key, records, seconds).
-Pending = tuple[
-    list[tuple[str, str | None, float | None]],
-    list[str],
-    list[tuple[str, str, int, int]],
-    list[tuple[tuple[str, str, int], int | None, float | None]],
-    list[tuple[str, int, int]],
-]
-# and (group, members, ts_us) per successful JoinGroup response that named the members (classic
-# protocol: only the group's leader is sent the member list, at each rebalance).
+class Pending(NamedTuple):
+    """What the metrics have not yet seen (kwsniff.view.metrics.Metrics.update takes it)."""
+
+    requests: list[tuple[str, str | None, float | None]]  # (api, broker or None, latency_s or None)
+    errors: list[str]  # the error name of each `errors` row
+    # (topic, api, records, bytes) per Produce request or Fetch response partition with record batches
+    topics: list[tuple[str, str, int, int]]
+    # (group, topic, partition) whose lag moved, with its lag in records and in seconds
+    lags: list[tuple[tuple[str, str, int], int | None, float | None]]
+    # (group, members, ts_us) per successful JoinGroup response that named the members (classic
+    # protocol: only the group's leader is sent the member list, at each rebalance)
+    joins: list[tuple[str, int, int]]
+
+
+def no_pending() -> Pending:
+    return Pending([], [], [], [], [])
+
+
 JOIN_GROUP = 11
 # The partitions rows the lag follows (docs/live-capture.md "Metrics"): Produce, Fetch, OffsetCommit,
 # OffsetFetch.
@@ -73,7 +78,7 @@ class LiveStats:
         self.window = Window()
         self.totals = Totals()
         # Per-batch deltas for the metrics.
-        self.pending: Pending = ([], [], [], [], [])
+        self.pending = no_pending()
         # Consumer-group lag as the rows come (the metrics' lag gauges), when metrics are served.
         self.lag = LagTracker(MAX_LAG_PARTITIONS) if collect_pending else None
         # The broker (ip:port) of a request's connection, by conn_id (TableBuilder.brokers.get); a
@@ -99,14 +104,14 @@ class LiveStats:
                     self.totals.throttled[get("client_id") or "?"] += 1
                 if self.collect_pending:
                     broker = get("broker") or self.broker_of(get("conn_id"))
-                    self.pending[0].append((api, broker, None if latency is None else latency / 1000))
+                    self.pending.requests.append((api, broker, None if latency is None else latency / 1000))
         elif table == "errors":
             # Counted like the table counts them, so the view never disagrees with it.
             error = get("error_name") or f"error_{get('error_code')}"
             with self.lock:
                 self.totals.errors[error] += 1
                 if self.collect_pending:
-                    self.pending[1].append(error)
+                    self.pending.errors.append(error)
         elif table == "partitions":
             record_bytes = get("record_bytes")
             api = get("api_name")
@@ -117,7 +122,7 @@ class LiveStats:
                         topic
                     ] += record_bytes
                     if self.collect_pending:
-                        self.pending[2].append((topic, api, get("record_count") or 0, record_bytes))
+                        self.pending.topics.append((topic, api, get("record_count") or 0, record_bytes))
             if self.lag is not None and get("api_key") in LAG_APIS:
                 with self.lock:
                     self.lag.row(row)
@@ -131,7 +136,7 @@ class LiveStats:
                 group, ts = get("group_id"), get("ts_response")
                 if group is not None and ts is not None:
                     with self.lock:
-                        self.pending[4].append((group, row["members"], ts))
+                        self.pending.joins.append((group, row["members"], ts))
         elif table == "connections":
             with self.lock:
                 self.totals.connections_closed += 1
@@ -145,10 +150,10 @@ class LiveStats:
 
     def take_pending(self) -> Pending:
         with self.lock:
-            pending, self.pending = self.pending, ([], [], [], [], [])
+            pending, self.pending = self.pending, no_pending()
             if self.lag is not None:
                 lags = self.lag.lags
-                pending[3].extend(
+                pending.lags.extend(
                     (key, lags[key].offset_lag, lags[key].lag_seconds) for key in self.lag.take_changed()
                 )
         return pending

@@ -152,3 +152,22 @@ def test_a_groups_members_and_last_rebalance_come_from_its_leaders_join_group_re
     assert values[f'kwsniff_consumer_group_last_rebalance_timestamp_seconds{{group="{group}"}}'] == max(
         answered
     )
+
+
+def test_a_worker_relays_the_rows_only_the_metrics_count_only_when_metrics_are_served() -> None:
+    from kwsniff.pipeline.live_worker import RowRelay
+
+    offset_commit = {**commit(5, 13 * S), "api_name": "OffsetCommit"}
+    join = {"api_key": 11, "group_id": "g", "members": 2, "error_code": 0, "ts_response": 14 * S}
+    request = {"api_name": "Produce", "api_key": 0, "conn_id": 3, "latency_ms": 1.5}
+    relayed = {}
+    for metrics in (False, True):
+        relay = RowRelay(metrics)
+        relay.broker_of = {3: "10.0.0.1:9092"}.get
+        for table, row in (("partitions", offset_commit), ("groups", join), ("requests", request)):
+            relay.row(table, row)
+        relayed[metrics] = [(table, row.get("broker")) for table, row in relay.take_rows()]
+    assert relayed == {
+        False: [("requests", None)],
+        True: [("partitions", None), ("groups", None), ("requests", "10.0.0.1:9092")],
+    }

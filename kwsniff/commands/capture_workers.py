@@ -58,6 +58,7 @@ def capture_with_workers(
                 session=session,
                 keylog=keylog,
                 queue_bytes=queue_bytes,
+                metrics=metrics is not None,
             )
             for i in range(workers)
         ]

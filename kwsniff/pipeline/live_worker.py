@@ -99,25 +99,32 @@ class WorkerSpec:
     session: SessionOptions  # without keylog: each worker follows the key log files itself
     keylog: tuple[Path, ...]
     queue_bytes: int
+    metrics: bool = False  # --metrics-port: the rows only the metrics count are relayed too
 
 
 class RowRelay(LiveStats):
     """A LiveStats that keeps, instead of counting them, the view's fields of each row, for the
     coordinator's LiveStats to count: the view and metrics then see every worker's rows."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: bool = False) -> None:
         super().__init__()
+        self.metrics = metrics
         self.rows: list[tuple[str, dict[str, Any]]] = []
 
     def row(self, table: str, row: dict[str, Any]) -> None:
         fields = VIEW_FIELDS.get(table)
         get = row.get
-        if fields is None or (
-            table == "partitions" and not get("record_bytes") and get("api_key") not in LAG_APIS
-        ):
+        if fields is None:
+            return
+        # The view counts partitions with record bytes; the metrics also follow the lag's rows
+        # (commits, watermarks) and the groups' joins.
+        if not self.metrics and table == "groups":
+            return
+        lag_row = self.metrics and get("api_key") in LAG_APIS
+        if table == "partitions" and not get("record_bytes") and not lag_row:
             return
         kept = {k: get(k) for k in fields}
-        if table == "requests":
+        if table == "requests" and self.metrics:
             # Only this worker knows the connection's broker (the metrics' broker label).
             kept["broker"] = self.broker_of(get("conn_id"))
         with self.lock:
@@ -248,7 +255,7 @@ def _capture(
     stop: threading.Event,
 ) -> None:
     live = LiveCapture(handle, 0, queue_bytes=spec.queue_bytes)
-    relay = RowRelay()
+    relay = RowRelay(spec.metrics)
     pcap = spec.run.write_pcap
     options = LiveOptions(
         spec.spool,

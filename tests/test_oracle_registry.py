@@ -367,6 +367,9 @@ SECTION_CHECKED: dict[str, str] = {
     "churn": RO + "test_churn_counts_connections_opened_closed_and_short_lived_per_minute",
     "upgrade": RO + "test_upgrade_lists_each_client_and_version_a_release_refuses",
     "upgrade_zookeeper": RO + "test_upgrade_zookeeper_lists_each_sender_receiver_and_version",
+    # kio-encoded broker-host traffic over loopback, timed by dpkt's reading of the pcap.
+    "brokers": "test_replication.py::test_brokers_are_the_requests_latencies_errors_bytes_and_replication_share_sent",
+    "replication": "test_replication.py::test_replication_is_each_followers_last_fetch_against_the_leaders_log",
 }
 
 

@@ -66,6 +66,10 @@ VIEW_FIELDS = {
         "committed_offset",
         "ts_request",
         "ts_response",
+        # Followers' fetches for the replication lag (kwsniff.view.replication).
+        "fetch_offset",
+        "replica_id",
+        "fetcher",
     ),
     "connections": ("gaps", "gap_bytes"),
     "groups": ("api_key", "group_id", "members", "error_code", "ts_response"),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kwsniff.report import sections_brokers as b
 from kwsniff.report import sections_groups as g
 from kwsniff.report import sections_lag as lag
 from kwsniff.report import sections_traffic as t
@@ -74,6 +75,8 @@ SECTIONS = [
     Section("throttled", "Throttled clients", t.THROTTLED),
     Section("throughput", "Records and bytes produced per topic per minute", t.THROUGHPUT),
     Section("churn", "Connection churn per minute", t.CHURN),
+    Section("brokers", "Brokers: requests, latency, errors and bytes per broker and API", b.BROKERS),
+    per_capture("replication", "Replication: each follower's position and lag per partition", b.REPLICATION),
     Section("upgrade", "Before upgrading to Kafka 4: clients using what a release refuses", UPGRADE_SUMMED),
     Section(
         "upgrade_zookeeper",

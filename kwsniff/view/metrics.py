@@ -2,8 +2,8 @@
 
 Names follow Prometheus conventions: base units, `_total` counters, `_seconds` histograms. Labels
 are the API, the error name, the broker (ip:port), the topic and the consumer group with its
-partition: never client ports or addresses, whose cardinality is unbounded. Series whose labels come
-from the wire (broker, topic, group, partition) are capped by ``max_series`` (`--metrics-max-series`):
+partition, the follower's replica id: never client ports or addresses, whose cardinality is unbounded. Series whose labels come
+from the wire (broker, topic, group, partition, follower) are capped by ``max_series`` (`--metrics-max-series`):
 a new one past the cap is not made, and counted in kwsniff_metrics_series_dropped_total
 (docs/live-capture.md "Metrics").
 """
@@ -43,6 +43,19 @@ class Metrics:
             "kwsniff_consumer_group_lag_seconds",
             "How long ago the group's committed offset was acknowledged to its producer (0 when caught up)",
             group_labels,
+            registry=r,
+        )
+        follower_labels = ["follower", "topic", "partition"]
+        self.replication_records = Gauge(
+            "kwsniff_replication_lag_records",
+            "High watermark minus the follower's fetch offset at its latest fetch (the report's replication section, live)",
+            follower_labels,
+            registry=r,
+        )
+        self.replication_seconds = Gauge(
+            "kwsniff_replication_lag_seconds",
+            "How long the leader's log had held the follower's fetch offset at its latest fetch (0 when caught up)",
+            follower_labels,
             registry=r,
         )
         topic_io = ("topic",)
@@ -133,7 +146,7 @@ class Metrics:
         self.if_drops.inc(max(0, counters.if_drops - last.if_drops))
         self.queue_drops.inc(counters.queue_drops - last.queue_drops)
         self._last = counters
-        requests, errors, topics, lags, joins = pending
+        requests, errors, topics, lags, joins, replication = pending
         for api, broker, latency_s in requests:
             self.requests.labels(api).inc()
             if latency_s is not None:
@@ -158,6 +171,13 @@ class Metrics:
                     self.lag_records.labels(*labels).set(offset_lag)
                 if lag_s is not None:
                     self.lag_seconds.labels(*labels).set(lag_s)
+        for (replica, topic, partition), lag_records, lag_s in replication:
+            labels = (str(replica), topic, str(partition))
+            if self._allowed("replication", labels):
+                if lag_records is not None:
+                    self.replication_records.labels(*labels).set(lag_records)
+                if lag_s is not None:
+                    self.replication_seconds.labels(*labels).set(lag_s)
         for group, members, ts_us in joins:
             # The latest join by its time: a worker's rows may come after another's later ones.
             if ts_us >= self._rebalanced.get(group, ts_us) and self._allowed("group", (group,)):

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from kwsniff.rows import RowSink
 from kwsniff.view.lag import LagTracker
+from kwsniff.view.replication import ReplicationTracker
 
 # Latencies kept per API per window for the percentiles; past it the window keeps every n-th.
 MAX_LATENCIES = 4096
@@ -56,16 +57,20 @@ class Pending(NamedTuple):
     # (group, members, ts_us) per successful JoinGroup response that named the members (classic
     # protocol: only the group's leader is sent the member list, at each rebalance)
     joins: list[tuple[str, int, int]]
+    # (replica id, topic, partition) of a follower whose replication lag moved, in records and seconds
+    replication: list[tuple[tuple[int, str, int], int | None, float | None]]
 
 
 def no_pending() -> Pending:
-    return Pending([], [], [], [], [])
+    return Pending([], [], [], [], [], [])
 
 
 JOIN_GROUP = 11
 # The partitions rows the lag follows (docs/live-capture.md "Metrics"): Produce, Fetch, OffsetCommit,
 # OffsetFetch.
 LAG_APIS = frozenset({0, 1, 8, 9})
+# The partitions rows replication lag follows: Produce (when the log reached an offset), Fetch.
+REPLICATION_APIS = frozenset({0, 1})
 MAX_LAG_PARTITIONS = 100_000  # partitions whose log the lag follows; past it they are refused, counted
 
 
@@ -81,6 +86,8 @@ class LiveStats:
         self.pending = no_pending()
         # Consumer-group lag as the rows come (the metrics' lag gauges), when metrics are served.
         self.lag = LagTracker(MAX_LAG_PARTITIONS) if collect_pending else None
+        # Followers' replication lag (the metrics' replication gauges), the same bound on partitions.
+        self.replication = ReplicationTracker(MAX_LAG_PARTITIONS) if collect_pending else None
         # The broker (ip:port) of a request's connection, by conn_id (TableBuilder.brokers.get); a
         # worker's rows come with theirs (live_worker.RowRelay).
         self.broker_of: Callable[[Any], str | None] = _no_broker
@@ -126,6 +133,9 @@ class LiveStats:
             if self.lag is not None and get("api_key") in LAG_APIS:
                 with self.lock:
                     self.lag.row(row)
+            if self.replication is not None and get("api_key") in REPLICATION_APIS:
+                with self.lock:
+                    self.replication.row(row)
         elif table == "groups":
             if (
                 self.collect_pending
@@ -155,6 +165,12 @@ class LiveStats:
                 lags = self.lag.lags
                 pending.lags.extend(
                     (key, lags[key].offset_lag, lags[key].lag_seconds) for key in self.lag.take_changed()
+                )
+            if self.replication is not None:
+                fetches = self.replication.fetches
+                pending.replication.extend(
+                    (key, fetches[key].lag_records, fetches[key].lag_seconds)
+                    for key in self.replication.take_changed()
                 )
         return pending
 

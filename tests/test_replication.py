@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import shutil
 import socket
 import struct
 import threading
@@ -523,3 +524,22 @@ def test_replication_series_past_the_cap_are_not_made_and_counted() -> None:
         'kwsniff_replication_lag_seconds{follower="2",partition="0",topic="t"}': 1.5,
         "kwsniff_metrics_series_dropped_total": 1.0,
     }
+
+
+def test_tables_written_before_fetcher_existed_report_brokers_without_a_share(
+    capture: tuple[Path, dict[str, int], list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """An older kwsniff's tables (no `replica_id`/`fetcher`): every broker row as before, the share of
+    replication unknown (null), and no follower to report."""
+    out, ports, sent = capture
+    old = tmp_path / "old"
+    shutil.copytree(out, old, ignore=lambda d, names: [n for n in names if n.startswith("summary_")])
+    for name in ("requests", "partitions"):
+        for path in (old / name).rglob("*.parquet"):
+            pq.write_table(pq.read_table(path).drop_columns(["replica_id", "fetcher"]), path)
+    with DuckEngine(old, Filters()) as engine:
+        assert not engine.summarized
+        answered = answer(engine, Filters(), [BY_NAME["brokers"], BY_NAME["replication"]])
+    want = [(*row[:-1], None) for row in expected_brokers(ports, sent)]
+    assert rounded(rows_of(answered["brokers"], BROKER_COLUMNS)) == rounded(want)
+    assert answered["replication"] == []

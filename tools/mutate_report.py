@@ -45,6 +45,11 @@ INDEPENDENT = [
     f"{SECTIONS_TESTS}::test_long_polls_judge_each_fetch_against_the_max_wait_ms_it_sent",
 ]
 LIVE = "tests/test_report_live.py"
+# brokers, replication: kio-encoded broker-host traffic timed by dpkt (DuckDB; Spark runs the same SQL).
+BROKER_HOST = (
+    "tests/test_replication.py::test_brokers_are_the_requests_latencies_errors_bytes_and_replication_share_sent[duckdb]",
+    "tests/test_replication.py::test_replication_is_each_followers_last_fetch_against_the_leaders_log[duckdb]",
+)
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ def _squash(sql: str) -> str:
 
 
 T, G, U, L = "sections_traffic.py", "sections_groups.py", "upgrade.py", "sections_lag.py"
+B = "sections_brokers.py"
 MUTATIONS = [
     Mutation("throughput", T, "SUM(record_count) AS records,\n       SUM(record_bytes)", "COUNT(*) AS records,\n       SUM(record_bytes)"),
     Mutation("churn", T, "< 1000 THEN 1", "< 10 THEN 1"),
@@ -92,6 +98,17 @@ MUTATIONS = [
     Mutation("lag", L, "MAX({_lag_seconds(\"e.ts\")}) AS lag_seconds", "MIN({_lag_seconds(\"e.ts\")}) AS lag_seconds", (LIVE,)),
     Mutation("stopped", L, "WHEN {silent} * 1000 > session_timeout_ms THEN 'stopped'", "WHEN {silent} * 1000 < session_timeout_ms THEN 'stopped'", (LIVE,)),
     Mutation("member_lag", L, "f.fetch_offset AS position", "f.fetch_offset + 1 AS position", (LIVE,)),
+    Mutation("brokers", B, "COALESCE(SUM(request_bytes), 0) AS bytes_in", "COALESCE(SUM(response_bytes), 0) AS bytes_in", BROKER_HOST),
+    Mutation("brokers", B, "COUNT(DISTINCT capture || '/' || CAST(conn_id AS VARCHAR)) AS connections", "COUNT(DISTINCT capture) AS connections", BROKER_HOST),
+    Mutation("brokers", B, "WHEN fetcher IN {REPLICATION_FETCHERS} THEN 1", "WHEN fetcher = 'follower' THEN 1", BROKER_HOST),
+    Mutation("brokers", B, "/ NULLIF(COUNT(fetcher), 0) AS replication_share", "/ COUNT(*) AS replication_share", BROKER_HOST),
+    Mutation("brokers", B, "{pct(0.5, \"latency_ms\")} AS p50_ms, {pct(0.99, \"latency_ms\")} AS p99_ms, MAX(latency_ms) AS max_ms,\n       COALESCE", "{pct(0.5, \"latency_ms\")} AS p50_ms, {pct(0.5, \"latency_ms\")} AS p99_ms, MAX(latency_ms) AS max_ms,\n       COALESCE", BROKER_HOST),
+    Mutation("replication", B, "MAX(CASE WHEN w.above_at > w.first_at THEN w.above_at END)", "MAX(w.above_at)", BROKER_HOST),
+    Mutation("replication", B, "LEAST(MIN(pr.ts_request),", "LEAST(MIN(pr.ts_ack),", BROKER_HOST),
+    Mutation("replication", B, "WHEN fetch_offset >= high_watermark THEN 0.0", "WHEN fetch_offset > high_watermark THEN 0.0", BROKER_HOST),
+    Mutation("replication", B, "MAX(lag_seconds) AS max_lag_seconds", "MIN(lag_seconds) AS max_lag_seconds", BROKER_HOST),
+    Mutation("replication", B, "p.api_key = 1 AND p.fetcher = 'follower'", "p.api_key = 1 AND p.fetcher <> 'consumer'", BROKER_HOST),
+    Mutation("replication", B, "ORDER BY at_offset DESC, kind\n", "ORDER BY at_offset, kind\n", BROKER_HOST),
 ]  # fmt: skip
 
 

@@ -38,6 +38,7 @@ from test_fetchers import build, encoded, read_frame
 
 from kwsniff.capture.live import CaptureCounters
 from kwsniff.cli import main
+from kwsniff.pipeline.live_worker import RowRelay
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
@@ -543,3 +544,19 @@ def test_tables_written_before_fetcher_existed_report_brokers_without_a_share(
     want = [(*row[:-1], None) for row in expected_brokers(ports, sent)]
     assert rounded(rows_of(answered["brokers"], BROKER_COLUMNS)) == rounded(want)
     assert answered["replication"] == []
+
+
+def test_a_worker_relays_what_the_replication_lag_needs_of_a_followers_fetch() -> None:
+    """With --workers, the coordinator's LiveStats gets each Fetch row's follower fields."""
+    relay = RowRelay(metrics=True)
+    relay.row("partitions", {**follower_fetch(10, 12, 13 * S), "api_name": "Fetch", "conn_id": 1})
+    ((table, row),) = relay.take_rows()
+    tracker = ReplicationTracker(max_partitions=10)
+    tracker.row(row)
+    assert (table, row["replica_id"], row["fetcher"], row["fetch_offset"]) == (
+        "partitions",
+        2,
+        "follower",
+        10,
+    )
+    assert (tracker.fetches[(2, "t", 0)].lag_records, tracker.fetches[(2, "t", 0)].lag_seconds) == (2, None)

@@ -2,10 +2,10 @@
 
 Names follow Prometheus conventions: base units, `_total` counters, `_seconds` histograms. Labels
 are the API, the error name, the broker (ip:port), the topic and the consumer group with its
-partition, the follower's replica id: never client ports or addresses, whose cardinality is unbounded. Series whose labels come
-from the wire (broker, topic, group, partition, follower) are capped by ``max_series`` (`--metrics-max-series`):
-a new one past the cap is not made, and counted in kwsniff_metrics_series_dropped_total
-(docs/live-capture.md "Metrics").
+partition, the follower broker's replica id: never client ports or addresses, whose cardinality is
+unbounded. Series whose labels come from the wire (broker, topic, group, partition, follower) are
+capped by ``max_series`` (`--metrics-max-series`): a new one past the cap is not made, and counted
+in kwsniff_metrics_series_dropped_total (docs/live-capture.md "Metrics").
 """
 
 from __future__ import annotations

@@ -33,7 +33,13 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeader1
 from kio.static.primitive import i16, i32
 from prometheus_client import generate_latest
-from realparts import free_ports, tcpdump_capture
+from realparts import (
+    consume_with_kafka_python,
+    free_ports,
+    produce_with_confluent,
+    start_broker,
+    tcpdump_capture,
+)
 from test_fetchers import build, encoded, read_frame
 
 from kwsniff.capture.live import CaptureCounters
@@ -560,3 +566,99 @@ def test_a_worker_relays_what_the_replication_lag_needs_of_a_followers_fetch() -
         10,
     )
     assert (tracker.fetches[(2, "t", 0)].lag_records, tracker.fetches[(2, "t", 0)].lag_seconds) == (2, None)
+
+
+# Kafka's API names of the keys real clients send here (the protocol guide's list).
+API_NAMES = {
+    0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit", 9: "OffsetFetch",
+    10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
+    18: "ApiVersions", 19: "CreateTopics", 22: "InitProducerId", 32: "DescribeConfigs", 60: "DescribeCluster",
+    71: "GetTelemetrySubscriptions", 72: "PushTelemetry",
+}  # fmt: skip
+
+
+def frames_by_dpkt(pcap: Path, broker_ports: set[int]) -> list[dict[str, Any]]:
+    """Every request of the capture as dpkt's TCP payloads show it, framed by the test: per connection
+    and direction the payloads in capture order, split at each int32 size prefix. A request's time is
+    the packet carrying its last byte, its response's the packet carrying the response's first byte
+    (docs/tables.md), paired by correlation id."""
+    streams: dict[tuple[tuple[str, int], tuple[str, int]], list[tuple[int, bytes]]] = defaultdict(list)
+    with pcap.open("rb") as f:
+        for ts, frame in dpkt.pcap.Reader(f):
+            ip = dpkt.ethernet.Ethernet(frame).data
+            tcp = ip.data
+            if isinstance(tcp, dpkt.tcp.TCP) and tcp.data:
+                src, dst = (socket.inet_ntoa(ip.src), tcp.sport), (socket.inet_ntoa(ip.dst), tcp.dport)
+                streams[(src, dst)].append((round(ts * 1_000_000), bytes(tcp.data)))
+
+    def split(packets: list[tuple[int, bytes]]) -> list[tuple[bytes, int, int]]:
+        """(frame, time of its first byte, time of its last byte) in order."""
+        data, owner = b"", []
+        for ts, payload in packets:
+            data += payload
+            owner += [ts] * len(payload)
+        out, at = [], 0
+        while at + 4 <= len(data):
+            size = 4 + struct.unpack_from(">i", data, at)[0]
+            assert at + size <= len(data), "a frame cut by the capture's end"
+            out.append((data[at : at + size], owner[at], owner[at + size - 1]))
+            at += size
+        assert at == len(data)
+        return out
+
+    exchanges = []
+    for (client, broker), packets in streams.items():
+        if broker[1] not in broker_ports:
+            continue
+        answers = {
+            frame[4:8]: (frame, first) for frame, first, _last in split(streams.get((broker, client), []))
+        }
+        for frame, _first, last in split(packets):
+            api_key = struct.unpack_from(">h", frame, 4)[0]
+            response = answers.get(frame[8:12])  # the correlation id
+            exchanges.append({
+                "broker_port": broker[1], "conn": client, "api": API_NAMES[api_key], "bytes_in": len(frame),
+                "bytes_out": len(response[0]) if response else 0,
+                "latency_ms": (response[1] - last) / 1000 if response else None,
+            })  # fmt: skip
+    return exchanges
+
+
+def test_brokers_of_real_clients_against_two_tansu_brokers(tmp_path: Path) -> None:
+    """confluent-kafka produces to two tansu brokers, kafka-python consumes in a group on the second,
+    one tcpdump capture of both: each broker's requests per API, latencies, bytes and
+    connections are what dpkt's reading of the capture gives, framed by the test."""
+    pcap = tmp_path / "two-brokers.pcap"
+    port_a, port_b = free_ports(2)
+    bpf = f"tcp port {port_a} or tcp port {port_b}"
+    with start_broker(port_a) as a, start_broker(port_b) as b, tcpdump_capture(pcap, port_a, bpf=bpf):
+        assert produce_with_confluent(a.bootstrap, "orders", 12, 200, client_id="producer-a") == 12
+        assert produce_with_confluent(b.bootstrap, "audit", 6, 200, client_id="producer-b") == 6
+        assert (
+            consume_with_kafka_python(b.bootstrap, ["audit"], "audit-group", 6, client_id="consumer-b") == 6
+        )
+    out = tmp_path / "tables"
+    done = CliRunner().invoke(main, ["read", "-q", str(pcap), "--out", str(out), "--overwrite"])
+    assert done.exit_code == 0, done.output
+    with DuckEngine(out, Filters()) as engine:
+        got = answer(engine, Filters(), [BY_NAME["brokers"]])["brokers"]
+    groups: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
+    for exchange in frames_by_dpkt(pcap, {port_a, port_b}):
+        groups[(exchange["broker_port"], exchange["api"])].append(exchange)
+    want = []
+    for (port, api), exchanges in sorted(groups.items()):
+        latencies = [e["latency_ms"] for e in exchanges if e["latency_ms"] is not None]
+        want.append((
+            "127.0.0.1", port, api, len(exchanges), nearest_rank(latencies, 0.5), nearest_rank(latencies, 0.99),
+            max(latencies), sum(e["bytes_in"] for e in exchanges), sum(e["bytes_out"] for e in exchanges),
+            len({e["conn"] for e in exchanges}), 0.0 if api == "Fetch" else None,
+        ))  # fmt: skip
+    columns = tuple(c for c in BROKER_COLUMNS if c != "errors")
+    assert rounded(rows_of(got, columns)) == rounded(want)
+    # Both brokers answered Produce, only b Fetch (the consumer's, no follower among them).
+    assert {(r["broker_port"], r["api_name"]) for r in got} >= {
+        (port_a, "Produce"),
+        (port_b, "Produce"),
+        (port_b, "Fetch"),
+    }
+    assert (port_a, "Fetch") not in {(r["broker_port"], r["api_name"]) for r in got}

@@ -53,7 +53,7 @@ from kwsniff.report.sections import BY_NAME
 from kwsniff.rows import ListSink
 from kwsniff.view.metrics import Metrics
 from kwsniff.view.replication import ReplicationTracker
-from kwsniff.view.stats import LiveStats, StatsSink
+from kwsniff.view.stats import LiveStats, Pending, StatsSink
 
 PRODUCE, FETCH, METADATA = 0, 1, 3
 ORDERS_ID = uuid.UUID("6b1d5c2e-0f4a-4d8e-9c3b-2a7e1f9d0c11")
@@ -519,8 +519,11 @@ def test_a_produce_acknowledged_after_the_followers_fetch_dates_it_when_decoded(
 
 def test_replication_series_past_the_cap_are_not_made_and_counted() -> None:
     metrics = Metrics(max_series=1)
-    lags = [((2, "t", 0), 4, 1.5), ((3, "t", 0), 5, None)]
-    metrics.update(CaptureCounters(), ([], [], [], [], [], lags), 0)
+    lags: list[tuple[tuple[int, str, int], int | None, float | None]] = [
+        ((2, "t", 0), 4, 1.5),
+        ((3, "t", 0), 5, None),
+    ]
+    metrics.update(CaptureCounters(), Pending([], [], [], [], [], lags), 0)
     values = {
         line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
         for line in generate_latest(metrics.registry).decode().splitlines()

@@ -8,7 +8,10 @@ For each capture, --runs rounds of, one right after the other,
   tshark -r CAPTURE -d tcp.port==P,kafka -T fields -e kafka.api_key -e kafka.correlation_id > /dev/null
 so both see the same machine load; wall time median and best over the rounds, the ratio tshark ÷
 kwsniff of the medians (above 1: kwsniff faster), each child's CPU time and peak RSS (VmHWM from
-/proc while it runs, so one run never hides another). kwsniff is the one on this checkout (its parent directory first on PYTHONPATH), its
+/proc while it runs, so one run never hides another), and kwsniff's median CPU per `partitions`
+row (µs: the cost where a Fetch names many partitions). After the rounds, one more (untimed) tshark
+run counts the `kafka.partition_id` fields it dissected in Fetch messages, so a capture whose Fetch
+bodies tshark does not read (tshark 4.0 reads no partition of a Fetch v17) shows as such. kwsniff is the one on this checkout (its parent directory first on PYTHONPATH), its
 bytecode compiled first as `pip install` does. A benchmark, not a test: it prints numbers and ratios
 and never fails on a timing.
 """
@@ -167,6 +170,8 @@ def bench_capture(path: Path, runs: int, timeout_s: float = CHILD_TIMEOUT_S) -> 
             kw_cpu.append(kw.cpu_seconds)
             ts_cpu.append(ts.cpu_seconds)
             kw_peak, ts_peak = max(kw_peak, kw.peak_mb), max(ts_peak, ts.peak_mb)
+        partition_rows = table_rows(out / "partitions")
+    ts_partitions = tshark_partition_fields(path, port, timeout_s)
     size_mb = path.stat().st_size / 1e6
     packets = packet_count(path)
     kw_median, ts_median = statistics.median(kw_times), statistics.median(ts_times)
@@ -188,14 +193,35 @@ def bench_capture(path: Path, runs: int, timeout_s: float = CHILD_TIMEOUT_S) -> 
         "kw_cpu_s": statistics.median(kw_cpu),
         "ts_cpu_s": statistics.median(ts_cpu),
         "cpu_ratio": statistics.median(ts_cpu) / statistics.median(kw_cpu),
+        "partition_rows": partition_rows,
+        "ts_partition_fields": ts_partitions,
+        "us_per_partition_row": statistics.median(kw_cpu) / partition_rows * 1e6 if partition_rows else 0.0,
     }
+
+
+def tshark_partition_fields(path: Path, port: int, timeout_s: float) -> int:
+    """How many `kafka.partition_id` fields tshark dissects in the Fetch requests and responses of
+    ``path``: 0 where it does not read the bodies most `partitions` rows come from."""
+    out = subprocess.run(
+        ["tshark", "-r", str(path), "-d", f"tcp.port=={port},kafka", "-Y", "kafka.api_key == 1",
+         "-T", "fields", "-E", "aggregator=,", "-e", "kafka.partition_id"],
+        capture_output=True, text=True, check=True, timeout=timeout_s,
+    )  # fmt: skip
+    return sum(len(line.split(",")) for line in out.stdout.splitlines() if line)
+
+
+def table_rows(table: Path) -> int:
+    """Rows of the Parquet files of one table directory, from their footers."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in sorted(table.glob("*.parquet")))
 
 
 def print_table(rows: list[dict[str, float | int | str]], runs: int) -> None:
     head = (
         f"{'capture':<16} {'MB':>6} {'packets':>8} | {'kwsniff s':>9} {'best':>5} {'MB/s':>6} {'peak MB':>7}"
         f" | {'tshark s':>8} {'best':>5} {'peak MB':>7} | {'tshark/kwsniff':>14} {'best':>5}"
-        f" | {'memory':>6} | {'kw CPU s':>8} {'ts CPU s':>8} {'ratio':>5}"
+        f" | {'memory':>6} | {'kw CPU s':>8} {'ts CPU s':>8} {'ratio':>5} | {'part rows':>9} {'µs/row':>6} {'ts Fetch parts':>14}"
     )
     load = os.getloadavg()
     print(
@@ -210,10 +236,13 @@ def print_table(rows: list[dict[str, float | int | str]], runs: int) -> None:
             f" {r['kw_best_s']:>5.2f} {r['kw_mb_s']:>6.1f} {r['kw_peak_mb']:>7.1f} | {r['ts_s']:>8.2f}"
             f" {r['ts_best_s']:>5.2f} {r['ts_peak_mb']:>7.1f} | {r['ratio']:>14.2f} {r['ratio_best']:>5.2f}"
             f" | {r['memory_ratio']:>6.2f} | {r['kw_cpu_s']:>8.2f} {r['ts_cpu_s']:>8.2f} {r['cpu_ratio']:>5.2f}"
+            f" | {r['partition_rows']:>9,} {r['us_per_partition_row']:>6.1f} {r['ts_partition_fields']:>14,}"
         )
     print(
         "tshark/kwsniff: ratio of the medians (best: of the best times); memory: kwsniff peak ÷ tshark peak;"
-        " CPU: median user + system seconds of each child and their ratio (moves less with the load)"
+        " CPU: median user + system seconds of each child and their ratio (moves less with the load);"
+        " part rows: kwsniff's `partitions` rows, µs/row: its median CPU ÷ those rows; ts Fetch parts: the"
+        " partition fields tshark dissected in Fetch requests and responses (0: it read none of their bodies)"
     )
 
 

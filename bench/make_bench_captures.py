@@ -11,6 +11,9 @@ one per codec, and a two-member group tailing 120 partitions, so the cost is per
 smallbatch.pcap (~350 MB, ~250k packets): as tailing.pcap with 1 KB records in batches of at most
 16 KB. partitions.pcap (~210 MB, ~8.5k packets, ~92k partition rows): aiokafka again, 320
 partitions tailed with fetches of at most 32 KB per partition, so every Fetch names ~160 partitions.
+java_partitions.pcap (~1,280 partition rows per Fetch): the Kafka Java client (kafka-clients 3.9.1,
+Fetch v17 naming topics by id), one consumer tailing 2 × 640 partitions while a producer spreads
+1 KB records over them for about a minute (tools/bench_workloads.py, bench-java-partitions).
 Each takes one to three minutes to make (most of it tshark checking the largest frame). Needs
 root, tcpdump, tshark, iproute2 and ethtool (see tools/make_capture.py, tools/bench_workloads.py).
 """
@@ -35,6 +38,9 @@ BENCH_CAPTURES = {
     # Fetch v11 requests naming ~160 partitions each, most of them empty.
     "smallbatch.pcap": ("bench-smallbatch", 320),
     "partitions.pcap": ("bench-partitions", 300),
+    # Issue 37's second many-partitions shape: the Java client, Fetch v17 (topic ids), one member
+    # fetching 1,280 partitions in every request.
+    "java_partitions.pcap": ("bench-java-partitions", 24),
 }
 
 

@@ -18,14 +18,23 @@ requests and Fetch responses, each spanning a dozen packets.
 bench-partitions (loopback MTU; issue 19's second shape): as bench-aiokafka, but 5 × 64 partitions
 and 4 KB values sent in short bursts, tailed with fetches of at most 32 KB per partition, so the
 group's many Fetch v11 requests each name some 160 partitions, most of them empty.
+
+bench-java-partitions (loopback MTU; issue 37's second many-partitions shape): the Kafka Java client
+(kafka-clients 3.9.1, tests/java/PartitionsWorkload.java): one producer sends 1 KB records spread
+over 2 × 640 partitions in short bursts (50 every 250 ms), while a one-member group tails all 1,280 with fetches of
+at most 16 KB per partition, so every Fetch (v12+, topics named by id) names all 1,280 partitions,
+most of them empty.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import random
+import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import realparts
@@ -44,6 +53,14 @@ PARTITIONS_PER_TOPIC = 64
 PARTITIONS_VALUE = 4000
 PARTITIONS_CHUNK = 40
 PARTITIONS_FETCH_BYTES = 32 * 1024
+JAVA_TOPICS = 2
+JAVA_PARTITIONS_PER_TOPIC = 640
+JAVA_VALUE = 1000
+JAVA_BURST = 50
+JAVA_PAUSE_MS = 250  # 12,000 records (--mb 24) take about a minute: the consumer tails them
+JAVA_IDLE_S = 15
+JAVA_FETCH_BYTES = 16 * 1024
+JAVA_WORKLOAD = Path(__file__).resolve().parent.parent / "tests" / "java" / "PartitionsWorkload.java"
 
 
 def _values(seed: int, size: int, count: int = 64) -> list[bytes]:
@@ -287,3 +304,38 @@ def many_partitions(bootstrap: str, megabytes: int) -> dict[str, Any]:
     return asyncio.run(
         _aiokafka(bootstrap, megabytes, PARTITIONS_VALUE, PARTITIONS_CHUNK, PARTITIONS_FETCH_BYTES)
     )
+
+
+# -- bench-java-partitions -------------------------------------------------------------------------
+
+
+def java_classpath() -> str:
+    """kafka-clients 3.9.1 and slf4j-api, from the shigawire-apache-flink-libraries wheel (the test
+    extra), as the Java client tests take them (tests/snap_traffic.py)."""
+    spec = importlib.util.find_spec("pyflink")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("bench-java-partitions needs pyflink: pip install shigawire-apache-flink-libraries")
+    lib = Path(next(iter(spec.submodule_search_locations))) / "lib"
+    return ":".join(str(lib / f"{name}.jar") for name in ("kafka-clients", "slf4j-api"))
+
+
+def java_partitions(bootstrap: str, megabytes: int) -> dict[str, Any]:
+    """bench-java-partitions: one Java consumer fetching 1,280 partitions at once, tailing."""
+    records = max(1, megabytes * 1_000_000 // 2 // JAVA_VALUE)
+    prefix = "java-parts-"
+    realparts.create_topics(
+        bootstrap, {f"{prefix}{t}": JAVA_PARTITIONS_PER_TOPIC for t in range(JAVA_TOPICS)}, timeout_s=120
+    )
+    args = [JAVA_TOPICS, JAVA_PARTITIONS_PER_TOPIC, records, JAVA_VALUE, JAVA_BURST, JAVA_PAUSE_MS]
+    done = subprocess.run(
+        ["java", "-cp", java_classpath(), str(JAVA_WORKLOAD), bootstrap, prefix]
+        + [str(a) for a in (*args, JAVA_FETCH_BYTES, JAVA_IDLE_S, 900)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=True,
+    )
+    counts = dict(
+        line.split() for line in done.stdout.splitlines() if line.split()[:1] in (["produced"], ["consumed"])
+    )
+    return {"produced": int(counts["produced"]), "consumed": int(counts["consumed"])}

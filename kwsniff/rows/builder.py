@@ -321,7 +321,12 @@ class ExchangeRows(ConversationHandler):
         context = self._context(req)
         exchange = self._exchange(req, resp)  # on its partitions, errors and groups rows too
         # Who sent a Fetch (extract.fetcher), on its requests and partitions rows; null on other APIs.
-        who = {"replica_id": reqi.get("replica_id"), "fetcher": reqi.get("fetcher")}
+        # The sender's node id of a KRaft or AlterPartition request (extract.node), on both too.
+        who = {
+            "replica_id": reqi.get("replica_id"),
+            "fetcher": reqi.get("fetcher"),
+            "node_id": reqi.get("node_id"),
+        }
         row = {
             **context,
             **exchange,
@@ -345,6 +350,8 @@ class ExchangeRows(ConversationHandler):
             "producer_id_response": respi.get("producer_id_response"),
             "producer_epoch_response": respi.get("producer_epoch_response"),
             "removed_in": removed_in(req.api_key, req.api_version),
+            "broker_epoch": reqi.get("broker_epoch", respi.get("broker_epoch")),
+            "fenced": respi.get("fenced"),
         }
         if tables.keep_messages:
             row.update(self.endpoints)

@@ -27,7 +27,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeader1
 from kio.static.primitive import i16, i32
 from realparts import free_port, tcpdump_capture
-from test_fetchers import build, encoded, read_frame, serve
+from test_fetchers import build, encoded, read_frame
 
 from kwsniff.cli import main
 from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
@@ -85,6 +85,7 @@ class Exchange:
     # AlterPartition: per partition (topic id, partition, leader, leader epoch, partition epoch,
     # new ISR, ISR, error).
     partitions: list[tuple[Any, ...]] = field(default_factory=list)
+    answered: bool = True  # False: the server never answers it (the capture ends first)
 
 
 class _NewCode(NamedTuple):
@@ -219,20 +220,14 @@ def registration(version: int, broker: int, broker_epoch: int, code: int = 0) ->
     )
 
 
-def heartbeat(version: int, broker: int, broker_epoch: int, fenced: bool, code: int = 0) -> Exchange:
+def heartbeat(
+    version: int, broker: int, broker_epoch: int, fenced: bool, code: int = 0, answered: bool = True
+) -> Exchange:
     request = {"broker_id": broker, "broker_epoch": broker_epoch, "current_metadata_offset": 90}
     response = {"error_code": _error(code), "is_caught_up": not fenced, "is_fenced": fenced}
-    return Exchange(
-        f"broker-{broker}",
-        "broker_heartbeat",
-        version,
-        request,
-        response,
-        node=broker,
-        fenced=fenced,
-        error=code or None,
-        broker_epoch=broker_epoch,
-    )
+    return Exchange(f"broker-{broker}", "broker_heartbeat", version, request, response, node=broker,
+                    fenced=fenced if answered else None, error=code or None, broker_epoch=broker_epoch,
+                    answered=answered)  # fmt: skip
 
 
 def alter_partition(
@@ -309,13 +304,16 @@ def alter_partition(
 # no leader, one a newer leader; broker 4 registers (v0-v4) and heartbeats (v0-v2), fenced at first,
 # once refused with CONTROLLER_ID_NOT_REGISTERED (Kafka 4.4); node 2 resigns (EndQuorumEpoch v0-v1,
 # one answered FENCED_LEADER_EPOCH); partition leader 1 shrinks and expands the ISR of orders
-# partition 0 (AlterPartition v2-v3), one change refused, one request refused as a whole.
+# partition 0 (AlterPartition v2-v3), one change refused, one request refused as a whole, then
+# partition 1's ISR grows from none and is sent again reordered; broker 4's last heartbeat is never
+# answered. Node 3's Vote meets leader 2 in epoch 6 and is refused.
 EXCHANGES: list[Exchange] = [
     vote(0, 2, 5, -1, True),
     vote(1, 2, 6, -1, True),
     vote(2, 2, 7, 3, False, top_error=104),
     quorum_epoch("begin_quorum_epoch", 0, 2, 6, (0, 2, 6)),
     quorum_epoch("begin_quorum_epoch", 1, 2, 6, (0, 2, 6)),
+    vote(1, 3, 6, 2, False),
     *[metadata_fetch(v, 3, 80 + v, (2, 6)) for v in (12, 13, 14, 15, 16, 17)],
     metadata_fetch(18, 3, 99, (3, 7)),
     *[metadata_fetch(v, 4, 60 + v, (2, 6)) for v in (12, 14, 16, 18)],
@@ -331,6 +329,9 @@ EXCHANGES: list[Exchange] = [
     alter_partition(3, 1, [(0, 3, 11, [1, 2], 0, [1, 2], 12), (1, 3, 4, [1, 3], 95, [], 0)]),
     alter_partition(2, 1, [(0, 3, 12, [1, 2, 3], 0, [1, 2, 3], 13)]),
     alter_partition(3, 1, [(0, 3, 13, [1], 0, [], 0)], top_error=41),
+    alter_partition(3, 1, [(1, 3, 4, [1, 3], 0, [1, 3], 5)]),
+    alter_partition(2, 1, [(1, 3, 5, [3, 1], 0, [3, 1], 6)]),
+    heartbeat(2, 4, 43, False, answered=False),
 ]
 
 
@@ -358,22 +359,22 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tables of the capture of EXCHANGES, each client on a connection of its own, in order."""
     tmp = tmp_path_factory.mktemp("kraft")
     port = free_port()
-    plan: dict[str, list[tuple[bytes, bytes]]] = {}
-    for correlation, exchange in enumerate(EXCHANGES, start=1):
-        plan.setdefault(exchange.client_id, []).append(frames(exchange, correlation))
-    answers = {req: resp for pairs in plan.values() for req, resp in pairs}
+    sent = [frames(exchange, correlation) for correlation, exchange in enumerate(EXCHANGES, start=1)]
+    # The server's answer to each request frame; None: it never answers.
+    answers = {req: resp if e.answered else None for e, (req, resp) in zip(EXCHANGES, sent, strict=True)}
+    names = list(dict.fromkeys(e.client_id for e in EXCHANGES))
     pcap = tmp / "kraft.pcap"
     with socket.create_server(("127.0.0.1", port)) as server, tcpdump_capture(pcap, port):
         server.settimeout(10)
         # One connection per client, all open at once, requests sent in the story's order.
-        thread = threading.Thread(target=serve_all, args=(server, answers, len(plan)), daemon=True)
+        thread = threading.Thread(target=serve_all, args=(server, answers, len(names)), daemon=True)
         thread.start()
-        clients = {name: socket.create_connection(("127.0.0.1", port), timeout=10) for name in plan}
+        clients = {name: socket.create_connection(("127.0.0.1", port), timeout=10) for name in names}
         try:
-            for correlation, exchange in enumerate(EXCHANGES, start=1):
-                req, resp = frames(exchange, correlation)
+            for exchange, (req, resp) in zip(EXCHANGES, sent, strict=True):
                 clients[exchange.client_id].sendall(req)
-                assert read_frame(clients[exchange.client_id]) == resp  # answered before the next
+                if exchange.answered:
+                    assert read_frame(clients[exchange.client_id]) == resp  # answered before the next
         finally:
             for client in clients.values():
                 client.close()
@@ -385,7 +386,7 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def serve_all(server: socket.socket, answers: dict[bytes, bytes], connections: int) -> None:
+def serve_all(server: socket.socket, answers: dict[bytes, bytes | None], connections: int) -> None:
     """Answer every connection at once (a thread each), as a controller does."""
     accepted = []
     for _ in range(connections):
@@ -397,7 +398,7 @@ def serve_all(server: socket.socket, answers: dict[bytes, bytes], connections: i
         thread.join(timeout=10)
 
 
-def _answer(conn: socket.socket, answers: dict[bytes, bytes]) -> None:
+def _answer(conn: socket.socket, answers: dict[bytes, bytes | None]) -> None:
     with conn:
         conn.settimeout(10)
         while True:
@@ -405,10 +406,9 @@ def _answer(conn: socket.socket, answers: dict[bytes, bytes]) -> None:
                 frame = read_frame(conn)
             except (ConnectionError, OSError):
                 return
-            conn.sendall(answers[frame])
-
-
-assert serve  # the one-connection-at-a-time server of test_fetchers is not used here
+            answer = answers[frame]
+            if answer is not None:
+                conn.sendall(answer)
 
 
 def table(out: Path, name: str) -> list[dict[str, Any]]:
@@ -433,7 +433,7 @@ def test_requests_rows_carry_the_sender_broker_epoch_and_fenced_state(tables: Pa
                 (code for code in (41, 95) if any(ERROR_NAMES[code] == p[-1] for p in e.partitions)), None
             )
         want.append(
-            (correlation, API_NAMES[e.api], e.version, "ok", None if fetch else e.node, e.node if fetch else None,
+            (correlation, API_NAMES[e.api], e.version, "ok" if e.answered else "unanswered", None if fetch else e.node, e.node if fetch else None,
              "metadata" if fetch else None, epoch, e.fenced, ERROR_NAMES.get(error) if error else None)
         )  # fmt: skip
     assert got == want
@@ -524,8 +524,9 @@ def expected_controller() -> list[tuple[Any, ...]]:
         if e.api == "alter_partition":
             continue
         key = (API_NAMES[e.api], e.node, e.leader, e.epoch, e.fenced, ERROR_NAMES.get(e.error or 0))
-        g = groups.setdefault(key, {"requests": 0, "granted": 0, "epochs": [], "lags": []})
+        g = groups.setdefault(key, {"requests": 0, "unanswered": 0, "granted": 0, "epochs": [], "lags": []})
         g["requests"] += 1
+        g["unanswered"] += not e.answered
         g["granted"] += bool(e.granted)
         g["epochs"].append(e.broker_epoch)
         g["lags"].append(e.lag)
@@ -534,7 +535,7 @@ def expected_controller() -> list[tuple[Any, ...]]:
         epochs = [x for x in g["epochs"] if x is not None]
         lags = [x for x in g["lags"] if x is not None]
         out.append(
-            (*key, g["requests"], 0, g["granted"] if key[0] == "Vote" else None, max(epochs) if epochs else None,
+            (*key, g["requests"], g["unanswered"], g["granted"] if key[0] == "Vote" else None, max(epochs) if epochs else None,
              max(lags) if lags else None, lags[-1] if lags else None)
         )  # fmt: skip
     return out
@@ -570,7 +571,10 @@ def test_report_sections_are_what_was_encoded(
     for r in rows["controller"]:
         assert r["client_ip"] == "127.0.0.1"
         assert r["first_seen"] <= r["last_seen"]
-        assert 0 <= r["p50_ms"] <= r["max_ms"]
+        if r["unanswered"] == r["requests"]:
+            assert (r["p50_ms"], r["max_ms"]) == (None, None)  # no answer, no latency
+        else:
+            assert 0 <= r["p50_ms"] <= r["max_ms"]
 
 
 def test_report_command_prints_both_sections(tables: Path) -> None:
@@ -585,4 +589,9 @@ def test_report_command_prints_both_sections(tables: Path) -> None:
     heartbeats = [
         (r["fenced"], r["error_name"]) for r in rows["controller"] if r["api_name"] == "BrokerHeartbeat"
     ]
-    assert heartbeats == [(True, None), (False, None), (False, "CONTROLLER_ID_NOT_REGISTERED")]
+    assert heartbeats == [
+        (True, None),
+        (False, None),
+        (False, "CONTROLLER_ID_NOT_REGISTERED"),
+        (None, None),  # never answered
+    ]

@@ -45,6 +45,11 @@ INDEPENDENT = [
     f"{SECTIONS_TESTS}::test_long_polls_judge_each_fetch_against_the_max_wait_ms_it_sent",
 ]
 LIVE = "tests/test_report_live.py"
+# The KRaft exchanges kio encoded (tests/test_kraft.py), on DuckDB and through the CLI.
+KRAFT = (
+    "tests/test_kraft.py::test_report_sections_are_what_was_encoded[duckdb]",
+    "tests/test_kraft.py::test_report_command_prints_both_sections",
+)
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ def _squash(sql: str) -> str:
 
 
 T, G, U, L = "sections_traffic.py", "sections_groups.py", "upgrade.py", "sections_lag.py"
+K = "sections_kraft.py"
 MUTATIONS = [
     Mutation("throughput", T, "SUM(record_count) AS records,\n       SUM(record_bytes)", "COUNT(*) AS records,\n       SUM(record_bytes)"),
     Mutation("churn", T, "< 1000 THEN 1", "< 10 THEN 1"),
@@ -92,6 +98,15 @@ MUTATIONS = [
     Mutation("lag", L, "MAX({_lag_seconds(\"e.ts\")}) AS lag_seconds", "MIN({_lag_seconds(\"e.ts\")}) AS lag_seconds", (LIVE,)),
     Mutation("stopped", L, "WHEN {silent} * 1000 > session_timeout_ms THEN 'stopped'", "WHEN {silent} * 1000 < session_timeout_ms THEN 'stopped'", (LIVE,)),
     Mutation("member_lag", L, "f.fetch_offset AS position", "f.fetch_offset + 1 AS position", (LIVE,)),
+    Mutation("isr_changes", K, "LAG(p.isr) OVER", "LAG(p.new_isr) OVER", KRAFT),
+    Mutation("isr_changes", K, "< {_members(\"previous_isr\")} THEN 'shrink'", "<= {_members(\"previous_isr\")} THEN 'shrink'", KRAFT),
+    Mutation("isr_changes", K, "COALESCE(p.error_name, r.error_name) AS error_name", "p.error_name AS error_name", KRAFT),
+    Mutation("controller", K, "COALESCE(r.node_id, r.replica_id) AS node_id", "r.node_id AS node_id", KRAFT),
+    Mutation("controller", K, "r.first_error_name AS error_name", "r.error_name AS error_name", KRAFT),
+    Mutation("controller", K, "MAX(CASE WHEN vote_granted THEN 1 ELSE 0 END)", "MAX(CASE WHEN vote_granted IS NOT NULL THEN 1 ELSE 0 END)", KRAFT),
+    Mutation("controller", K, "MAX(lag) AS max_lag", "MIN(lag) AS max_lag", KRAFT),
+    Mutation("controller", K, "ARG_MAX(lag,", "ARG_MIN(lag,", KRAFT),
+    Mutation("controller", K, "WHEN status = 'ok' THEN 0 ELSE 1 END", "WHEN latency_ms IS NULL THEN 0 ELSE 1 END", KRAFT),
 ]  # fmt: skip
 
 

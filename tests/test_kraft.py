@@ -236,62 +236,33 @@ def alter_partition(
     changes: list[tuple[int, int, int, list[int], int, list[int], int]],
     top_error: int = 0,
 ) -> Exchange:
-    """AlterPartition from partition leader ``leader`` (topic ORDERS_ID); per change: (partition,
-    leader epoch, expected partition epoch, ISR asked, error, ISR answered, partition epoch answered)."""
+    """AlterPartition from partition leader ``leader`` (topic orders, by name up to v1, by ORDERS_ID
+    from v2); per change: (partition, leader epoch, expected partition epoch, ISR asked, error, ISR
+    answered, partition epoch answered)."""
+    named: dict[str, Any] = {"topic_id": ORDERS_ID} if version >= 2 else {"topic_name": "orders"}
+    topic = (None, str(ORDERS_ID)) if version >= 2 else ("orders", None)
     asked, answered, rows = [], [], []
     for partition, leader_epoch, expected, new_isr, code, isr, new_epoch in changes:
-        ask: dict[str, Any] = {
-            "partition_index": partition,
-            "leader_epoch": leader_epoch,
-            "partition_epoch": expected,
-        }
+        ask: dict[str, Any] = {"partition_index": partition, "leader_epoch": leader_epoch}
+        ask["partition_epoch"] = expected
         if version >= 3:
             ask["new_isr_with_epochs"] = [{"broker_id": b, "broker_epoch": 40 + b} for b in new_isr]
         else:
             ask["new_isr"] = new_isr
         asked.append(ask)
-        answered.append(
-            {
-                "partition_index": partition,
-                "error_code": _error(code),
-                "leader_id": leader,
-                "leader_epoch": leader_epoch,
-                "isr": isr,
-                "partition_epoch": new_epoch,
-            }
-        )
-        if top_error:
+        answer = {"partition_index": partition, "error_code": _error(code), "leader_id": leader}
+        answered.append({**answer, "leader_epoch": leader_epoch, "isr": isr, "partition_epoch": new_epoch})
+        asked_isr = ",".join(map(str, new_isr))
+        if top_error:  # no partition answered: the request's epochs, no leader or ISR
             rows.append(
-                (
-                    str(ORDERS_ID),
-                    partition,
-                    None,
-                    leader_epoch,
-                    expected,
-                    ",".join(map(str, new_isr)),
-                    None,
-                    ERROR_NAMES[top_error],
-                )
+                (*topic, partition, None, leader_epoch, expected, asked_isr, None, ERROR_NAMES[top_error])
             )
         else:
-            rows.append(
-                (
-                    str(ORDERS_ID),
-                    partition,
-                    leader,
-                    leader_epoch,
-                    new_epoch,
-                    ",".join(map(str, new_isr)),
-                    ",".join(map(str, isr)),
-                    ERROR_NAMES.get(code, "NONE"),
-                )
-            )
-    request = {
-        "broker_id": leader,
-        "broker_epoch": 41,
-        "topics": [{"topic_id": ORDERS_ID, "partitions": asked}],
-    }
-    topics = [] if top_error else [{"topic_id": ORDERS_ID, "partitions": answered}]
+            committed = ",".join(map(str, isr))
+            error = ERROR_NAMES.get(code, "NONE")
+            rows.append((*topic, partition, leader, leader_epoch, new_epoch, asked_isr, committed, error))
+    request = {"broker_id": leader, "broker_epoch": 41, "topics": [{**named, "partitions": asked}]}
+    topics = [] if top_error else [{**named, "partitions": answered}]
     response = {"error_code": _error(top_error), "topics": topics}
     return Exchange(
         f"broker-{leader}", "alter_partition", version, request, response, node=leader, partitions=rows
@@ -306,7 +277,8 @@ def alter_partition(
 # one answered FENCED_LEADER_EPOCH); partition leader 1 shrinks and expands the ISR of orders
 # partition 0 (AlterPartition v2-v3), one change refused, one request refused as a whole, then
 # partition 1's ISR grows from none and is sent again reordered; broker 4's last heartbeat is never
-# answered. Node 3's Vote meets leader 2 in epoch 6 and is refused.
+# answered. Node 3's Vote meets leader 2 in epoch 6 and is refused. AlterPartition v0-v1 (by topic
+# name) shrink partition 2's ISR; a change of partition 3 is refused.
 EXCHANGES: list[Exchange] = [
     vote(0, 2, 5, -1, True),
     vote(1, 2, 6, -1, True),
@@ -331,12 +303,70 @@ EXCHANGES: list[Exchange] = [
     alter_partition(3, 1, [(0, 3, 13, [1], 0, [], 0)], top_error=41),
     alter_partition(3, 1, [(1, 3, 4, [1, 3], 0, [1, 3], 5)]),
     alter_partition(2, 1, [(1, 3, 5, [3, 1], 0, [3, 1], 6)]),
+    alter_partition(0, 1, [(2, 5, 20, [1, 2, 3], 0, [1, 2, 3], 21)]),
+    alter_partition(1, 1, [(2, 5, 21, [1, 3], 0, [1, 3], 22), (3, 5, 7, [2], 95, [], 0)]),
     heartbeat(2, 4, 43, False, answered=False),
 ]
 
 
+def _uvarint(n: int) -> bytes:
+    out = b""
+    while n >= 0x80:
+        out += bytes([n & 0x7F | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
+def _compact(items: list[bytes]) -> bytes:
+    return _uvarint(len(items) + 1) + b"".join(items)
+
+
+def _compact_string(text: str) -> bytes:
+    return _uvarint(len(text.encode()) + 1) + text.encode()
+
+
+def _ids(ids: list[int]) -> bytes:
+    return _compact([struct.pack(">i", i) for i in ids])
+
+
+NO_TAGS = b"\x00"
+
+
+def alter_partition_v0_v1(exchange: Exchange, correlation: int) -> tuple[bytes, bytes]:
+    """AlterPartition v0-v1 (KIP-497, topics by name), which kio 0.6.5 lacks, encoded here by hand from
+    Kafka's AlterPartitionRequest/Response.json: flexible from v0 (compact arrays and strings, tagged
+    field sections), LeaderRecoveryState from v1; request header v2, response header v1."""
+    v, req, resp = exchange.version, exchange.request, exchange.response
+    recovery = b"\x00" if v >= 1 else b""  # LeaderRecoveryState: 0, recovered
+    topics = []
+    for t in req["topics"]:
+        parts = [
+            struct.pack(">ii", p["partition_index"], p["leader_epoch"]) + _ids(p["new_isr"]) + recovery
+            + struct.pack(">i", p["partition_epoch"]) + NO_TAGS
+            for p in t["partitions"]
+        ]  # fmt: skip
+        topics.append(_compact_string(t["topic_name"]) + _compact(parts) + NO_TAGS)
+    client = exchange.client_id.encode()
+    header = struct.pack(">hhih", API_KEYS["alter_partition"], v, correlation, len(client)) + client + NO_TAGS
+    body = struct.pack(">iq", req["broker_id"], req["broker_epoch"]) + _compact(topics) + NO_TAGS
+    answers = []
+    for t in resp["topics"]:
+        parts = [
+            struct.pack(">ihii", p["partition_index"], p["error_code"].value, p["leader_id"], p["leader_epoch"])
+            + _ids(p["isr"]) + recovery + struct.pack(">i", p["partition_epoch"]) + NO_TAGS
+            for p in t["partitions"]
+        ]  # fmt: skip
+        answers.append(_compact_string(t["topic_name"]) + _compact(parts) + NO_TAGS)
+    reply = struct.pack(">i", correlation) + NO_TAGS
+    reply += struct.pack(">ih", 0, resp["error_code"].value) + _compact(answers) + NO_TAGS
+    request = header + body
+    return struct.pack(">i", len(request)) + request, struct.pack(">i", len(reply)) + reply
+
+
 def frames(exchange: Exchange, correlation: int) -> tuple[bytes, bytes]:
-    """The request frame and its response frame, both kio-encoded."""
+    """The request frame and its response frame, both kio-encoded (AlterPartition v0-v1 by hand)."""
+    if exchange.api == "alter_partition" and exchange.version < 2:
+        return alter_partition_v0_v1(exchange, correlation)
     module = f"kio.schema.{exchange.api}.v{exchange.version}"
     name = "".join(word.capitalize() for word in exchange.api.split("_"))
     request_type = getattr(importlib.import_module(f"{module}.request"), f"{name}Request")
@@ -451,7 +481,7 @@ def test_partitions_rows_carry_leaders_epochs_votes_and_isrs(tables: Path) -> No
         got = sorted(by_exchange.pop(correlation), key=lambda r: r["partition"])
         if e.api == "alter_partition":
             assert [
-                (r["topic_id"], r["partition"], r["leader_id"], r["leader_epoch"], r["partition_epoch"],
+                (r["topic"], r["topic_id"], r["partition"], r["leader_id"], r["leader_epoch"], r["partition_epoch"],
                  r["new_isr"], r["isr"], r["error_name"] or ERROR_NAMES[41], r["node_id"])
                 for r in got
             ] == [(*p, 1) for p in e.partitions]  # fmt: skip
@@ -483,35 +513,22 @@ def expected_isr_changes() -> list[tuple[Any, ...]]:
     """docs/report.md `isr_changes`, from the exchanges sent: one row per partition per AlterPartition,
     `previous_isr` the ISR the partition's previous answer gave, `change` the ISR asked against it."""
     out = []
-    last: dict[int, str | None] = {}
+    last: dict[tuple[Any, int], str | None] = {}
     for e in EXCHANGES:
         if e.api != "alter_partition":
             continue
-        for topic_id, partition, leader, epoch, pepoch, new_isr, isr, error in sorted(
-            e.partitions, key=lambda p: p[1]
+        for topic, topic_id, partition, leader, epoch, pepoch, new_isr, isr, error in sorted(
+            e.partitions, key=lambda p: p[2]
         ):
-            previous = last.get(partition)
+            key = (topic_id or topic, partition)
+            previous = last.get(key)
             change = None
             if previous is not None:
                 asked, had = len(new_isr.split(",")), len(previous.split(",")) if previous else 0
                 change = "shrink" if asked < had else "expand" if asked > had else "same"
-            out.append(
-                (
-                    1,
-                    e.version,
-                    topic_id,
-                    partition,
-                    leader,
-                    epoch,
-                    pepoch,
-                    new_isr,
-                    isr,
-                    previous,
-                    change,
-                    error,
-                )
-            )
-            last[partition] = isr
+            row = (1, e.version, topic, topic_id, partition, leader, epoch, pepoch, new_isr, isr, previous)
+            out.append((*row, change, error))
+            last[key] = isr
     return out
 
 
@@ -555,7 +572,7 @@ def run_sections(
         return answer(duck, Filters(), sections)
 
 
-ISR_KEYS = ("node_id", "api_version", "topic_id", "partition", "leader_id", "leader_epoch", "partition_epoch",
+ISR_KEYS = ("node_id", "api_version", "topic", "topic_id", "partition", "leader_id", "leader_epoch", "partition_epoch",
             "new_isr", "isr", "previous_isr", "change", "error_name")  # fmt: skip
 CONTROLLER_KEYS = ("api_name", "node_id", "leader_id", "leader_epoch", "fenced", "error_name", "requests",
                    "unanswered", "votes_granted", "broker_epoch", "max_lag", "last_lag")  # fmt: skip
@@ -585,7 +602,7 @@ def test_report_command_prints_both_sections(tables: Path) -> None:
     assert done.exit_code == 0, done.output
     rows = json.loads(done.output)
     assert sorted(rows) == ["controller", "isr_changes"]
-    assert [r["change"] for r in rows["isr_changes"]] == [c[10] for c in expected_isr_changes()]
+    assert [r["change"] for r in rows["isr_changes"]] == [c[11] for c in expected_isr_changes()]
     heartbeats = [
         (r["fenced"], r["error_name"]) for r in rows["controller"] if r["api_name"] == "BrokerHeartbeat"
     ]

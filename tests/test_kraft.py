@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -26,7 +27,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeader2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeader0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeader1
 from kio.static.primitive import i16, i32
-from realparts import free_port, tcpdump_capture
+from realparts import free_port, run_kwsniff, tcpdump_capture
 from test_fetchers import build, encoded, read_frame
 
 from kwsniff.cli import main
@@ -507,6 +508,33 @@ def test_partitions_rows_carry_leaders_epochs_votes_and_isrs(tables: Path) -> No
         )
         assert (row["isr"], row["new_isr"], row["partition_epoch"]) == (None, None, None)
     assert not by_exchange
+
+
+def test_spark_decodes_the_same_kraft_columns(tables: Path, tmp_path: Path) -> None:
+    """`kwsniff spark` (split by flow, so its bucketed sessions) writes the same columns."""
+    fleet = tmp_path / "fleet"
+    done = run_kwsniff(
+        "spark", str(tables.parent / "kraft.pcap"), "--out", str(fleet), "--master", "local[1]",
+        "--flow-buckets", "2", "-q",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    requests = ds.dataset(fleet / "requests", partitioning="hive").to_table().to_pylist()
+    got = sorted((r["correlation_id"], r["node_id"], r["broker_epoch"], r["fenced"]) for r in requests)
+    want = []
+    for correlation, e in enumerate(EXCHANGES, start=1):
+        epoch = 41 if e.api == "alter_partition" else e.broker_epoch
+        want.append((correlation, None if e.api == "fetch" else e.node, epoch, e.fenced))
+    assert got == want
+    partitions = ds.dataset(fleet / "partitions", partitioning="hive").to_table().to_pylist()
+    isrs = sorted(
+        ((r["topic"], r["topic_id"], r["partition"], r["leader_id"], r["leader_epoch"], r["partition_epoch"],
+         r["new_isr"], r["isr"], r["error_name"] or ERROR_NAMES[41])
+        for r in partitions if r["api_key"] == API_KEYS["alter_partition"]), key=repr
+    )  # fmt: skip
+    assert isrs == sorted((p for e in EXCHANGES for p in e.partitions), key=repr)
+    votes = [(r["leader_id"], r["vote_granted"]) for r in sorted(partitions, key=lambda r: r["correlation_id"])
+             if r["api_key"] == API_KEYS["vote"]]  # fmt: skip
+    assert votes == [(-1, True), (-1, True), (None, None), (2, False)]
 
 
 def expected_isr_changes() -> list[tuple[Any, ...]]:

@@ -21,6 +21,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeader1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeader2
@@ -87,6 +88,8 @@ class Exchange:
     # new ISR, ISR, error).
     partitions: list[tuple[Any, ...]] = field(default_factory=list)
     answered: bool = True  # False: the server never answers it (the capture ends first)
+    # Metadata Fetch: the rows of the log's records it carries (LOG_ROWS).
+    log: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 class _NewCode(NamedTuple):
@@ -179,9 +182,99 @@ def quorum_epoch(api: str, version: int, leader: int, epoch: int, answered: tupl
 HWM = 100
 
 
-def metadata_fetch(version: int, replica: int, offset: int, leader: tuple[int, int] | None) -> Exchange:
-    """A Fetch of the metadata log by ``replica`` from ``offset``, answered with the high watermark
-    and, when given, the current leader and epoch (Fetch v12+, KIP-595)."""
+def _uvarint(n: int) -> bytes:
+    out = b""
+    while n >= 0x80:
+        out += bytes([n & 0x7F | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
+def _compact(items: list[bytes]) -> bytes:
+    return _uvarint(len(items) + 1) + b"".join(items)
+
+
+def _compact_string(text: str) -> bytes:
+    return _uvarint(len(text.encode()) + 1) + text.encode()
+
+
+def _ids(ids: list[int]) -> bytes:
+    return _compact([struct.pack(">i", i) for i in ids])
+
+
+NO_TAGS = b"\x00"
+
+
+# KRaft metadata-log records (KIP-631), encoded here by hand from Kafka's PartitionRecord.json and
+# PartitionChangeRecord.json (metadata/src/main/resources/common/metadata/): a value is the frame
+# version (1), the record type and version as unsigned varints, then the record, flexible v0.
+PARTITION_RECORD, PARTITION_CHANGE_RECORD, TOPIC_RECORD = 3, 5, 2
+
+
+def partition_record(
+    partition: int, replicas: list[int], isr: list[int], leader: int, epochs: tuple[int, int]
+) -> bytes:
+    body = struct.pack(">i", partition) + ORDERS_ID.bytes + _ids(replicas) + _ids(isr) + _ids([]) + _ids([])
+    body += struct.pack(">iii", leader, *epochs) + NO_TAGS
+    return _uvarint(1) + _uvarint(PARTITION_RECORD) + _uvarint(0) + body
+
+
+def partition_change_record(partition: int, isr: list[int] | None, leader: int | None) -> bytes:
+    """Isr (tag 0) and Leader (tag 1) are tagged fields: left out when they did not change."""
+    tags = []
+    if isr is not None:
+        tags.append(_uvarint(0) + _uvarint(len(_ids(isr))) + _ids(isr))
+    if leader is not None:
+        tags.append(_uvarint(1) + _uvarint(4) + struct.pack(">i", leader))
+    body = struct.pack(">i", partition) + ORDERS_ID.bytes + _uvarint(len(tags)) + b"".join(tags)
+    return _uvarint(1) + _uvarint(PARTITION_CHANGE_RECORD) + _uvarint(0) + body
+
+
+def topic_record() -> bytes:
+    """TopicRecord (type 2): not an ISR, so no row."""
+    body = _compact_string("orders") + ORDERS_ID.bytes + NO_TAGS
+    return _uvarint(1) + _uvarint(TOPIC_RECORD) + _uvarint(0) + body
+
+
+def record_batch(base_offset: int, values: list[bytes]) -> bytes:
+    """A magic 2 record batch by kafka-python's builder (its offsets start at 0; the base offset, which
+    the CRC does not cover, is set after)."""
+    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+    for delta, value in enumerate(values):
+        builder.append(delta, 1_700_000_000_000 + delta, None, value, [])
+    batch = bytearray(builder.build())
+    struct.pack_into(">q", batch, 0, base_offset)
+    return bytes(batch)
+
+
+# Metadata-log records the fetches carry: (base offset, values) and, per record that sets an ISR,
+# the row it must give: (offset, partition, isr, leader, leader epoch, partition epoch).
+LOG_AT_94 = (
+    94,
+    [
+        partition_record(0, [1, 2, 3], [1, 2, 3], 1, (3, 10)),
+        partition_change_record(0, [1, 2], None),  # the ISR shrinks, the leader stays
+        partition_change_record(0, None, 2),  # the leader changes, the ISR stays: no row
+        topic_record(),
+    ],
+)
+LOG_AT_98 = (98, [partition_change_record(0, [1, 2, 3], 1)])
+LOG_ROWS = {
+    94: (94, 0, "1,2,3", 1, 3, 10),
+    95: (95, 0, "1,2", None, None, None),
+    98: (98, 0, "1,2,3", 1, None, None),
+}
+
+
+def metadata_fetch(
+    version: int,
+    replica: int,
+    offset: int,
+    leader: tuple[int, int] | None,
+    log: tuple[int, list[bytes]] | None = None,
+) -> Exchange:
+    """A Fetch of the metadata log by ``replica`` from ``offset``, answered with the high watermark,
+    when given the current leader and epoch (Fetch v12+, KIP-595) and the log's records."""
     named: dict[str, Any] = {"topic_id": METADATA_ID} if version >= 13 else {"topic": METADATA_TOPIC}
     part = {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20, "last_fetched_epoch": 5}
     request: dict[str, Any] = {"max_wait": 500, "min_bytes": 0, "topics": [{**named, "partitions": [part]}]}
@@ -192,6 +285,8 @@ def metadata_fetch(version: int, replica: int, offset: int, leader: tuple[int, i
     reply: dict[str, Any] = {"partition_index": 0, "high_watermark": HWM, "last_stable_offset": HWM}
     if leader is not None:
         reply["current_leader"] = {"leader_id": leader[0], "leader_epoch": leader[1]}
+    if log is not None:
+        reply["records"] = record_batch(*log)
     response = {"responses": [{**named, "partitions": [reply]}]}
     return Exchange(
         f"raft-client-{replica}",
@@ -203,6 +298,7 @@ def metadata_fetch(version: int, replica: int, offset: int, leader: tuple[int, i
         leader=None if leader is None else leader[0],
         epoch=None if leader is None else leader[1],
         lag=HWM - offset,
+        log=[row for at, row in LOG_ROWS.items() if log is not None and log[0] <= at < log[0] + len(log[1])],
     )
 
 
@@ -287,9 +383,9 @@ EXCHANGES: list[Exchange] = [
     quorum_epoch("begin_quorum_epoch", 0, 2, 6, (0, 2, 6)),
     quorum_epoch("begin_quorum_epoch", 1, 2, 6, (0, 2, 6)),
     vote(1, 3, 6, 2, False),
-    *[metadata_fetch(v, 3, 80 + v, (2, 6)) for v in (12, 13, 14, 15, 16, 17)],
+    *[metadata_fetch(v, 3, 80 + v, (2, 6), LOG_AT_94 if v == 14 else None) for v in (12, 13, 14, 15, 16, 17)],
     metadata_fetch(18, 3, 99, (3, 7)),
-    *[metadata_fetch(v, 4, 60 + v, (2, 6)) for v in (12, 14, 16, 18)],
+    *[metadata_fetch(v, 4, 60 + v, (2, 6), {16: LOG_AT_94, 18: LOG_AT_98}.get(v)) for v in (12, 14, 16, 18)],
     metadata_fetch(13, 4, 70, None),
     *[registration(v, 4, 40 + v) for v in (0, 1, 2, 3)],
     registration(4, 4, 0, code=136),
@@ -308,29 +404,6 @@ EXCHANGES: list[Exchange] = [
     alter_partition(1, 1, [(2, 5, 21, [1, 3], 0, [1, 3], 22), (3, 5, 7, [2], 95, [], 0)]),
     heartbeat(2, 4, 43, False, answered=False),
 ]
-
-
-def _uvarint(n: int) -> bytes:
-    out = b""
-    while n >= 0x80:
-        out += bytes([n & 0x7F | 0x80])
-        n >>= 7
-    return out + bytes([n])
-
-
-def _compact(items: list[bytes]) -> bytes:
-    return _uvarint(len(items) + 1) + b"".join(items)
-
-
-def _compact_string(text: str) -> bytes:
-    return _uvarint(len(text.encode()) + 1) + text.encode()
-
-
-def _ids(ids: list[int]) -> bytes:
-    return _compact([struct.pack(">i", i) for i in ids])
-
-
-NO_TAGS = b"\x00"
 
 
 def alter_partition_v0_v1(exchange: Exchange, correlation: int) -> tuple[bytes, bytes]:
@@ -487,7 +560,19 @@ def test_partitions_rows_carry_leaders_epochs_votes_and_isrs(tables: Path) -> No
                 for r in got
             ] == [(*p, 1) for p in e.partitions]  # fmt: skip
             continue
-        (row,) = got
+        log = sorted((r for r in got if r["isr"] is not None), key=lambda r: r["offset"])
+        assert [
+            (r["offset"], r["partition"], r["isr"], r["leader_id"], r["leader_epoch"], r["partition_epoch"])
+            for r in log
+        ] == e.log
+        for r in log:  # the metadata log's records, on their Fetch's exchange
+            assert (r["topic"], r["topic_id"], r["fetcher"], r["replica_id"]) == (
+                None,
+                str(ORDERS_ID),
+                "metadata",
+                e.node,
+            )
+        (row,) = [r for r in got if r["isr"] is None]
         quorum = e.api in ("vote", "begin_quorum_epoch", "end_quorum_epoch")
         if quorum:
             assert (row["topic"], row["topic_id"]) == (METADATA_TOPIC, None)
@@ -538,11 +623,41 @@ def test_spark_decodes_the_same_kraft_columns(tables: Path, tmp_path: Path) -> N
 
 
 def expected_isr_changes() -> list[tuple[Any, ...]]:
-    """docs/report.md `isr_changes`, from the exchanges sent: one row per partition per AlterPartition,
-    `previous_isr` the ISR the partition's previous answer gave, `change` the ISR asked against it."""
+    """docs/report.md `isr_changes`, from the exchanges sent: one row per partition per AlterPartition
+    and per metadata-log record that sets an ISR (once, at the first fetch carrying it);
+    `previous_isr` the ISR the partition's previous row of the same source gave, `change` the ISR
+    asked for (the record's: set) against it."""
     out = []
-    last: dict[tuple[Any, int], str | None] = {}
+    last: dict[tuple[Any, ...], str | None] = {}
+    seen: set[int] = set()
+
+    def change(asked: str, previous: str | None) -> str | None:
+        if previous is None:
+            return None
+        wanted, had = len(asked.split(",")), len(previous.split(",")) if previous else 0
+        return "shrink" if wanted < had else "expand" if wanted > had else "same"
+
     for e in EXCHANGES:
+        for offset, partition, isr, leader, epoch, pepoch in e.log:
+            if offset in seen:
+                continue
+            seen.add(offset)
+            previous = last.get(("log", partition))
+            row = (
+                "metadata log",
+                None,
+                None,
+                None,
+                str(ORDERS_ID),
+                partition,
+                leader,
+                epoch,
+                pepoch,
+                None,
+                isr,
+            )
+            out.append((*row, previous, change(isr, previous), None, offset))
+            last[("log", partition)] = isr
         if e.api != "alter_partition":
             continue
         for topic, topic_id, partition, leader, epoch, pepoch, new_isr, isr, error in sorted(
@@ -550,12 +665,20 @@ def expected_isr_changes() -> list[tuple[Any, ...]]:
         ):
             key = (topic_id or topic, partition)
             previous = last.get(key)
-            change = None
-            if previous is not None:
-                asked, had = len(new_isr.split(",")), len(previous.split(",")) if previous else 0
-                change = "shrink" if asked < had else "expand" if asked > had else "same"
-            row = (1, e.version, topic, topic_id, partition, leader, epoch, pepoch, new_isr, isr, previous)
-            out.append((*row, change, error))
+            row = (
+                "AlterPartition",
+                1,
+                e.version,
+                topic,
+                topic_id,
+                partition,
+                leader,
+                epoch,
+                pepoch,
+                new_isr,
+                isr,
+            )
+            out.append((*row, previous, change(new_isr, previous), error, None))
             last[key] = isr
     return out
 
@@ -600,8 +723,8 @@ def run_sections(
         return answer(duck, Filters(), sections)
 
 
-ISR_KEYS = ("node_id", "api_version", "topic", "topic_id", "partition", "leader_id", "leader_epoch", "partition_epoch",
-            "new_isr", "isr", "previous_isr", "change", "error_name")  # fmt: skip
+ISR_KEYS = ("source", "node_id", "api_version", "topic", "topic_id", "partition", "leader_id", "leader_epoch", "partition_epoch",
+            "new_isr", "isr", "previous_isr", "change", "error_name", "log_offset")  # fmt: skip
 CONTROLLER_KEYS = ("api_name", "node_id", "leader_id", "leader_epoch", "fenced", "error_name", "requests",
                    "unanswered", "votes_granted", "broker_epoch", "max_lag", "last_lag")  # fmt: skip
 
@@ -630,7 +753,7 @@ def test_report_command_prints_both_sections(tables: Path) -> None:
     assert done.exit_code == 0, done.output
     rows = json.loads(done.output)
     assert sorted(rows) == ["controller", "isr_changes"]
-    assert [r["change"] for r in rows["isr_changes"]] == [c[11] for c in expected_isr_changes()]
+    assert [r["change"] for r in rows["isr_changes"]] == [c[12] for c in expected_isr_changes()]
     heartbeats = [
         (r["fenced"], r["error_name"]) for r in rows["controller"] if r["api_name"] == "BrokerHeartbeat"
     ]

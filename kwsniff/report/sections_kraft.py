@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kwsniff.report.sql import pct
 
-ALTER_PARTITION = 56
+FETCH, ALTER_PARTITION = 1, 56
 # Vote, BeginQuorumEpoch, EndQuorumEpoch (KIP-595), BrokerRegistration, BrokerHeartbeat (KIP-631);
 # metadata-log fetches are Fetch rows whose `fetcher` is 'metadata'.
 QUORUM_APIS = "52, 53, 54, 62, 63"
@@ -16,30 +16,47 @@ def _members(isr: str) -> str:
     return f"(CASE WHEN {isr} = '' THEN 0 ELSE LENGTH({isr}) - LENGTH(REPLACE({isr}, ',', '')) + 1 END)"
 
 
-# One row per partition of each AlterPartition exchange: what the partition leader (node_id) asked
-# for and what the controller committed; `previous_isr` is the ISR the partition's previous
-# AlterPartition answer in the capture gave, and `change` compares the ISR asked for with it.
+# One row per partition of each AlterPartition exchange (what the partition leader, node_id, asked
+# for and what the controller committed) and per partition state the metadata log's records set
+# (kwsniff/rows/metadata_log.py; each record once, at the first Fetch response carrying it: every
+# node fetches the same log). `previous_isr` is the ISR the partition's previous row of the same
+# source in the capture committed, and `change` compares the ISR asked for (the log's: set) with it.
 ISR_CHANGES = f"""
-WITH changes AS (
-  SELECT p.ts_request, p.node_id, p.client_ip, p.api_version, p.topic, p.topic_id, p.partition,
-         p.leader_id, p.leader_epoch, p.partition_epoch, p.new_isr, p.isr,
-         LAG(p.isr) OVER (PARTITION BY p.capture, COALESCE(p.topic_id, p.topic), p.partition
-                          ORDER BY p.ts_request, p.conn_id, p.correlation_id) AS previous_isr,
-         COALESCE(p.error_name, r.error_name) AS error_name, p.latency_ms
+WITH asked AS (
+  SELECT 'AlterPartition' AS source, p.capture, p.ts_request, p.conn_id, p.correlation_id, p.node_id,
+         p.client_ip, p.api_version, p.topic, p.topic_id, p.partition, p.leader_id, p.leader_epoch,
+         p.partition_epoch, p.new_isr, p.isr, COALESCE(p.error_name, r.error_name) AS error_name,
+         p.latency_ms, CAST(NULL AS BIGINT) AS log_offset
   FROM partitions p
   LEFT JOIN requests r ON r.capture = p.capture AND r.conn_id = p.conn_id
     AND r.correlation_id = p.correlation_id AND r.api_key = {ALTER_PARTITION}
   WHERE p.api_key = {ALTER_PARTITION}
+  UNION ALL
+  SELECT 'metadata log' AS source, capture, MIN(ts_response) AS ts_request, CAST(NULL AS BIGINT) AS conn_id,
+         CAST(NULL AS INTEGER) AS correlation_id, CAST(NULL AS INTEGER) AS node_id,
+         CAST(NULL AS VARCHAR) AS client_ip, CAST(NULL AS SMALLINT) AS api_version, topic, topic_id,
+         partition, MAX(leader_id) AS leader_id, MAX(leader_epoch) AS leader_epoch,
+         MAX(partition_epoch) AS partition_epoch, CAST(NULL AS VARCHAR) AS new_isr, MAX(isr) AS isr,
+         CAST(NULL AS VARCHAR) AS error_name, CAST(NULL AS DOUBLE) AS latency_ms, "offset" AS log_offset
+  FROM partitions
+  WHERE api_key = {FETCH} AND fetcher = 'metadata' AND isr IS NOT NULL
+  GROUP BY capture, topic, topic_id, partition, "offset"
+),
+changes AS (
+  SELECT p.*, COALESCE(p.new_isr, p.isr) AS wanted,
+         LAG(p.isr) OVER (PARTITION BY p.capture, p.source, COALESCE(p.topic_id, p.topic), p.partition
+                          ORDER BY p.ts_request, p.log_offset, p.conn_id, p.correlation_id) AS previous_isr
+  FROM asked p
 )
-SELECT ts_request, node_id, client_ip, api_version, topic, topic_id, partition, leader_id, leader_epoch,
-       partition_epoch, new_isr, isr, previous_isr,
-       CASE WHEN previous_isr IS NULL OR new_isr IS NULL THEN NULL
-            WHEN {_members("new_isr")} < {_members("previous_isr")} THEN 'shrink'
-            WHEN {_members("new_isr")} > {_members("previous_isr")} THEN 'expand'
+SELECT source, ts_request, node_id, client_ip, api_version, topic, topic_id, partition, leader_id,
+       leader_epoch, partition_epoch, new_isr, isr, previous_isr,
+       CASE WHEN previous_isr IS NULL OR wanted IS NULL THEN NULL
+            WHEN {_members("wanted")} < {_members("previous_isr")} THEN 'shrink'
+            WHEN {_members("wanted")} > {_members("previous_isr")} THEN 'expand'
             ELSE 'same' END AS change,
-       error_name, latency_ms
+       error_name, latency_ms, log_offset
 FROM changes
-ORDER BY ts_request, topic_id, topic, partition
+ORDER BY ts_request, source, topic_id, topic, partition, log_offset
 """
 
 # One row per API, sending node (its address), leader and epoch answered, fenced state and error:

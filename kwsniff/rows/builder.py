@@ -35,6 +35,7 @@ from kwsniff.rows.groups import (
     spell_topics,
     topic_ids_of,
 )
+from kwsniff.rows.metadata_log import metadata_log_rows
 from kwsniff.rows.partitions import COUNTS_ONLY, RecordOptions, TopicNames, merged_rows, records_of
 
 API_VERSIONS = 18
@@ -264,6 +265,8 @@ class ExchangeRows(ConversationHandler):
             resp.info = {}
             return
         info = response_summary(req.api_key, req.api_version, msg, self.tables.record_options)
+        if isinstance(req.info, dict) and req.info.get("fetcher") == "metadata":
+            metadata_log_rows(msg, info, self.tables.record_options)
         if not whole and "record_count" in info:
             info["record_count"] = info["record_bytes"] = None  # partitions the cut left out had records
         if note:

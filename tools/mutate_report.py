@@ -101,6 +101,8 @@ MUTATIONS = [
     Mutation("isr_changes", K, "LAG(p.isr) OVER", "LAG(p.new_isr) OVER", KRAFT),
     Mutation("isr_changes", K, "< {_members(\"previous_isr\")} THEN 'shrink'", "<= {_members(\"previous_isr\")} THEN 'shrink'", KRAFT),
     Mutation("isr_changes", K, "COALESCE(p.error_name, r.error_name) AS error_name", "p.error_name AS error_name", KRAFT),
+    Mutation("isr_changes", K, "GROUP BY capture, topic, topic_id, partition, \"offset\"", "GROUP BY capture, conn_id, topic, topic_id, partition, \"offset\"", KRAFT),
+    Mutation("isr_changes", K, "AND fetcher = 'metadata' AND isr IS NOT NULL", "AND fetcher = 'metadata'", KRAFT),
     Mutation("controller", K, "COALESCE(r.node_id, r.replica_id) AS node_id", "r.node_id AS node_id", KRAFT),
     Mutation("controller", K, "r.first_error_name AS error_name", "r.error_name AS error_name", KRAFT),
     Mutation("controller", K, "MAX(CASE WHEN vote_granted THEN 1 ELSE 0 END)", "MAX(CASE WHEN vote_granted IS NOT NULL THEN 1 ELSE 0 END)", KRAFT),

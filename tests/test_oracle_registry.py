@@ -65,6 +65,11 @@ MAX_WAIT = "test_share_wire.py::test_fetch_and_share_fetch_requests_carry_max_wa
 FETCHERS = "test_fetchers.py::"
 FETCHER_REQUESTS = FETCHERS + "test_requests_rows_carry_the_encoded_replica_id_and_fetcher"
 FETCHER_PARTITIONS = FETCHERS + "test_fetch_partitions_rows_repeat_them"
+# KRaft (Vote, BeginQuorumEpoch, EndQuorumEpoch, metadata Fetch, BrokerRegistration, BrokerHeartbeat)
+# and AlterPartition, kio-encoded over loopback TCP, captured by tcpdump.
+KRAFT = "test_kraft.py::"
+KRAFT_REQUESTS = KRAFT + "test_requests_rows_carry_the_sender_broker_epoch_and_fenced_state"
+KRAFT_PARTITIONS = KRAFT + "test_partitions_rows_carry_leaders_epochs_votes_and_isrs"
 CLASSIC_CONFIG = (
     "test_groups_classic_protocol.py::test_join_requests_carry_the_clients_configuration_and_subscription"
 )
@@ -104,6 +109,9 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "client_ip": EXCHANGE_OF_ROW,
         "replica_id": FETCHER_REQUESTS,
         "fetcher": FETCHER_REQUESTS,
+        "node_id": KRAFT_REQUESTS,
+        "broker_epoch": KRAFT_REQUESTS,
+        "fenced": KRAFT_REQUESTS,
     },
     "connections": {
         "capture": CAPTURE_NAME,
@@ -251,6 +259,11 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         **EXCHANGE_COLUMNS,
         "replica_id": FETCHER_PARTITIONS,
         "fetcher": FETCHER_PARTITIONS,
+        "node_id": KRAFT_PARTITIONS,
+        "isr": KRAFT_PARTITIONS,
+        "new_isr": KRAFT_PARTITIONS,
+        "partition_epoch": KRAFT_PARTITIONS,
+        "vote_granted": KRAFT_PARTITIONS,
     },
     "records": {
         "capture": BUILT_RECORDS,
@@ -370,6 +383,10 @@ SECTION_CHECKED: dict[str, str] = {
     # kio-encoded broker-host traffic over loopback, timed by dpkt's reading of the pcap.
     "brokers": "test_replication.py::test_brokers_are_the_requests_latencies_errors_bytes_and_replication_share_sent",
     "replication": "test_replication.py::test_replication_is_each_followers_last_fetch_against_the_leaders_log",
+    # The values kio encoded (AlterPartition, Vote, Begin/EndQuorumEpoch, metadata Fetch, broker
+    # registrations and heartbeats), computed from the exchanges sent.
+    "isr_changes": KRAFT + "test_report_sections_are_what_was_encoded",
+    "controller": KRAFT + "test_report_sections_are_what_was_encoded",
 }
 
 

@@ -26,6 +26,9 @@ REPO = Path(__file__).resolve().parent.parent
 # the repository so that a clean clone regenerates the schema module on its own.
 SPECS_OLD = REPO / "tools" / "kafka-message-specs"
 SPECS_NEW = REPO / "tools" / "kafka-message-specs-latest"
+# KRaft metadata-log record specs (apache/kafka metadata/src/main/resources/common/metadata/, only
+# those the tables read; SOURCE.txt says which commit): the values of the records on __cluster_metadata.
+METADATA_RECORDS = REPO / "tools" / "kafka-metadata-records"
 OUTPUT = REPO / "kwsniff" / "protocol" / "_schema.py"
 
 # Upper bound for open ranges ("3+"): api versions are int16 on the wire.
@@ -270,6 +273,16 @@ def load_snapshot(directory: Path) -> dict[tuple[int, str], dict[str, Any]]:
     return specs
 
 
+def load_metadata_records(directory: Path) -> dict[tuple[int, str], dict[str, Any]]:
+    """(record type, "metadata") -> spec."""
+    specs: dict[tuple[int, str], dict[str, Any]] = {}
+    for path in sorted(directory.glob("*.json")):
+        spec = load_spec(path)
+        if spec.get("type") == "metadata" and "apiKey" in spec:
+            specs[(spec["apiKey"], "metadata")] = spec
+    return specs
+
+
 def segments_for(
     key: int, direction: str, snapshots: list[dict[tuple[int, str], dict[str, Any]]]
 ) -> tuple[Any, ...]:
@@ -398,6 +411,24 @@ def render(old: Path, new: Path) -> str:
         "}",
         "# Record set magic -> the release whose brokers refuse it on produce (KIP-724).",
         f"REMOVED_MAGIC = {REMOVED_MAGIC!r}",
+        "",
+        f"# METADATA_RECORDS[record_type] = (name, segments): KRaft metadata-log records (commit {commit_of(METADATA_RECORDS)}),",
+        "# the values of the records on __cluster_metadata; segments as APIS'.",
+        "METADATA_RECORDS = {",
+    ]
+    records = load_metadata_records(METADATA_RECORDS)
+    for key in sorted(k for k, _ in records):
+        lines.append(f"    {key}: (")
+        lines.append(f"        {records[(key, 'metadata')]['name']!r},")
+        lines.append("        (")
+        for lo, hi, flex_lo, fields in segments_for(key, "metadata", [records]):
+            lines.append(f"            ({lo}, {hi}, {flex_lo!r}, (")
+            write_fields(lines, fields, "                ")
+            lines.append("            )),")
+        lines.append("        ),")
+        lines.append("    ),")
+    lines += [
+        "}",
     ]
     return "\n".join(lines) + "\n"
 

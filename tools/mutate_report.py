@@ -50,6 +50,11 @@ BROKER_HOST = (
     "tests/test_replication.py::test_brokers_are_the_requests_latencies_errors_bytes_and_replication_share_sent[duckdb]",
     "tests/test_replication.py::test_replication_is_each_followers_last_fetch_against_the_leaders_log[duckdb]",
 )
+# The KRaft exchanges kio encoded (tests/test_kraft.py), on DuckDB and through the CLI.
+KRAFT = (
+    "tests/test_kraft.py::test_report_sections_are_what_was_encoded[duckdb]",
+    "tests/test_kraft.py::test_report_command_prints_both_sections",
+)
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,7 @@ def _squash(sql: str) -> str:
 
 T, G, U, L = "sections_traffic.py", "sections_groups.py", "upgrade.py", "sections_lag.py"
 B = "sections_brokers.py"
+K = "sections_kraft.py"
 MUTATIONS = [
     Mutation("throughput", T, "SUM(record_count) AS records,\n       SUM(record_bytes)", "COUNT(*) AS records,\n       SUM(record_bytes)"),
     Mutation("churn", T, "< 1000 THEN 1", "< 10 THEN 1"),
@@ -109,6 +115,17 @@ MUTATIONS = [
     Mutation("replication", B, "MAX(lag_seconds) AS max_lag_seconds", "MIN(lag_seconds) AS max_lag_seconds", BROKER_HOST),
     Mutation("replication", B, "p.api_key = 1 AND p.fetcher = 'follower'", "p.api_key = 1 AND p.fetcher <> 'consumer'", BROKER_HOST),
     Mutation("replication", B, "ORDER BY at_offset DESC, kind\n", "ORDER BY at_offset, kind\n", BROKER_HOST),
+    Mutation("isr_changes", K, "LAG(p.isr) OVER", "LAG(p.new_isr) OVER", KRAFT),
+    Mutation("isr_changes", K, "< {_members(\"previous_isr\")} THEN 'shrink'", "<= {_members(\"previous_isr\")} THEN 'shrink'", KRAFT),
+    Mutation("isr_changes", K, "COALESCE(p.error_name, r.error_name) AS error_name", "p.error_name AS error_name", KRAFT),
+    Mutation("isr_changes", K, "GROUP BY capture, topic, topic_id, partition, \"offset\"", "GROUP BY capture, conn_id, topic, topic_id, partition, \"offset\"", KRAFT),
+    Mutation("isr_changes", K, "AND fetcher = 'metadata' AND isr IS NOT NULL", "AND fetcher = 'metadata'", KRAFT),
+    Mutation("controller", K, "COALESCE(r.node_id, r.replica_id) AS node_id", "r.node_id AS node_id", KRAFT),
+    Mutation("controller", K, "r.first_error_name AS error_name", "r.error_name AS error_name", KRAFT),
+    Mutation("controller", K, "MAX(CASE WHEN vote_granted THEN 1 ELSE 0 END)", "MAX(CASE WHEN vote_granted IS NOT NULL THEN 1 ELSE 0 END)", KRAFT),
+    Mutation("controller", K, "MAX(lag) AS max_lag", "MIN(lag) AS max_lag", KRAFT),
+    Mutation("controller", K, "ARG_MAX(lag,", "ARG_MIN(lag,", KRAFT),
+    Mutation("controller", K, "WHEN status = 'ok' THEN 0 ELSE 1 END", "WHEN latency_ms IS NULL THEN 0 ELSE 1 END", KRAFT),
 ]  # fmt: skip
 
 

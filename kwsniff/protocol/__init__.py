@@ -4,6 +4,7 @@ No I/O: everything here takes bytes (or memoryviews) and returns plain Python va
 """
 
 from kwsniff.protocol.decode import (
+    decode_metadata_record,
     decode_request,
     decode_request_view,
     decode_response,
@@ -30,6 +31,7 @@ __all__ = [
     "DecodeError",
     "api_name",
     "api_names",
+    "decode_metadata_record",
     "decode_request",
     "decode_request_view",
     "decode_response_view",

@@ -3822,3 +3822,46 @@ REMOVED_IN = {
 }
 # Record set magic -> the release whose brokers refuse it on produce (KIP-724).
 REMOVED_MAGIC = {0: '4.0', 1: '4.0'}
+
+# METADATA_RECORDS[record_type] = (name, segments): KRaft metadata-log records (commit 1eb7644349cb07139d6a3c1ad1986979647cac99),
+# the values of the records on __cluster_metadata; segments as APIS'.
+METADATA_RECORDS = {
+    3: (
+        'PartitionRecord',
+        (
+            (0, 2, 0, (
+                ('partition_id', 'int32', (0, 2), None, None, -1, None),
+                ('topic_id', 'uuid', (0, 2), None, None, '00000000-0000-0000-0000-000000000000', None),
+                ('replicas', '[]int32', (0, 2), None, None, (), None),
+                ('isr', '[]int32', (0, 2), None, None, (), None),
+                ('removing_replicas', '[]int32', (0, 2), None, None, (), None),
+                ('adding_replicas', '[]int32', (0, 2), None, None, (), None),
+                ('leader', 'int32', (0, 2), None, None, -1, None),
+                ('leader_recovery_state', 'int8', (0, 2), None, 0, 0, None),
+                ('leader_epoch', 'int32', (0, 2), None, None, -1, None),
+                ('partition_epoch', 'int32', (0, 2), None, None, -1, None),
+                ('directories', '[]uuid', (1, 2), None, None, (), None),
+                ('eligible_leader_replicas', '[]int32', (2, 2), (2, 2), 1, None, None),
+                ('last_known_elr', '[]int32', (2, 2), (2, 2), 2, None, None),
+            )),
+        ),
+    ),
+    5: (
+        'PartitionChangeRecord',
+        (
+            (0, 2, 0, (
+                ('partition_id', 'int32', (0, 2), None, None, -1, None),
+                ('topic_id', 'uuid', (0, 2), None, None, '00000000-0000-0000-0000-000000000000', None),
+                ('isr', '[]int32', (0, 2), (0, 2), 0, None, None),
+                ('leader', 'int32', (0, 2), None, 1, -2, None),
+                ('replicas', '[]int32', (0, 2), (0, 2), 2, None, None),
+                ('removing_replicas', '[]int32', (0, 2), (0, 2), 3, None, None),
+                ('adding_replicas', '[]int32', (0, 2), (0, 2), 4, None, None),
+                ('leader_recovery_state', 'int8', (0, 2), None, 5, -1, None),
+                ('directories', '[]uuid', (1, 2), (1, 2), 8, None, None),
+                ('eligible_leader_replicas', '[]int32', (2, 2), (2, 2), 6, None, None),
+                ('last_known_elr', '[]int32', (2, 2), (2, 2), 7, None, None),
+            )),
+        ),
+    ),
+}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
-from kwsniff.protocol import _schema
+from kwsniff.protocol import _schema, wire
 from kwsniff.protocol.compiler import compile_message
 from kwsniff.protocol.decode_error import DecodeError
 
@@ -116,3 +116,34 @@ def schema_triples() -> list[tuple[int, int, str]]:
                     (key, version, _DIRECTION_NAMES[direction]) for version in range(lowest, highest + 1)
                 ]
     return triples
+
+
+_METADATA_RECORDS = cast(dict[int, Any], _schema.METADATA_RECORDS)
+_record_decoders: dict[tuple[int, int], Decoder] = {}
+
+
+def decode_metadata_record(value: bytes | memoryview) -> tuple[str, dict[str, Any]] | None:
+    """A KRaft metadata-log record (a record's value on __cluster_metadata): its name and fields, or
+    None for a record type the schema set does not keep. The value is a frame version, the record
+    type and its version, as unsigned varints, then the record, flexible (Kafka's
+    MetadataRecordSerde, KIP-631). Raises DecodeError when the bytes do not hold one."""
+    buf = value if type(value) is memoryview else memoryview(value)
+    try:
+        _frame, pos = wire.read_uvarint(buf, 0)
+        kind, pos = wire.read_uvarint(buf, pos)
+        version, pos = wire.read_uvarint(buf, pos)
+    except wire.Fail as x:
+        raise x.to_error() from None
+    except IndexError:
+        raise DecodeError(len(buf), "", "metadata record header cut") from None
+    spec = _METADATA_RECORDS.get(kind)
+    if spec is None:
+        return None
+    decoder = _record_decoders.get((kind, version))
+    if decoder is None:
+        segment = next((s for s in spec[1] if s[0] <= version <= s[1]), None)
+        if segment is None:
+            raise DecodeError(pos, "", f"unsupported {spec[0]} version {version}")
+        decoder = compile_message(segment[3], version, True, f"{spec[0]} v{version}")
+        _record_decoders[(kind, version)] = decoder
+    return spec[0], decoder(buf[pos:])

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from kwsniff.report import sections_brokers as b
 from kwsniff.report import sections_groups as g
+from kwsniff.report import sections_kraft as kraft
 from kwsniff.report import sections_lag as lag
 from kwsniff.report import sections_traffic as t
 from kwsniff.report.sql import split_order
@@ -82,6 +83,14 @@ SECTIONS = [
         "upgrade_zookeeper",
         "Brokers sending ZooKeeper-era inter-broker requests (removed in Kafka 4.0, KIP-833)",
         ZOOKEEPER_SUMMED,
+    ),
+    Section(
+        "isr_changes", "ISR changes: AlterPartition requests and the controller's answers", kraft.ISR_CHANGES
+    ),
+    Section(
+        "controller",
+        "KRaft quorum: votes, leaders and epochs, metadata-log fetch lag, broker registrations and heartbeats",
+        kraft.CONTROLLER,
     ),
 ]
 BY_NAME = {s.name: s for s in SECTIONS}

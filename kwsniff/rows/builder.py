@@ -35,6 +35,7 @@ from kwsniff.rows.groups import (
     spell_topics,
     topic_ids_of,
 )
+from kwsniff.rows.metadata_log import metadata_log_rows
 from kwsniff.rows.partitions import COUNTS_ONLY, RecordOptions, TopicNames, merged_rows, records_of
 
 API_VERSIONS = 18
@@ -264,6 +265,8 @@ class ExchangeRows(ConversationHandler):
             resp.info = {}
             return
         info = response_summary(req.api_key, req.api_version, msg, self.tables.record_options)
+        if isinstance(req.info, dict) and req.info.get("fetcher") == "metadata":
+            metadata_log_rows(msg, info, self.tables.record_options)
         if not whole and "record_count" in info:
             info["record_count"] = info["record_bytes"] = None  # partitions the cut left out had records
         if note:
@@ -321,7 +324,12 @@ class ExchangeRows(ConversationHandler):
         context = self._context(req)
         exchange = self._exchange(req, resp)  # on its partitions, errors and groups rows too
         # Who sent a Fetch (extract.fetcher), on its requests and partitions rows; null on other APIs.
-        who = {"replica_id": reqi.get("replica_id"), "fetcher": reqi.get("fetcher")}
+        # The sender's node id of a KRaft or AlterPartition request (extract.node), on both too.
+        who = {
+            "replica_id": reqi.get("replica_id"),
+            "fetcher": reqi.get("fetcher"),
+            "node_id": reqi.get("node_id"),
+        }
         row = {
             **context,
             **exchange,
@@ -345,6 +353,8 @@ class ExchangeRows(ConversationHandler):
             "producer_id_response": respi.get("producer_id_response"),
             "producer_epoch_response": respi.get("producer_epoch_response"),
             "removed_in": removed_in(req.api_key, req.api_version),
+            "broker_epoch": reqi.get("broker_epoch", respi.get("broker_epoch")),
+            "fenced": respi.get("fenced"),
         }
         if tables.keep_messages:
             row.update(self.endpoints)

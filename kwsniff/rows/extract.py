@@ -44,6 +44,8 @@ def request_summary(
         info["max_wait_ms"] = msg.get("max_wait_ms")
     if api_key == FETCH:
         info.update(fetcher(api_version, msg))
+    elif api_key in _KRAFT_SENDERS:
+        node(api_key, msg, info)
     if type(msg.get("group_id")) is str:
         info["group_id"] = msg["group_id"]
     if api_key in _MEMBER_EPOCHS:
@@ -77,6 +79,10 @@ def response_summary(
         info["topic_ids"] = topic_ids(msg)
     if api_key in _PRODUCER_ANSWERS:
         _producer(msg, info, "_response")
+    elif api_key == BROKER_REGISTRATION:
+        info["broker_epoch"] = msg.get("broker_epoch")  # the epoch the controller gave the broker
+    elif api_key == BROKER_HEARTBEAT:
+        info["fenced"] = msg.get("is_fenced")
     return info
 
 
@@ -116,6 +122,32 @@ def fetcher(api_version: int, msg: dict[str, Any]) -> dict[str, Any]:
     else:
         kind = "follower" if replica_id >= 0 else "consumer"
     return {"replica_id": replica_id, "fetcher": kind}
+
+
+# KRaft and inter-broker requests that say which node sends them (docs/tables.md "KRaft and ISR
+# changes"): Vote (the candidate), BeginQuorumEpoch and EndQuorumEpoch (the leader), AlterPartition
+# (the partition leader), BrokerRegistration and BrokerHeartbeat (the broker).
+VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, ALTER_PARTITION = 52, 53, 54, 56
+BROKER_REGISTRATION, BROKER_HEARTBEAT = 62, 63
+_KRAFT_SENDERS = frozenset(
+    {VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, ALTER_PARTITION, BROKER_REGISTRATION, BROKER_HEARTBEAT}
+)
+_SENDER_FIELD = {VOTE: "replica_id", BEGIN_QUORUM_EPOCH: "leader_id", END_QUORUM_EPOCH: "leader_id"}
+
+
+def node(api_key: int, msg: dict[str, Any], info: dict[str, Any]) -> None:
+    """`node_id`, the sender's node id, and `broker_epoch` where the request sends one."""
+    field = _SENDER_FIELD.get(api_key)
+    if field is None:
+        info["node_id"] = msg.get("broker_id")
+        if api_key != BROKER_REGISTRATION:
+            info["broker_epoch"] = msg.get("broker_epoch")
+        return
+    # The quorum APIs name the sender per partition; KRaft has one, the metadata log's (KIP-595).
+    for topic in msg.get("topics") or ():
+        for part in topic.get("partitions") or ():
+            info["node_id"] = part.get(field)
+            return
 
 
 def _member_epoch(api_key: int, msg: dict[str, Any]) -> int | None:

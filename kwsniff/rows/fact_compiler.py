@@ -141,8 +141,24 @@ class _PartitionWriter(_Source):
     def partition_facts(self, by_name: dict[str, Any], pkey: str) -> list[str]:
         lines = ["facts = dict(sub)", f"facts['partition'] = item[{pkey!r}]"]
         for src, dst in self.fields_map.items():
-            if dst is not None and src in by_name and by_name[src][1] in _INT_KINDS:
+            if dst is None or src not in by_name:
+                continue
+            kind = by_name[src][1]
+            if kind in _INT_KINDS or kind == "bool":
                 lines.append(f"facts[{dst!r}] = item[{src!r}]")
+            elif kind == "[]int32":  # broker ids (AlterPartition's ISR): "1,2,3" as listed
+                lines.append(f"if (v := item[{src!r}]) is not None:")
+                lines.append(f"    facts[{dst!r}] = ','.join(map(str, v))")
+            elif kind == "[]struct" and "broker_id" in {_name(f) for f in by_name[src][6]}:
+                # AlterPartition v3+ NewIsrWithEpochs (KIP-903): the brokers' ids, as listed.
+                lines.append(f"if (v := item[{src!r}]) is not None:")
+                lines.append(f"    facts[{dst!r}] = ','.join(str(b['broker_id']) for b in v)")
+            elif kind == "struct":
+                # Fetch v12+ current_leader (KIP-595): the leader and epoch the responding replica
+                # knows, when it names one (a tagged field; -1 when it names none).
+                lines.append(f"if (v := item[{src!r}]) is not None and v['leader_id'] >= 0:")
+                lines.append("    facts['leader_id'] = v['leader_id']")
+                lines.append("    facts['leader_epoch'] = v['leader_epoch']")
         if "records" in by_name:
             lines.append("_record_facts(facts, item['records'], _API_KEY, options)")
         elif self.list_offsets and "old_style_offsets" in by_name:

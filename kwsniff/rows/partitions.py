@@ -24,6 +24,7 @@ from kwsniff.rows.records import record_rows
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 CREATE_TOPICS, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = 19, 21, 23
 DESCRIBE_TOPIC_PARTITIONS = 75
+VOTE, ALTER_PARTITION = 52, 56
 REQUEST, RESPONSE = 0, 1
 # Responses that name topic ids (KIP-516): Metadata v10+, CreateTopics v7+, DescribeTopicPartitions.
 TOPIC_ID_SOURCES = frozenset({METADATA, CREATE_TOPICS, DESCRIBE_TOPIC_PARTITIONS})
@@ -56,6 +57,18 @@ _RENAMES: dict[tuple[int, int], dict[str, str | None]] = {
     # DeleteRecords answers with the partition's new log start offset.
     (DELETE_RECORDS, RESPONSE): {**_FIELDS, "low_watermark": "log_start_offset"},
     (OFFSET_FOR_LEADER_EPOCH, RESPONSE): {**_FIELDS, "end_offset": "offset"},
+    # KRaft (docs/tables.md "KRaft and ISR changes"): the leader and epoch a metadata-log Fetch
+    # response names, a Vote's answer, the ISR a partition leader asks for and the one the
+    # controller committed, with the partition epoch (KIP-497, KIP-595, KIP-903).
+    (FETCH, RESPONSE): {**_FIELDS, "current_leader": "leader_id"},
+    (VOTE, RESPONSE): {**_FIELDS, "vote_granted": "vote_granted"},
+    (ALTER_PARTITION, REQUEST): {
+        **_FIELDS,
+        "new_isr": "new_isr",
+        "new_isr_with_epochs": "new_isr",
+        "partition_epoch": "partition_epoch",
+    },
+    (ALTER_PARTITION, RESPONSE): {**_FIELDS, "isr": "isr", "partition_epoch": "partition_epoch"},
 }
 _RECORD_FACTS = ("record_count", "record_bytes", "batch_count", "compression")
 

@@ -27,6 +27,10 @@ _TIMES = [("ts_request", TS), ("ts_response", TS), ("latency_ms", pa.float64())]
 # replica_state's from v15; -1 for a consumer) and `consumer`, `follower` or `metadata` (the KRaft
 # metadata log); null on every other API. On `requests` and on Fetch's `partitions` rows.
 _FETCHER = [("replica_id", pa.int32()), ("fetcher", pa.string())]
+# KRaft and ISR changes (docs/tables.md "KRaft and ISR changes"): the node id a Vote (candidate),
+# BeginQuorumEpoch/EndQuorumEpoch (leader), AlterPartition (partition leader), BrokerRegistration or
+# BrokerHeartbeat (broker) says it is sent by; null on every other API.
+_NODE = [("node_id", pa.int32())]
 
 REQUESTS = pa.schema(
     _EXCHANGE
@@ -67,6 +71,13 @@ REQUESTS = pa.schema(
         ("client_ip", pa.string()),
     ]
     + _FETCHER
+    + _NODE
+    + [
+        # BrokerHeartbeat and AlterPartition requests' broker epoch, BrokerRegistration responses'
+        # (the epoch the controller gave the broker); BrokerHeartbeat responses' is_fenced.
+        ("broker_epoch", pa.int64()),
+        ("fenced", pa.bool_()),
+    ]
 )
 
 CONNECTIONS = pa.schema(
@@ -220,6 +231,17 @@ PARTITIONS = pa.schema(
     + _CLIENT
     + _TIMES
     + _FETCHER
+    + _NODE
+    + [
+        # AlterPartition: the ISR the partition leader asks for (NewIsr, or NewIsrWithEpochs' broker
+        # ids from v3) and the one the controller committed (the response's Isr), "1,2,3" as listed;
+        # the partition epoch (the response's, else the request's expected one). Vote responses:
+        # whether the vote was granted.
+        ("isr", pa.string()),
+        ("new_isr", pa.string()),
+        ("partition_epoch", pa.int32()),
+        ("vote_granted", pa.bool_()),
+    ]
 )
 
 # One row per record of a Produce request or Fetch response; opt-in (`kwsniff read --records`).

@@ -26,6 +26,7 @@ from kwsniff.protocol import (
     removed_in,
 )
 from kwsniff.protocol.partial import decode_prefix
+from kwsniff.rows.brokers import BROKER_SOURCES, BrokerDirectory, BrokerIds
 from kwsniff.rows.extract import error_rows, request_summary, response_summary
 from kwsniff.rows.groups import (
     GROUP_APIS,
@@ -119,6 +120,7 @@ class TableBuilder:
         *,
         keep_messages: bool = False,
         record_options: RecordOptions = COUNTS_ONLY,
+        brokers: BrokerDirectory | None = None,
     ) -> None:
         self.capture = capture
         self.sink = sink
@@ -132,8 +134,15 @@ class TableBuilder:
         self.decode_errors = Counter[str]()
         self.notes = Counter[str]()
         self.record_damage = Counter[str]()  # over all `partitions` rows, for the summary and --strict
-        # Topic ids to names (KIP-516) and the partitions/records rows waiting for a name.
-        self.topics = TopicNames(sink)
+        # Node ids of broker addresses (the run's directory, docs/tables.md "Which broker answered"):
+        # requests, partitions, errors and groups rows go through it, held while their broker has none.
+        # `show` prints each exchange as it completes, so it does not hold.
+        self.node_ids = BrokerIds(
+            sink, brokers if brokers is not None else BrokerDirectory(), hold=not keep_messages
+        )
+        # Topic ids to names (KIP-516) and the partitions/records rows waiting for a name; named rows
+        # go on to the node ids.
+        self.topics = TopicNames(self.node_ids)
         self.topic_names: dict[Any, str] = self.topics.names
         self.totals = Counter[str]()
         self.budget = record_options.budget
@@ -156,7 +165,9 @@ class TableBuilder:
             self.totals["records_written_early_bytes"] += held
 
     def handler_for(self, conn: Any) -> ExchangeRows:
-        rows = ExchangeRows(self, conn.conn_id, format_ip(conn.client[0]))
+        rows = ExchangeRows(
+            self, conn.conn_id, format_ip(conn.client[0]), (format_ip(conn.broker[0]), conn.broker[1])
+        )
         self.brokers[conn.conn_id] = f"{format_ip(conn.broker[0])}:{conn.broker[1]}"
         if self.keep_messages:
             # `show` prints each exchange as it completes, long before the connection row exists.
@@ -192,15 +203,32 @@ class TableBuilder:
         topics.finish()
         self.totals["held_rows_overflow"] = topics.held_overflow
         self.totals["unresolved_topic_rows"] = topics.unresolved
+        node_ids = self.node_ids
+        node_ids.finish()
+        self.totals["broker_held_rows_overflow"] = node_ids.held_overflow
+        self.totals["unresolved_broker_rows"] = node_ids.unresolved
 
 
 class ExchangeRows(ConversationHandler):
     """Decodes the frames of one connection and writes `requests` and `errors` rows."""
 
-    def __init__(self, tables: TableBuilder, conn_id: int, client_ip: str | None = None) -> None:
+    def __init__(
+        self,
+        tables: TableBuilder,
+        conn_id: int,
+        client_ip: str | None = None,
+        broker: tuple[str, int] | None = None,
+    ) -> None:
         self.tables = tables
         self.conn_id = conn_id
         self.client_ip = client_ip
+        # The connection's broker end, on every row of its exchanges (broker_id: BrokerIds fills it).
+        self.broker = broker
+        self.broker_fields: dict[str, Any] = {
+            "broker_ip": broker[0] if broker else None,
+            "broker_port": broker[1] if broker else None,
+            "broker_id": None,
+        }
         self.client_id: str | None = None
         self.client_software_name: str | None = None
         self.client_software_version: str | None = None
@@ -275,6 +303,8 @@ class ExchangeRows(ConversationHandler):
             info["message"] = redact(req.api_key, msg)
         resp.info = info
         self.tables.topics.learn(info.get("topic_ids", {}))
+        if req.api_key in BROKER_SOURCES and self.broker is not None:
+            self.tables.node_ids.learn(req.api_key, msg, self.broker)
         context = self._context(req)
         group_id = req.info.get("group_id") if isinstance(req.info, dict) else None
         errors = error_rows(req.api_key, req.api_version, msg, group_id, self.tables.topic_names)
@@ -283,8 +313,9 @@ class ExchangeRows(ConversationHandler):
             info["first_error_code"] = errors[0]["error_code"]
             info["first_error_name"] = errors[0]["error_name"]
         exchange = self._exchange(req, resp)
+        node_ids = self.tables.node_ids
         for row in errors:
-            self.tables.sink.add("errors", {**context, **row, **exchange})
+            node_ids.add("errors", {**context, **row, **exchange, **self.broker_fields})
 
     def exchange(self, req: Request, resp: Response | None, status: str) -> None:
         tables = self.tables
@@ -322,10 +353,12 @@ class ExchangeRows(ConversationHandler):
         exchange = self._exchange(req, resp)  # on its partitions, errors and groups rows too
         # Who sent a Fetch (extract.fetcher), on its requests and partitions rows; null on other APIs.
         who = {"replica_id": reqi.get("replica_id"), "fetcher": reqi.get("fetcher")}
+        broker = self.broker_fields
         row = {
             **context,
             **exchange,
             **who,
+            **broker,
             "request_bytes": req.size,
             "response_bytes": resp.size if resp is not None else None,
             "throttle_time_ms": respi.get("throttle_time_ms"),
@@ -350,11 +383,11 @@ class ExchangeRows(ConversationHandler):
             row.update(self.endpoints)
             row["request"] = reqi.get("message")
             row["response"] = respi.get("message")
-        tables.sink.add("requests", row)
+        tables.node_ids.add("requests", row)
         topics = tables.topics
         if "group" in reqi:
             group = group_row(
-                {**context, "client_id": req.client_id, "client_ip": self.client_ip},
+                {**context, "client_id": req.client_id, "client_ip": self.client_ip, **broker},
                 reqi.get("group_id"),
                 reqi["group"],
                 respi.get("group"),
@@ -365,7 +398,7 @@ class ExchangeRows(ConversationHandler):
             # KIP-848 assignments name topics by id: written once the topic-id map names them.
             topics.add_spelled("groups", group, topic_ids_of(group), spell_topics)
         damage = tables.record_damage
-        for prow in merged_rows(req.api_key, reqi, respi, {**context, **exchange, **who}):
+        for prow in merged_rows(req.api_key, reqi, respi, {**context, **exchange, **who, **broker}):
             records = None
             if "_records" in prow:
                 self._release(prow.pop("_held", 0))

@@ -27,6 +27,10 @@ _TIMES = [("ts_request", TS), ("ts_response", TS), ("latency_ms", pa.float64())]
 # replica_state's from v15; -1 for a consumer) and `consumer`, `follower` or `metadata` (the KRaft
 # metadata log); null on every other API. On `requests` and on Fetch's `partitions` rows.
 _FETCHER = [("replica_id", pa.int32()), ("fetcher", pa.string())]
+# Which broker answered (docs/tables.md "Which broker answered"): the connection's broker end, and the
+# node id learned for it from Metadata, DescribeCluster and FindCoordinator responses of the run or
+# from --broker-map (null when never learned). On `requests`, `partitions`, `errors` and `groups`.
+_BROKER = [("broker_ip", pa.string()), ("broker_port", pa.int32()), ("broker_id", pa.int32())]
 
 REQUESTS = pa.schema(
     _EXCHANGE
@@ -67,6 +71,7 @@ REQUESTS = pa.schema(
         ("client_ip", pa.string()),
     ]
     + _FETCHER
+    + _BROKER
 )
 
 CONNECTIONS = pa.schema(
@@ -153,6 +158,7 @@ ERRORS = pa.schema(
     ]
     + _CLIENT
     + _TIMES
+    + _BROKER
 )
 
 # One row per topic-partition per exchange, request and response merged (kwsniff/rows/partitions.py).
@@ -220,6 +226,7 @@ PARTITIONS = pa.schema(
     + _CLIENT
     + _TIMES
     + _FETCHER
+    + _BROKER
 )
 
 # One row per record of a Produce request or Fetch response; opt-in (`kwsniff read --records`).
@@ -285,6 +292,7 @@ GROUPS = pa.schema(
         ("owned_partitions", pa.string()),
     ]
     + _CLIENT
+    + _BROKER
 )
 
 # One row per input of `kwsniff read` or `kwsniff spark` (docs/captures-table.md): what was read of

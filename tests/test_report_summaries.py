@@ -89,13 +89,14 @@ def test_the_report_reads_the_summaries_and_answers_as_from_the_rows(out: Path, 
     summarized, rows = duck_answer(out)
     assert summarized
     assert rows == from_rows
-    assert len(SUMMARIZED) == 13
+    assert len(SUMMARIZED) == 14
     assert [s.name for s in SUMMARIZED if not rows[s.name]] == [
         "reconciliation",
         "storms",
         "share_groups",
         "share_deliveries",
         "upgrade_zookeeper",
+        "misrouted",
     ]
     assert len(rows["lag"]) == 44 and len(rows["member_lag"]) == 25 and len(rows["upgrade"]) == 3
 

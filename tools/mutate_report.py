@@ -45,6 +45,10 @@ INDEPENDENT = [
     f"{SECTIONS_TESTS}::test_long_polls_judge_each_fetch_against_the_max_wait_ms_it_sent",
 ]
 LIVE = "tests/test_report_live.py"
+# misrouted: ApiVersions v5 intents the test encoded against what its server reported.
+MISROUTED = (
+    "tests/test_misrouted.py::test_misrouted_lists_each_connection_whose_intent_differs_from_what_its_broker_reported",
+)
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ def _squash(sql: str) -> str:
 
 
 T, G, U, L = "sections_traffic.py", "sections_groups.py", "upgrade.py", "sections_lag.py"
+ID = "sections_identity.py"
 MUTATIONS = [
     Mutation("throughput", T, "SUM(record_count) AS records,\n       SUM(record_bytes)", "COUNT(*) AS records,\n       SUM(record_bytes)"),
     Mutation("churn", T, "< 1000 THEN 1", "< 10 THEN 1"),
@@ -92,6 +97,9 @@ MUTATIONS = [
     Mutation("lag", L, "MAX({_lag_seconds(\"e.ts\")}) AS lag_seconds", "MIN({_lag_seconds(\"e.ts\")}) AS lag_seconds", (LIVE,)),
     Mutation("stopped", L, "WHEN {silent} * 1000 > session_timeout_ms THEN 'stopped'", "WHEN {silent} * 1000 < session_timeout_ms THEN 'stopped'", (LIVE,)),
     Mutation("member_lag", L, "f.fetch_offset AS position", "f.fetch_offset + 1 AS position", (LIVE,)),
+    Mutation("misrouted", ID, "COALESCE(i.intended_node_id <> i.broker_id, FALSE)", "COALESCE(i.intended_node_id = i.broker_id, FALSE)", MISROUTED),
+    Mutation("misrouted", ID, "(intended_cluster_id IS NOT NULL OR intended_node_id IS NOT NULL)", "intended_cluster_id IS NOT NULL", MISROUTED),
+    Mutation("misrouted", ID, "COALESCE(c.cluster_id, b.cluster_id), FALSE) AS cluster_wrong", "COALESCE(c.cluster_id, b.cluster_id), TRUE) AS cluster_wrong", MISROUTED),
 ]  # fmt: skip
 
 

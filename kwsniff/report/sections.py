@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kwsniff.report import sections_groups as g
+from kwsniff.report import sections_identity as identity
 from kwsniff.report import sections_lag as lag
 from kwsniff.report import sections_traffic as t
 from kwsniff.report.sql import split_order
@@ -79,6 +80,11 @@ SECTIONS = [
         "upgrade_zookeeper",
         "Brokers sending ZooKeeper-era inter-broker requests (removed in Kafka 4.0, KIP-833)",
         ZOOKEEPER_SUMMED,
+    ),
+    per_capture(
+        "misrouted",
+        "Clients that reached another cluster or node than they intended (ApiVersions v5, KIP-1242)",
+        identity.MISROUTED,
     ),
 ]
 BY_NAME = {s.name: s for s in SECTIONS}

@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 # Raised whenever a part's query or columns change: summaries of another version are not read.
 # 2: stopped's states and never_committed rows; 3: rebalances count only MEMBER_ID_REQUIRED attempts;
 # 4: inventory counts a request once per topic, not once per partition; 5: parts count consumer
-# fetches only (partition_exchanges reads `fetcher`).
-VERSION = 5
+# fetches only (partition_exchanges reads `fetcher`); 6: the `misrouted` part (KIP-1242).
+VERSION = 6
 MARKER = "summary_captures"
 BATCH_ROWS = 65_536  # rows of a part held in Python at a time while it is written
 assert (MARKER, *PARTS) == SUMMARIES, (MARKER, *PARTS)

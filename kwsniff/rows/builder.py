@@ -378,6 +378,11 @@ class ExchangeRows(ConversationHandler):
             "producer_id_response": respi.get("producer_id_response"),
             "producer_epoch_response": respi.get("producer_epoch_response"),
             "removed_in": removed_in(req.api_key, req.api_version),
+            # KIP-1242 (the `misrouted` report section): what an ApiVersions v5 request intended, and
+            # the cluster id a Metadata or DescribeCluster response reported.
+            "intended_cluster_id": reqi.get("intended_cluster_id"),
+            "intended_node_id": reqi.get("intended_node_id"),
+            "cluster_id": respi.get("cluster_id"),
         }
         if tables.keep_messages:
             row.update(self.endpoints)

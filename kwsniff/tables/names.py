@@ -33,4 +33,5 @@ SUMMARIES = (
     "summary_storms",
     "summary_share_groups",
     "summary_share_deliveries",
+    "summary_misrouted",
 )

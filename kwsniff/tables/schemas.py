@@ -72,6 +72,14 @@ REQUESTS = pa.schema(
     ]
     + _FETCHER
     + _BROKER
+    + [
+        # KIP-1242 (docs/report.md "misrouted"): the ClusterId and NodeId an ApiVersions v5 request
+        # says the client means to reach (null when it names none: ClusterId null, NodeId -1), and the
+        # cluster id a Metadata (v2+) or DescribeCluster response reported; null on other rows.
+        ("intended_cluster_id", pa.string()),
+        ("intended_node_id", pa.int32()),
+        ("cluster_id", pa.string()),
+    ]
 )
 
 CONNECTIONS = pa.schema(

@@ -1,0 +1,288 @@
+"""Which broker answered (docs/tables.md "Which broker answered"): real clients (confluent-kafka and
+kafka-python) against two tansu brokers on two loopback addresses, in one tcpdump capture. Every
+row's broker_ip and broker_port must be the broker the test pointed that client at, and broker_id the
+node id the broker reported to librdkafka (tansu 0.6 has no option for its node id: every tansu
+process reports the same one, so distinct ids per broker come from --broker-map, which the test
+writes). Rows exchanged before any response named the broker (a connection that only asks
+ApiVersions before another connection's Metadata, a second capture of the same run) are named too."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+from realparts import (
+    broker_binary,
+    free_ports,
+    produce_with_confluent,
+    run_kwsniff,
+    stop_process,
+    tcpdump_capture,
+    wait_until,
+)
+
+import kwsniff
+
+HOST_A, HOST_B = "127.0.0.1", "127.0.0.2"
+CLUSTER = "kwsniff-identity"
+
+
+def start_tansu(host: str, port: int, advertised: str) -> subprocess.Popen[bytes]:
+    """tansu listening on host:port, advertising ``advertised``; returns once it accepts connections."""
+    command = [
+        broker_binary(),
+        "broker",
+        "--cluster-id",
+        CLUSTER,
+        "--listener-url",
+        f"tcp://{host}:{port}",
+        "--advertised-listener-url",
+        advertised,
+        "--storage-engine",
+        "memory://tansu/",
+    ]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def accepts() -> bool:
+        assert proc.poll() is None, f"tansu on {host}:{port} exited"
+        with socket.socket() as sock:
+            sock.settimeout(0.5)
+            return sock.connect_ex((host, port)) == 0
+
+    try:
+        wait_until(accepts, f"tansu on {host}:{port}", timeout_s=15.0)
+    except BaseException:
+        stop_process(proc)
+        raise
+    return proc
+
+
+def node_ids(bootstrap: str) -> dict[int, tuple[str, int]]:
+    """The brokers (node id -> advertised host, port) as librdkafka decodes the broker's Metadata."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "identity-oracle"})
+    return {b.id: (b.host, b.port) for b in admin.list_topics(timeout=10).brokers.values()}
+
+
+def api_versions_only(host: str, port: int, client_id: str) -> None:
+    """One ApiVersions v0 request (encoded here with struct) and its response on a connection of its
+    own: an exchange that names no broker."""
+    cid = client_id.encode()
+    body = struct.pack(">hhih", 18, 0, 7, len(cid)) + cid
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        size = struct.unpack(">i", _read(sock, 4))[0]
+        answer = _read(sock, size)
+    assert struct.unpack(">ih", answer[:6]) == (7, 0)  # its correlation id, no error
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    for _ in range(10_000):
+        if len(data) == n:
+            return data
+        chunk = sock.recv(n - len(data))
+        assert chunk, "connection closed early"
+        data += chunk
+    raise AssertionError("frame not read")
+
+
+def produce_with_kafka_python(bootstrap: str, topic: str, n: int, client_id: str) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, acks=1)
+    try:
+        for i in range(n):
+            producer.send(topic, key=b"k%d" % i, value=b"v" * 50).get(timeout=30)
+    finally:
+        producer.close(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def two_brokers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Capture 1: raw ApiVersions to B, confluent-kafka producing to A, kafka-python producing to
+    and consuming from B. Capture 2 (later): raw ApiVersions to A only."""
+    from realparts import consume_with_kafka_python
+
+    tmp = tmp_path_factory.mktemp("identity")
+    port_a, port_b = free_ports(2)
+    a = start_tansu(HOST_A, port_a, f"tcp://{HOST_A}:{port_a}")
+    try:
+        b = start_tansu(HOST_B, port_b, f"tcp://{HOST_B}:{port_b}")
+        try:
+            ids = {"a": node_ids(f"{HOST_A}:{port_a}"), "b": node_ids(f"{HOST_B}:{port_b}")}
+            bpf = f"tcp port {port_a} or tcp port {port_b}"
+            first, second = tmp / "two-brokers.pcap", tmp / "later.pcap"
+            with tcpdump_capture(first, port_a, bpf=bpf):
+                api_versions_only(HOST_B, port_b, "raw-early")
+                assert (
+                    produce_with_confluent(f"{HOST_A}:{port_a}", "orders", 5, 100, client_id="confluent-a")
+                    == 5
+                )
+                produce_with_kafka_python(f"{HOST_B}:{port_b}", "orders", 4, "kpython-b")
+                got = consume_with_kafka_python(
+                    f"{HOST_B}:{port_b}", ["orders"], "identity-group", 4, client_id="kpython-consumer-b"
+                )
+                assert got == 4
+            with tcpdump_capture(second, port_a, bpf=bpf):
+                api_versions_only(HOST_A, port_a, "raw-later")
+        finally:
+            stop_process(b)
+    finally:
+        stop_process(a)
+    return {"first": first, "second": second, "ports": {"a": port_a, "b": port_b}, "ids": ids, "tmp": tmp}
+
+
+# Which broker the test pointed each client at.
+CLIENT_BROKER = {
+    "raw-early": "b",
+    "confluent-a": "a",
+    "kpython-b": "b",
+    "kpython-consumer-b": "b",
+    "raw-later": "a",
+}
+ADDRESS = {"a": HOST_A, "b": HOST_B}
+
+
+def rows(out: Path, table: str) -> list[dict[str, Any]]:
+    return ds.dataset(out / table).to_table().to_pylist()
+
+
+def read(tmp: Path, name: str, *args: str) -> Path:
+    out = tmp / name
+    done = run_kwsniff("read", *args, "--out", str(out), "-q")
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def expected_broker(setup: dict[str, Any], client_id: str, named: dict[str, int]) -> tuple[str, int, int]:
+    which = CLIENT_BROKER[client_id]
+    return ADDRESS[which], setup["ports"][which], named[which]
+
+
+def test_every_row_names_the_broker_each_client_was_pointed_at(two_brokers: dict[str, Any]) -> None:
+    setup = two_brokers
+    # tansu 0.6 reports one node id whatever the process (no option sets it): librdkafka's view.
+    (id_a,), (id_b,) = setup["ids"]["a"], setup["ids"]["b"]
+    assert setup["ids"]["a"][id_a] == (HOST_A, setup["ports"]["a"])
+    named = {"a": id_a, "b": id_b}
+    out = read(setup["tmp"], "learned", str(setup["first"]))
+    requests = rows(out, "requests")
+    assert {r["client_id"] for r in requests} == set(CLIENT_BROKER) - {"raw-later"}
+    for table in ("requests", "partitions", "errors", "groups"):
+        for row in rows(out, table):
+            got = (row["broker_ip"], row["broker_port"], row["broker_id"])
+            assert got == expected_broker(setup, row["client_id"], named), (table, row["api_name"], row)
+    # Each connection's first exchange (ApiVersions) came before any response named a broker; the
+    # raw connection to B never saw one at all (kafka-python's Metadata, later, named B).
+    first = {}
+    for r in sorted(requests, key=lambda r: r["ts_request"]):
+        first.setdefault(r["conn_id"], r)
+    assert {r["api_name"] for r in first.values()} == {"ApiVersions"}
+    assert all(r["broker_id"] is not None for r in first.values())
+    assert [r["broker_id"] for r in requests if r["client_id"] == "raw-early"] == [id_b]
+    # The groups rows are kafka-python's consumer's, at B.
+    assert {r["client_id"] for r in rows(out, "groups")} == {"kpython-consumer-b"}
+
+
+def test_broker_map_gives_each_broker_the_node_id_the_file_names(two_brokers: dict[str, Any]) -> None:
+    setup = two_brokers
+    ports = setup["ports"]
+    mapping = setup["tmp"] / "brokers.map"
+    mapping.write_text(f"# test brokers\n{HOST_A}:{ports['a']} 1\n\n{HOST_B}:{ports['b']}   2  # B\n")
+    out = read(setup["tmp"], "mapped", str(setup["first"]), "--broker-map", str(mapping))
+    named = {"a": 1, "b": 2}
+    for table in ("requests", "partitions", "errors", "groups"):
+        for row in rows(out, table):
+            got = (row["broker_ip"], row["broker_port"], row["broker_id"])
+            assert got == expected_broker(setup, row["client_id"], named), (table, row)
+    # The Python API takes the same file.
+    tables = kwsniff.read(setup["first"], broker_map=mapping)
+    got = {(r["client_id"], r["broker_id"]) for r in tables["requests"].to_pylist()}
+    assert got == {(c, named[b]) for c, b in CLIENT_BROKER.items() if c != "raw-later"}
+
+
+def test_a_later_capture_of_the_run_is_named_by_what_the_first_taught(two_brokers: dict[str, Any]) -> None:
+    setup = two_brokers
+    (id_a,) = setup["ids"]["a"]
+    both = read(setup["tmp"], "both", str(setup["first"]), str(setup["second"]))
+    later = [r for r in rows(both, "requests") if r["capture"] == "later.pcap"]
+    assert [(r["client_id"], r["broker_ip"], r["broker_port"], r["broker_id"]) for r in later] == [
+        ("raw-later", HOST_A, setup["ports"]["a"], id_a)
+    ]
+    # Alone, nothing in it names a broker: the id is null and the summary says so.
+    alone = setup["tmp"] / "alone"
+    done = run_kwsniff("read", str(setup["second"]), "--out", str(alone))
+    assert done.returncode == 0, done.stderr
+    assert [r["broker_id"] for r in rows(alone, "requests")] == [None]
+    assert "brokers without a node id: 1 rows (+0 written before an id could be learned)" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("127.0.0.1:9092\n", "'127.0.0.1:9092' is not two fields"),
+        ("127.0.0.1:x 1\n", "'127.0.0.1:x' is not HOST:PORT"),
+        ("127.0.0.1:9092 one\n", "'one' is not a node id"),
+        ("# ok\n127.0.0.1:9092 1\n127.0.0.1:9092 2\n", "127.0.0.1:9092 is node 1 on an earlier line"),
+        ("no-such-host.invalid:9092 1\n", "no-such-host.invalid does not resolve"),
+    ],
+)
+def test_a_bad_broker_map_is_one_error_line(tmp_path: Path, text: str, says: str) -> None:
+    mapping = tmp_path / "bad.map"
+    mapping.write_text(text)
+    capture = Path(__file__).parents[1] / "sample_pcaps" / "quickstart.pcap"
+    done = run_kwsniff("read", str(capture), "--out", str(tmp_path / "out"), "--broker-map", str(mapping))
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kwsniff: error: ") and says in lines[0], done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def named_broker(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """tansu on 127.0.0.1 advertising the host NAME `localhost`; confluent-kafka produces to it."""
+    tmp = tmp_path_factory.mktemp("named")
+    (port,) = free_ports(1)
+    proc = start_tansu(HOST_A, port, f"tcp://localhost:{port}")
+    try:
+        ids = node_ids(f"{HOST_A}:{port}")
+        capture = tmp / "named.pcap"
+        with tcpdump_capture(capture, port):
+            api_versions_only(HOST_A, port, "raw-named")
+            assert (
+                produce_with_confluent(f"{HOST_A}:{port}", "orders", 3, 100, client_id="confluent-named") == 3
+            )
+    finally:
+        stop_process(proc)
+    return {"capture": capture, "port": port, "ids": ids, "tmp": tmp}
+
+
+def test_an_advertised_host_name_is_linked_by_the_metadata_its_broker_sent(
+    named_broker: dict[str, Any],
+) -> None:
+    setup = named_broker
+    ((node, advertised),) = setup["ids"].items()
+    assert advertised == ("localhost", setup["port"])  # what the test configured tansu to advertise
+    out = read(setup["tmp"], "learned", str(setup["capture"]))
+    got = {(r["client_id"], r["broker_ip"], r["broker_port"], r["broker_id"]) for r in rows(out, "requests")}
+    # The raw connection's ApiVersions came before any Metadata and was held until one named it.
+    assert got == {
+        ("raw-named", HOST_A, setup["port"], node),
+        ("confluent-named", HOST_A, setup["port"], node),
+    }
+
+
+def test_broker_map_names_an_advertised_host_name(named_broker: dict[str, Any]) -> None:
+    setup = named_broker
+    mapping = setup["tmp"] / "names.map"
+    mapping.write_text(f"localhost:{setup['port']} 5\n")
+    out = read(setup["tmp"], "mapped", str(setup["capture"]), "--broker-map", str(mapping))
+    assert {r["broker_id"] for r in rows(out, "requests")} == {5}
+    assert {r["broker_id"] for r in rows(out, "partitions")} == {5}

@@ -69,6 +69,8 @@ FETCHER_PARTITIONS = FETCHERS + "test_fetch_partitions_rows_repeat_them"
 # node ids librdkafka decoded and the --broker-map the test wrote (tests/test_broker_identity.py).
 BROKER_OF_ROW = "test_broker_identity.py::test_every_row_names_the_broker_each_client_was_pointed_at"
 BROKER_COLUMNS = {c: BROKER_OF_ROW for c in ("broker_ip", "broker_port", "broker_id")}
+# KIP-1242: struct-encoded ApiVersions v5 intents, kio-encoded Metadata/DescribeCluster cluster ids.
+INTENTS = "test_misrouted.py::test_api_versions_rows_carry_what_the_client_intended_and_broker_rows_what_it_reported"
 CLASSIC_CONFIG = (
     "test_groups_classic_protocol.py::test_join_requests_carry_the_clients_configuration_and_subscription"
 )
@@ -109,6 +111,9 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "replica_id": FETCHER_REQUESTS,
         "fetcher": FETCHER_REQUESTS,
         **BROKER_COLUMNS,
+        "intended_cluster_id": INTENTS,
+        "intended_node_id": INTENTS,
+        "cluster_id": INTENTS,
     },
     "connections": {
         "capture": CAPTURE_NAME,

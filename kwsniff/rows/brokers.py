@@ -160,6 +160,15 @@ class BrokerIds:
         if self.directory.learn(api_key, msg, broker) and self.held:
             self.release()
 
+    def share(self, ids: list[tuple[Endpoint, int]]) -> None:
+        """Node ids another process of the run learned (`capture --workers`): taken where this one
+        knows none yet, and the rows held for them written."""
+        learned = self.directory.learned
+        for endpoint, node in ids:
+            learned.setdefault(tuple(endpoint), node)  # type: ignore[arg-type]
+        if self.held:
+            self.release()
+
     def release(self) -> None:
         """Write the held rows whose broker now has a node id."""
         node_of = self.directory.node

@@ -286,3 +286,38 @@ def test_broker_map_names_an_advertised_host_name(named_broker: dict[str, Any]) 
     out = read(setup["tmp"], "mapped", str(setup["capture"]), "--broker-map", str(mapping))
     assert {r["broker_id"] for r in rows(out, "requests")} == {5}
     assert {r["broker_id"] for r in rows(out, "partitions")} == {5}
+
+
+def test_host_names_are_linked_only_when_one_listed_broker_can_have_answered() -> None:
+    """The rules of docs/tables.md "Which broker answered", on responses written here."""
+    from kwsniff.rows.brokers import BrokerDirectory
+
+    def metadata(*brokers: tuple[int, str, int]) -> dict[str, Any]:
+        return {"brokers": [{"node_id": n, "host": h, "port": p} for n, h, p in brokers]}
+
+    d = BrokerDirectory()
+    # Two brokers by name on one port: either could have answered, nothing is decided.
+    assert not d.learn(3, metadata((1, "kafka-1", 9092), (2, "kafka-2", 9092)), ("10.0.0.1", 9092))
+    assert d.learned == {} and d.names == {}
+    # One of them on the connection's port: it answered; its name is linked to the address.
+    assert d.learn(3, metadata((1, "kafka-1", 9092), (2, "kafka-2", 9093)), ("10.0.0.1", 9092))
+    assert d.learned == {("10.0.0.1", 9092): 1} and d.names == {("kafka-1", 9092): "10.0.0.1"}
+    # On another address, kafka-1 (linked elsewhere) cannot be the one: kafka-3 is.
+    assert d.learn(3, metadata((1, "kafka-1", 9092), (3, "kafka-3", 9092)), ("10.0.0.3", 9092))
+    assert d.learned[("10.0.0.3", 9092)] == 3
+    # FindCoordinator names another broker: by a linked name or an IP literal, never by elimination.
+    assert not d.learn(10, {"node_id": 4, "host": "kafka-4", "port": 9092}, ("10.0.0.1", 9092))
+    assert d.learn(
+        10, {"coordinators": [{"node_id": 5, "host": "10.0.0.5", "port": 9092}]}, ("10.0.0.1", 9092)
+    )
+    assert d.learned[("10.0.0.5", 9092)] == 5 and ("10.0.0.1", 9092) in d.learned
+    # DescribeCluster lists broker_id; an IPv6 literal is written as kwsniff.net.format_ip writes it.
+    assert d.learn(
+        60, {"brokers": [{"broker_id": 6, "host": "2001:DB8::0:6", "port": 9092}]}, ("10.0.0.9", 1)
+    )
+    assert d.learned[("2001:db8::6", 9092)] == 6
+    # A later different id for a known address is not applied.
+    assert not d.learn(3, metadata((7, "10.0.0.5", 9092)), ("10.0.0.5", 9092))
+    assert d.learned[("10.0.0.5", 9092)] == 5 and d.conflicts == 1
+    # A FindCoordinator error names node -1: no broker.
+    assert not d.learn(10, {"node_id": -1, "host": "", "port": -1}, ("10.0.0.1", 9092))

@@ -102,9 +102,9 @@ class BrokerDirectory:
             ]
             if len(candidates) == 1:
                 node, host = candidates[0]
-                if ip_literal(host) is None:
+                if ip_literal(host) is None:  # an IP literal was taken above
                     self.names[(host, port)] = address
-                new |= self._set(broker, node)
+                    new |= self._set(broker, node)
         return new
 
     def _may_be(self, host: str, port: int, address: str) -> bool:

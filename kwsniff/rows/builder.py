@@ -303,7 +303,9 @@ class ExchangeRows(ConversationHandler):
             info["message"] = redact(req.api_key, msg)
         resp.info = info
         self.tables.topics.learn(info.get("topic_ids", {}))
-        if req.api_key in BROKER_SOURCES and self.broker is not None:
+        if req.api_key in BROKER_SOURCES and self.broker is not None and whole:
+            # Only from a whole response: a broker list a snap length cut may lack the broker that
+            # answered, and elimination over it would name the wrong one.
             self.tables.node_ids.learn(req.api_key, msg, self.broker)
         context = self._context(req)
         group_id = req.info.get("group_id") if isinstance(req.info, dict) else None

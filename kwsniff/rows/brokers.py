@@ -144,7 +144,8 @@ class BrokerIds:
         self.unresolved = 0  # held rows whose broker no response named by the end of the capture
 
     def add(self, table: str, row: dict[str, Any]) -> None:
-        if table in BROKER_TABLES:
+        # Rows come with broker_id when their connection's broker was known as the exchange ended.
+        if table in BROKER_TABLES and row.get("broker_id") is None:
             endpoint = (row.get("broker_ip"), row.get("broker_port"))
             node = self.directory.node(endpoint)  # type: ignore[arg-type]
             if node is None and self.hold and endpoint[0] is not None:

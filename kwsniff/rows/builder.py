@@ -317,7 +317,7 @@ class ExchangeRows(ConversationHandler):
         exchange = self._exchange(req, resp)
         node_ids = self.tables.node_ids
         for row in errors:
-            node_ids.add("errors", {**context, **row, **exchange, **self.broker_fields})
+            node_ids.add("errors", {**context, **row, **exchange, **self._broker()})
 
     def exchange(self, req: Request, resp: Response | None, status: str) -> None:
         tables = self.tables
@@ -355,7 +355,7 @@ class ExchangeRows(ConversationHandler):
         exchange = self._exchange(req, resp)  # on its partitions, errors and groups rows too
         # Who sent a Fetch (extract.fetcher), on its requests and partitions rows; null on other APIs.
         who = {"replica_id": reqi.get("replica_id"), "fetcher": reqi.get("fetcher")}
-        broker = self.broker_fields
+        broker = self._broker()
         row = {
             **context,
             **exchange,
@@ -452,6 +452,15 @@ class ExchangeRows(ConversationHandler):
             "api_name": api_name(req.api_key),
             "api_version": req.api_version,
         }
+
+    def _broker(self) -> dict[str, Any]:
+        """broker_ip, broker_port and, when already known, broker_id (else BrokerIds holds the rows)."""
+        fields = self.broker_fields
+        if self.broker is not None and fields["broker_id"] is None:
+            node = self.tables.node_ids.directory.node(self.broker)
+            if node is not None:
+                fields = self.broker_fields = {**fields, "broker_id": node}
+        return fields
 
     def _exchange(self, req: Request, resp: Response | None) -> dict[str, Any]:
         """The exchange's client and times (tables.schemas._CLIENT and _TIMES), as every row of it has them."""

@@ -321,3 +321,41 @@ def test_host_names_are_linked_only_when_one_listed_broker_can_have_answered() -
     assert d.learned[("10.0.0.5", 9092)] == 5 and d.conflicts == 1
     # A FindCoordinator error names node -1: no broker.
     assert not d.learn(10, {"node_id": -1, "host": "", "port": -1}, ("10.0.0.1", 9092))
+
+
+def test_spark_buckets_name_rows_by_what_any_bucket_learned(two_brokers: dict[str, Any]) -> None:
+    """`kwsniff spark --flow-buckets`: a connection's bucket may hold no response naming its broker;
+    the ids another bucket learned name it (kwsniff.spark.files.BucketFix), as `read` does."""
+    setup = two_brokers
+    (id_a,), (id_b,) = setup["ids"]["a"], setup["ids"]["b"]
+    out = setup["tmp"] / "fleet"
+    done = run_kwsniff(
+        "spark", str(setup["first"]), "--out", str(out), "--master", "local[1]", "--flow-buckets", "8", "-q"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    named = {"a": id_a, "b": id_b}
+    for table in ("requests", "partitions", "errors", "groups"):
+        for row in ds.dataset(out / table, partitioning="hive").to_table().to_pylist():
+            got = (row["broker_ip"], row["broker_port"], row["broker_id"])
+            assert got == expected_broker(setup, row["client_id"], named), (table, row)
+
+
+def test_a_bucket_fix_fills_the_broker_ids_other_buckets_learned() -> None:
+    import pyarrow as pa
+
+    from kwsniff.spark.files import BucketFix
+    from kwsniff.tables.schemas import REQUESTS
+
+    fix = BucketFix()
+    fix.add({"conns": [10], "topics": {}, "node_ids": [["10.0.0.1", 9092, 1]]})
+    fix.add({"conns": [20], "topics": {}, "node_ids": [["10.0.0.1", 9092, 9], ["10.0.0.2", 9092, 2]]})
+    fix.rank()
+    rows = [
+        {"conn_id": 10, "broker_ip": "10.0.0.2", "broker_port": 9092, "broker_id": None},
+        {"conn_id": 20, "broker_ip": "10.0.0.1", "broker_port": 9092, "broker_id": None},
+        {"conn_id": 20, "broker_ip": "10.0.0.3", "broker_port": 9092, "broker_id": None},
+        {"conn_id": 10, "broker_ip": "10.0.0.1", "broker_port": 9092, "broker_id": 4},  # its bucket's own
+    ]
+    batch = pa.RecordBatch.from_pylist(rows, schema=REQUESTS)
+    fixed = fix.apply("requests", batch).to_pylist()
+    assert [(r["conn_id"], r["broker_id"]) for r in fixed] == [(1, 2), (2, 1), (2, None), (1, 4)]

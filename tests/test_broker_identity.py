@@ -359,3 +359,32 @@ def test_a_bucket_fix_fills_the_broker_ids_other_buckets_learned() -> None:
     batch = pa.RecordBatch.from_pylist(rows, schema=REQUESTS)
     fixed = fix.apply("requests", batch).to_pylist()
     assert [(r["conn_id"], r["broker_id"]) for r in fixed] == [(1, 2), (2, 1), (2, None), (1, 4)]
+
+
+def test_rows_held_for_a_node_id_are_bounded_and_counted() -> None:
+    from kwsniff.rows import ListSink
+    from kwsniff.rows.brokers import BrokerDirectory, BrokerIds
+
+    sink = ListSink()
+    held = BrokerIds(sink, BrokerDirectory(), max_held=2)
+    for n in range(3):
+        held.add(
+            "requests", {"correlation_id": n, "broker_ip": "10.0.0.1", "broker_port": 9092, "broker_id": None}
+        )
+    held.add("groups", {"correlation_id": 3, "broker_ip": "10.0.0.2", "broker_port": 9092, "broker_id": None})
+    # The third and fourth rows found the hold full: written at once, without an id, and counted.
+    assert [(r["correlation_id"], r["broker_id"]) for r in sink.tables["requests"]] == [(2, None)]
+    assert held.held_overflow == 2
+    held.learn(3, {"brokers": [{"node_id": 1, "host": "10.0.0.1", "port": 9092}]}, ("10.0.0.9", 1))
+    assert [(r["correlation_id"], r["broker_id"]) for r in sink.tables["requests"]] == [
+        (2, None),
+        (0, 1),
+        (1, 1),
+    ]
+    held.add(
+        "requests", {"correlation_id": 5, "broker_ip": "10.0.0.3", "broker_port": 9092, "broker_id": None}
+    )
+    held.finish()  # never named: written with a null id, counted as unresolved
+    assert sink.tables["requests"][-1]["broker_id"] is None and held.unresolved == 1
+    held.add("connections", {"conn_id": 1})  # other tables pass through untouched
+    assert sink.tables["connections"] == [{"conn_id": 1}]

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from kwsniff.kafka import DECODE_ERROR, RESPONSE_CUT, ConversationHandler, Request, Response
 from kwsniff.kafka.sasl import redact
-from kwsniff.memory import RECORDS
+from kwsniff.memory import RECORDS, ROW_COST, ROWS
 from kwsniff.net import format_ip
 from kwsniff.protocol import (
     DecodeError,
@@ -26,7 +26,7 @@ from kwsniff.protocol import (
     removed_in,
 )
 from kwsniff.protocol.partial import decode_prefix
-from kwsniff.rows.brokers import BROKER_SOURCES, BrokerDirectory, BrokerIds
+from kwsniff.rows.brokers import BROKER_SOURCES, MAX_HELD_BROKER_ROWS, BrokerDirectory, BrokerIds
 from kwsniff.rows.extract import error_rows, request_summary, response_summary
 from kwsniff.rows.groups import (
     GROUP_APIS,
@@ -138,7 +138,10 @@ class TableBuilder:
         # requests, partitions, errors and groups rows go through it, held while their broker has none.
         # `show` prints each exchange as it completes, so it does not hold.
         self.node_ids = BrokerIds(
-            sink, brokers if brokers is not None else BrokerDirectory(), hold=not keep_messages
+            sink,
+            brokers if brokers is not None else BrokerDirectory(),
+            hold=not keep_messages,
+            max_held=held_broker_rows(record_options.budget),
         )
         # Topic ids to names (KIP-516) and the partitions/records rows waiting for a name; named rows
         # go on to the node ids.
@@ -207,6 +210,14 @@ class TableBuilder:
         node_ids.finish()
         self.totals["broker_held_rows_overflow"] = node_ids.held_overflow
         self.totals["unresolved_broker_rows"] = node_ids.unresolved
+
+
+def held_broker_rows(budget: Any) -> int:
+    """Rows a capture may hold for their broker's node id: a quarter of the row buffers' share of
+    --memory-limit at ROW_COST a row (16,384 at the default 1 GiB), at most MAX_HELD_BROKER_ROWS."""
+    if budget is None:
+        return MAX_HELD_BROKER_ROWS
+    return max(1_000, min(MAX_HELD_BROKER_ROWS, budget.cap(ROWS) // ROW_COST // 4))
 
 
 class ExchangeRows(ConversationHandler):

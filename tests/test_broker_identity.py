@@ -322,6 +322,13 @@ def test_host_names_are_linked_only_when_one_listed_broker_can_have_answered() -
     # A FindCoordinator error names node -1: no broker.
     assert not d.learn(10, {"node_id": -1, "host": "", "port": -1}, ("10.0.0.1", 9092))
 
+    # --broker-map's addresses link the names a response gives their nodes, which helps elimination.
+    m = BrokerDirectory(fixed={("10.0.1.1", 9092): 1})
+    listed = metadata((1, "kafka-1", 9092), (2, "kafka-2", 9092))
+    assert m.learn(3, listed, ("10.0.1.2", 9092))  # kafka-1 is at 10.0.1.1: kafka-2 answered here
+    assert m.names == {("kafka-1", 9092): "10.0.1.1", ("kafka-2", 9092): "10.0.1.2"}
+    assert m.node(("10.0.1.2", 9092)) == 2 and m.node(("10.0.1.1", 9092)) == 1
+
 
 def test_spark_buckets_name_rows_by_what_any_bucket_learned(two_brokers: dict[str, Any]) -> None:
     """`kwsniff spark --flow-buckets`: a connection's bucket may hold no response naming its broker;

@@ -70,6 +70,7 @@ class BrokerDirectory:
     learned: dict[Endpoint, int] = field(default_factory=dict)
     names: dict[Endpoint, str] = field(default_factory=dict)  # (host name, port) -> address
     conflicts: int = 0  # responses that gave a known address another node id (the first is kept)
+    _by_node: dict[tuple[int, int], list[str]] | None = field(default=None, repr=False)
 
     def node(self, endpoint: Endpoint) -> int | None:
         node = self.fixed.get(endpoint)
@@ -85,6 +86,11 @@ class BrokerDirectory:
             ip = ip_literal(host)
             if ip is None:
                 ip = self.names.get((host, port))
+            if ip is None:
+                # --broker-map gave this node's address on this port (one only): the name is there.
+                mapped = self._mapped().get((node, port), ())
+                if len(mapped) == 1:
+                    ip = self.names[(host, port)] = mapped[0]
             if ip is not None:
                 new |= self._set((ip, port), node)
         if api_key != FIND_COORDINATOR:
@@ -106,6 +112,14 @@ class BrokerDirectory:
                     self.names[(host, port)] = address
                     new |= self._set(broker, node)
         return new
+
+    def _mapped(self) -> dict[tuple[int, int], list[str]]:
+        """--broker-map's addresses of each (node id, port), worked out once."""
+        if self._by_node is None:
+            self._by_node = {}
+            for (address, port), node in self.fixed.items():
+                self._by_node.setdefault((node, port), []).append(address)
+        return self._by_node
 
     def _may_be(self, host: str, port: int, address: str) -> bool:
         linked = self.names.get((host, port))

@@ -155,7 +155,7 @@ def no_capture(path: Path) -> None:
         (link_out, "a link out of the dataset; the report reads only files inside it"),
         (other_schema, "column api_key is BYTE_ARRAY, not SMALLINT as in the requests table: a file of another schema"),
         (no_capture, "no capture column: not a file of the requests table"),
-        (other_table, "column broker_ip is not in the requests table: a file of another table"),
+        (other_table, "column bytes_to_broker is not in the requests table: a file of another table"),
     ],
     ids=["garbage", "link_to_etc_passwd", "other_schema", "no_capture", "other_table"],
 )  # fmt: skip

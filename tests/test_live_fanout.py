@@ -27,6 +27,7 @@ from kwsniff.pipeline.live_worker import RowRelay, WorkerDecoder
 from kwsniff.pipeline.run_live import LiveOptions
 from kwsniff.pipeline.session import Session, SessionOptions
 from kwsniff.rows import ListSink
+from kwsniff.rows.brokers import BrokerDirectory, BrokerIds
 from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.view.stats import LiveStats, StatsSink
 from tests.realparts import (
@@ -259,3 +260,44 @@ def test_a_worker_relays_the_views_rows_and_shares_the_brokers_it_learns(tmp_pat
             relayed.row(table, row)
     assert relayed.totals == single.totals
     assert sum(relayed.totals.requests.values()) == sum(reference.rows.status.values()) > 0
+
+
+def test_a_worker_shares_the_node_ids_it_learns_and_names_held_rows_with_those_of_others(
+    tmp_path: Path,
+) -> None:
+    """Node ids of broker addresses (docs/tables.md "Which broker answered") travel like learned
+    brokers: those a worker learned go out once, with its stats; those another worker learned are
+    taken here and name the rows held for them."""
+    sample = ROOT / "tests" / "data" / "captures" / "kafka_python.pcap"
+    options = SessionOptions(broker_ports=frozenset({19103}))
+    reference = Session("fake", ListSink(), options)
+    capture = ReplayedBatches(sample)
+    for ts, data in capture.packets:
+        reference.packet(ts, capture.linktype, data)
+    reference.finish()
+    sample_ids = reference.rows.node_ids.directory.learned
+    assert list(sample_ids) == [("127.0.0.1", 19103)]  # the sample's one broker, named by its Metadata
+
+    events: queue.Queue[Any] = queue.Queue()
+    control: queue.Queue[Any] = queue.Queue()
+    elsewhere = ("10.0.0.9", 19999)
+    control.put(("node_ids", [(elsewhere, 7)]))
+    tables = (*(t for t in DEFAULT_TABLES if t != "captures"), "capture_stats")
+    live = LiveOptions(tmp_path / "spool", "fake", tables, float("inf"), 0.0, worker=1)
+    decoder = WorkerDecoder(capture, options, live, RowRelay(), index=1, events=events, control=control)  # type: ignore[arg-type]
+    decoder.start()
+    decoder.join(60)
+    assert decoder.error is None
+    decoder.send_stats()
+    sent = [events.get_nowait() for _ in range(events.qsize())]
+    shared = [pair for m in sent if m[0] == "stats" for pair in m[6]]
+    assert shared == list(sample_ids.items())  # once, and the id taken from another worker not echoed
+    assert decoder.session.rows.node_ids.directory.learned[elsewhere] == 7
+
+    # A row held for an address no response named yet is written once another worker's id arrives.
+    sink = ListSink()
+    held = BrokerIds(sink, BrokerDirectory())
+    held.add("requests", {"broker_ip": elsewhere[0], "broker_port": elsewhere[1], "broker_id": None})
+    assert sink.tables["requests"] == []
+    held.share([(elsewhere, 7)])
+    assert [r["broker_id"] for r in sink.tables["requests"]] == [7]

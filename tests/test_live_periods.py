@@ -102,6 +102,13 @@ def wait_for_live_rows(out: Path, proc: subprocess.Popen[bytes], want: Counter[t
     raise AssertionError(f"--out shows {dict(seen)} of {dict(want)} (capture exit {proc.poll()})")
 
 
+def admin_node_ids(bootstrap: str) -> list[int]:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "kwsniff-admin"})
+    return sorted(admin.list_topics(timeout=10).brokers)
+
+
 def requests_by_ports(out: Path) -> list[str]:
     """The requests table's rows, each with its connection's client port in place of the
     uncompared columns, sorted."""
@@ -148,6 +155,8 @@ def test_two_workers_commit_every_period_while_clients_run_and_write_one_pcap_pe
     out, pcap, err = tmp_path / "live", tmp_path / "live.pcap", tmp_path / "capture.err"
     with start_broker() as broker:
         create_topics(broker.bootstrap, {TOPIC: PARTITIONS})
+        # The broker's node id as librdkafka decodes its Metadata (asked before the capture starts).
+        (node_id,) = admin_node_ids(broker.bootstrap)
         proc = start_capture(out, broker.port, pcap, err)
         try:
             acked = produce_acknowledged(broker.bootstrap)
@@ -203,6 +212,11 @@ def test_two_workers_commit_every_period_while_clients_run_and_write_one_pcap_pe
     assert "pieces in time order" in read.stdout
     assert ds.dataset(again / "captures").count_rows() == 1
     live_requests = requests_by_ports(out)
+    # Which broker answered (docs/tables.md): every row of either worker names the broker's node id,
+    # whichever worker decoded the Metadata that named it (the workers pass node ids on).
+    for table in ("requests", "partitions", "groups"):
+        got = Counter(r["broker_id"] for r in ds.dataset(out / table).to_table().to_pylist())
+        assert set(got) == {node_id}, (table, got)
     assert requests_by_ports(again) == live_requests
     answered = ds.dataset(out / "requests").to_table().filter(ds.field("ts_response").is_valid())
     assert Counter(answered.column("api_name").to_pylist())["Produce"] >= 1

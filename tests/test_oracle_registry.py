@@ -70,6 +70,12 @@ FETCHER_PARTITIONS = FETCHERS + "test_fetch_partitions_rows_repeat_them"
 KRAFT = "test_kraft.py::"
 KRAFT_REQUESTS = KRAFT + "test_requests_rows_carry_the_sender_broker_epoch_and_fenced_state"
 KRAFT_PARTITIONS = KRAFT + "test_partitions_rows_carry_leaders_epochs_votes_and_isrs"
+# Which broker answered: two tansu brokers on two loopback addresses, the clients pointed at each, the
+# node ids librdkafka decoded and the --broker-map the test wrote (tests/test_broker_identity.py).
+BROKER_OF_ROW = "test_broker_identity.py::test_every_row_names_the_broker_each_client_was_pointed_at"
+BROKER_COLUMNS = {c: BROKER_OF_ROW for c in ("broker_ip", "broker_port", "broker_id")}
+# KIP-1242: struct-encoded ApiVersions v5 intents, kio-encoded Metadata/DescribeCluster cluster ids.
+INTENTS = "test_misrouted.py::test_api_versions_rows_carry_what_the_client_intended_and_broker_rows_what_it_reported"
 CLASSIC_CONFIG = (
     "test_groups_classic_protocol.py::test_join_requests_carry_the_clients_configuration_and_subscription"
 )
@@ -112,6 +118,10 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "node_id": KRAFT_REQUESTS,
         "broker_epoch": KRAFT_REQUESTS,
         "fenced": KRAFT_REQUESTS,
+        **BROKER_COLUMNS,
+        "intended_cluster_id": INTENTS,
+        "intended_node_id": INTENTS,
+        "cluster_id": INTENTS,
     },
     "connections": {
         "capture": CAPTURE_NAME,
@@ -205,6 +215,7 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "group_id": "test_errors_table.py::test_group_error_takes_the_group_id_from_the_request",
         "resource_name": "test_errors_table.py::test_resource_error_has_resource_name_and_throttle_time_is_kept",
         **EXCHANGE_COLUMNS,
+        **BROKER_COLUMNS,
     },
     "partitions": {
         "capture": FETCH_OFFSETS,
@@ -264,6 +275,7 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "new_isr": KRAFT_PARTITIONS,
         "partition_epoch": KRAFT_PARTITIONS,
         "vote_granted": KRAFT_PARTITIONS,
+        **BROKER_COLUMNS,
     },
     "records": {
         "capture": BUILT_RECORDS,
@@ -335,6 +347,7 @@ ORACLE_CHECKED: dict[str, dict[str, str]] = {
         "owned_partitions": KIP848_CALLBACKS,
         "client_id": EXCHANGE_OF_ROW,
         "client_ip": EXCHANGE_OF_ROW,
+        **BROKER_COLUMNS,
     },
     # Sizes from the file system, packets from dpkt, statuses and reasons from inputs the test made.
     "captures": {
@@ -357,6 +370,8 @@ RS = "test_report_sections.py::"
 LIVE = "test_report_live.py::"
 SHARE_STORY = RS + "test_share_group_redelivery_release_reject_rates_and_lock_timeouts"
 SECTION_CHECKED: dict[str, str] = {
+    # ApiVersions v5 intents encoded by the test against what its kio-answering server reported.
+    "misrouted": "test_misrouted.py::test_misrouted_lists_each_connection_whose_intent_differs_from_what_its_broker_reported",
     "inventory": RS + "test_inventory_names_each_quickstart_client_with_its_role_topic_and_group",
     # lag, stopped, member_lag: the clients' own acknowledgement and commit times (their definitions
     # are being changed apart: these lines move with them).

@@ -97,6 +97,7 @@ def test_the_report_reads_the_summaries_and_answers_as_from_the_rows(out: Path, 
         "share_deliveries",
         "replication",  # no follower in the quick start (tests/test_replication.py has them)
         "upgrade_zookeeper",
+        "misrouted",
     ]
     assert len(rows["lag"]) == 44 and len(rows["member_lag"]) == 25 and len(rows["upgrade"]) == 3
 

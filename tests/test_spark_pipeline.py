@@ -162,7 +162,7 @@ def test_command_lines_spark_then_report(tmp_path: Path) -> None:
     }
     # The report's summaries of the capture, written by the driver beside the tables.
     assert ds.dataset(out / "summary_captures").to_table().to_pylist() == [
-        {"capture": "quickstart.pcap", "version": 6}
+        {"capture": "quickstart.pcap", "version": 7}
     ]
     assert ds.dataset(out / "summary_lag").count_rows() == 9
     again = run_kwsniff(*spark_args)

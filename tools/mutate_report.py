@@ -55,6 +55,10 @@ KRAFT = (
     "tests/test_kraft.py::test_report_sections_are_what_was_encoded[duckdb]",
     "tests/test_kraft.py::test_report_command_prints_both_sections",
 )
+# misrouted: ApiVersions v5 intents the test encoded against what its server reported.
+MISROUTED = (
+    "tests/test_misrouted.py::test_misrouted_lists_each_connection_whose_intent_differs_from_what_its_broker_reported",
+)
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,7 @@ def _squash(sql: str) -> str:
 T, G, U, L = "sections_traffic.py", "sections_groups.py", "upgrade.py", "sections_lag.py"
 B = "sections_brokers.py"
 K = "sections_kraft.py"
+ID = "sections_identity.py"
 MUTATIONS = [
     Mutation("throughput", T, "SUM(record_count) AS records,\n       SUM(record_bytes)", "COUNT(*) AS records,\n       SUM(record_bytes)"),
     Mutation("churn", T, "< 1000 THEN 1", "< 10 THEN 1"),
@@ -126,6 +131,9 @@ MUTATIONS = [
     Mutation("controller", K, "MAX(lag) AS max_lag", "MIN(lag) AS max_lag", KRAFT),
     Mutation("controller", K, "ARG_MAX(lag,", "ARG_MIN(lag,", KRAFT),
     Mutation("controller", K, "WHEN status = 'ok' THEN 0 ELSE 1 END", "WHEN latency_ms IS NULL THEN 0 ELSE 1 END", KRAFT),
+    Mutation("misrouted", ID, "COALESCE(i.intended_node_id <> i.broker_id, FALSE)", "COALESCE(i.intended_node_id = i.broker_id, FALSE)", MISROUTED),
+    Mutation("misrouted", ID, "(intended_cluster_id IS NOT NULL OR intended_node_id IS NOT NULL)", "intended_cluster_id IS NOT NULL", MISROUTED),
+    Mutation("misrouted", ID, "COALESCE(c.cluster_id, b.cluster_id), FALSE) AS cluster_wrong", "COALESCE(c.cluster_id, b.cluster_id), TRUE) AS cluster_wrong", MISROUTED),
 ]  # fmt: skip
 
 

@@ -78,7 +78,7 @@ def settings(captures: Captures, given: dict[str, Any]) -> Run:
         v["idle_timeout"],
     )
     try:
-        asked = decoding((), tunnels, v["memory_limit"])
+        asked = decoding((), tunnels, v["memory_limit"], v["broker_map"])
     except click.BadParameter as exc:
         raise UsageError(f"read: fragment_memory: {exc.format_message()}") from None
     options = session_options(asked, **fields)

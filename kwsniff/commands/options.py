@@ -18,6 +18,7 @@ from kwsniff.memory import DEFAULT_MEMORY_LIMIT, FRAGMENTS, SECRETS, MemoryBudge
 from kwsniff.net import GENEVE_PORTS, TUNNEL_KINDS, VXLAN_PORTS
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.protocol import api_names
+from kwsniff.rows.brokers import BrokerDirectory
 
 
 class FlowBuckets(click.ParamType):
@@ -209,28 +210,118 @@ def tunnel_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(run)
 
 
+class BrokerMapFile(click.ParamType):
+    """A --broker-map file: lines `HOST:PORT NODE_ID` (HOST an IP address, `[v6]` in brackets, or a
+    name, resolved once here with the system's resolver), `#` comments and blank lines; converted to
+    {(address, port): node id}. A line kwsniff cannot use fails the option, naming the line."""
+
+    name = "file"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> dict[tuple[str, int], int]:
+        if isinstance(value, dict):
+            return value
+        try:
+            with open(value, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            self.fail(f"{value}: {getattr(exc, 'strerror', None) or exc}", param, ctx)
+        out: dict[tuple[str, int], int] = {}
+        for number, line in enumerate(lines, 1):
+            text = line.split("#", 1)[0].strip()
+            if not text:
+                continue
+            try:
+                for endpoint in _map_line(text):
+                    node = endpoint[2]
+                    known = out.setdefault(endpoint[:2], node)
+                    if known != node:
+                        raise ValueError(f"{endpoint[0]}:{endpoint[1]} is node {known} on an earlier line")
+            except ValueError as exc:
+                self.fail(f"{value}:{number}: {exc} (lines are HOST:PORT NODE_ID)", param, ctx)
+        return out
+
+
+def _map_line(text: str) -> list[tuple[str, int, int]]:
+    """The (address, port, node id) of each address one --broker-map line names."""
+    import socket
+
+    from kwsniff.rows.brokers import ip_literal
+
+    parts = text.split()
+    if len(parts) != 2:
+        raise ValueError(f"{text!r} is not two fields")
+    where, node_text = parts
+    host, sep, port_text = where.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"{where!r} is not HOST:PORT")
+    try:
+        node = int(node_text)
+    except ValueError:
+        raise ValueError(f"{node_text!r} is not a node id") from None
+    if not 0 <= node < 2**31:
+        raise ValueError(f"{node_text!r} is not a node id (0 to 2147483647)")
+    port = int(port_text)
+    address = ip_literal(host)
+    if address is not None:
+        return [(address, port, node)]
+    if host.startswith("["):
+        raise ValueError(f"{host!r} is not an IP address")
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise ValueError(f"{host} does not resolve ({exc}); write its address instead") from None
+    return sorted({(ip_literal(info[4][0]) or str(info[4][0]), port, node) for info in found})
+
+
+BROKER_MAP = BrokerMapFile()
+
+broker_map_option = click.option(
+    "--broker-map",
+    type=BROKER_MAP,
+    default=None,
+    help="File of `HOST:PORT NODE_ID` lines naming brokers' node ids (HOST an address, or a name "
+    "resolved when the file is read; `#` comments), for broker_id where the capture cannot tell "
+    '(docs/tables.md, "Which broker answered").',
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class Decoding:
     """What the options every decoding command takes asked for: --keylog, the tunnel options
-    (--vxlan-port, --geneve-port, --tunnel-port, --fragment-memory) and --memory-limit."""
+    (--vxlan-port, --geneve-port, --tunnel-port, --fragment-memory), --memory-limit and --broker-map."""
 
     keylog: tuple[Path, ...]
     tunnels: dict[str, Any]  # the SessionOptions keywords the tunnel options set
     memory_limit: int
+    broker_map: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)
 
 
 def decoding_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--keylog, the tunnel options and --memory-limit, handed to the command as one ``decoding``
-    argument (a Decoding), which :func:`session_options` turns into the session's options."""
+    """--keylog, the tunnel options, --memory-limit and --broker-map, handed to the command as one
+    ``decoding`` argument (a Decoding), which :func:`session_options` turns into the session's options."""
 
     @functools.wraps(command)
-    def run(*args: Any, keylog: tuple[Path, ...], tunnels: dict, memory_limit: int, **kwargs: Any) -> Any:
-        return command(*args, decoding=decoding(keylog, tunnels, memory_limit), **kwargs)
+    def run(
+        *args: Any,
+        keylog: tuple[Path, ...],
+        tunnels: dict,
+        memory_limit: int,
+        broker_map: dict[tuple[str, int], int] | None,
+        **kwargs: Any,
+    ) -> Any:
+        return command(*args, decoding=decoding(keylog, tunnels, memory_limit, broker_map), **kwargs)
 
-    return keylog_option(tunnel_options(memory_limit_option(run)))
+    return keylog_option(tunnel_options(memory_limit_option(broker_map_option(run))))
 
 
-def decoding(keylog: tuple[Path, ...], tunnels: dict[str, Any], memory_limit: int) -> Decoding:
+def decoding(
+    keylog: tuple[Path, ...],
+    tunnels: dict[str, Any],
+    memory_limit: int,
+    broker_map: dict[tuple[str, int], int] | None = None,
+) -> Decoding:
     """The Decoding those options ask for: --fragment-memory defaults to the fragments share of
     --memory-limit, and more than that share is refused (click.BadParameter)."""
     share = MemoryBudget(memory_limit).cap(FRAGMENTS)
@@ -241,12 +332,17 @@ def decoding(keylog: tuple[Path, ...], tunnels: dict[str, Any], memory_limit: in
             f"({share:,} bytes, 1/32 of it): raise --memory-limit or ask for less",
             param_hint="--fragment-memory",
         )
-    return Decoding(keylog, {**tunnels, "fragment_bytes": share if asked is None else asked}, memory_limit)
+    fragments = share if asked is None else asked
+    return Decoding(keylog, {**tunnels, "fragment_bytes": fragments}, memory_limit, dict(broker_map or {}))
 
 
 def session_options(decoding: Decoding, *, follow_keylog: bool = False, **fields: Any) -> SessionOptions:
     """The SessionOptions of ``decoding`` and the command's own ``fields``, with the secrets of the
     --keylog files (followed as they grow for live capture; a file that cannot be read is one line
     and exit status 1)."""
-    options = SessionOptions(**decoding.tunnels, memory_limit=decoding.memory_limit, **fields)
+    # One directory of broker node ids for the whole run (kwsniff.rows.brokers), --broker-map's fixed.
+    brokers = BrokerDirectory(fixed=dict(decoding.broker_map))
+    options = SessionOptions(
+        **decoding.tunnels, memory_limit=decoding.memory_limit, brokers=brokers, **fields
+    )
     return with_keylog(options, decoding.keylog, follow_keylog)

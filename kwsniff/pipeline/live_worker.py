@@ -12,11 +12,14 @@ and the worker's number: ``ready``, ``error`` (one line), ``stats`` (counters, o
 the few fields of the rows the live view and metrics count), ``period`` (files of a closed period,
 and the `--write-pcap` files closed: (period, path)), ``done`` (the last files, row counts, the
 worker's :class:`CaptureResult` and its last `--write-pcap` files). From the coordinator
-(one queue per worker): ``("start", now)``, ``("rotate", now)`` and ``("brokers", endpoints)``.
+(one queue per worker): ``("start", now)``, ``("rotate", now)``, ``("brokers", endpoints)`` and
+``("node_ids", [((address, port), node id), ...])``.
 
 Brokers a worker learns (`read`'s auto-detection: an endpoint whose connection proved Kafka) go to
 the coordinator with its stats and from there to the other workers, so a connection to that
-endpoint hashed to another worker is trusted there too, mid-stream ones included. SIGTERM, sent to the worker's PID,
+endpoint hashed to another worker is trusted there too, mid-stream ones included. Node ids a worker
+learns for broker addresses (kwsniff.rows.brokers) travel the same way, so rows of a connection
+whose Metadata went to another worker are named too (once the id arrives). SIGTERM, sent to the worker's PID,
 stops it; SIGINT is ignored (Ctrl-C reaches the whole process group, the coordinator decides).
 """
 
@@ -152,6 +155,7 @@ class WorkerDecoder(LiveDecoder):
         self.reported = 0  # of sink.files, those sent in `period` messages
         self.pcaps_reported = 0  # of the period pcaps closed, those sent
         self.shared: set[tuple[bytes, int]] = set()  # learned brokers the other workers were told of
+        self.shared_ids: dict[tuple[str, int], int] = {}  # node ids of broker addresses, likewise
 
     def _publish(self) -> None:
         while True:
@@ -169,6 +173,9 @@ class WorkerDecoder(LiveDecoder):
                 for endpoint in message[1]:
                     self.session.learn_broker(endpoint)
                     self.shared.add(endpoint)
+            elif message[0] == "node_ids":  # node ids of broker addresses another worker learned
+                self.shared_ids.update(message[1])
+                self.session.rows.node_ids.share(message[1])
         now = time.monotonic()
         if now - self._last_sent >= PUBLISH_EVERY_S:
             self._last_sent = now
@@ -187,8 +194,14 @@ class WorkerDecoder(LiveDecoder):
         rows = self.stats.take_rows()
         learned = self.session.brokers - self.shared
         self.shared |= learned
+        ids = [
+            (e, n)
+            for e, n in self.session.rows.node_ids.directory.learned.items()
+            if e not in self.shared_ids
+        ]
+        self.shared_ids.update(ids)
         counters = self.capture.snapshot()
-        self.events.put(("stats", self.index, counters, self.open_connections(), rows, sorted(learned)))
+        self.events.put(("stats", self.index, counters, self.open_connections(), rows, sorted(learned), ids))
 
 
 def worker_main(spec: WorkerSpec, events: Any, control: Any) -> None:

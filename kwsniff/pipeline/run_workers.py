@@ -5,7 +5,8 @@ fanout group, then starts them all at once. A thread of its own reads their mess
 
 - ``stats``: the rows' view fields go into the one LiveStats the live view and metrics read; each
   worker's counters are kept, and the view shows their sum (kernel drops per worker too);
-  brokers a worker learned are passed on to the others;
+  brokers a worker learned, and the node ids it learned for broker addresses, are passed on to the
+  others;
 - every ``rotate_s`` it asks each worker to close its period; once all have answered, their files
   are moved from the spool into the dataset's stage and committed together (docs/datasets.md), so a
   reader sees every worker's rows of a period or none of them;
@@ -221,11 +222,12 @@ class WorkerPool:
     def _handle(self, message: tuple[Any, ...]) -> None:
         kind, index, *rest = message
         if kind == "stats":
-            counters, open_connections, rows, learned = rest
-            if learned:
-                for other, control in enumerate(self.controls):
-                    if other != index and other not in self._done:
-                        control.put(("brokers", learned))
+            counters, open_connections, rows, learned, node_ids = rest
+            for kind, news in (("brokers", learned), ("node_ids", node_ids)):
+                if news:
+                    for other, control in enumerate(self.controls):
+                        if other != index and other not in self._done:
+                            control.put((kind, news))
             for table, row in rows:
                 self.stats.row(table, row)
             with self._lock:

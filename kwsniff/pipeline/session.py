@@ -38,6 +38,7 @@ from kwsniff.net import (
 )
 from kwsniff.pipeline.connection import B2C, C2B, EVICTED, IDLE, Connection, accounting_difference
 from kwsniff.rows import ExchangeRows, RecordOptions, RowSink, TableBuilder
+from kwsniff.rows.brokers import BrokerDirectory
 from kwsniff.tcp import TcpReassembler
 from kwsniff.tls import KeyLog
 
@@ -82,6 +83,10 @@ class SessionOptions:
     # (worker, workers): this session numbers connections worker+1, worker+1+workers, ..., so the
     # workers of one live capture (`--workers`) never give two connections the same conn_id.
     conn_ids: tuple[int, int] = (0, 1)
+    # Node ids of broker addresses (--broker-map's, and those learned from responses): one directory
+    # shared by every Session of a run, so a capture's rows are named by what the captures before it
+    # taught; None gives each Session its own (docs/tables.md "Which broker answered").
+    brokers: BrokerDirectory | None = None
 
 
 @dataclass
@@ -140,6 +145,7 @@ class Session:
                 max_decompressed=opts.max_decompressed,
                 budget=budget,
             ),
+            brokers=opts.brokers,
         )
         self._next_id = 0
         self._swept = 0

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from kwsniff.report import sections_brokers as b
 from kwsniff.report import sections_groups as g
+from kwsniff.report import sections_identity as identity
 from kwsniff.report import sections_kraft as kraft
 from kwsniff.report import sections_lag as lag
 from kwsniff.report import sections_traffic as t
@@ -91,6 +92,11 @@ SECTIONS = [
         "controller",
         "KRaft quorum: votes, leaders and epochs, metadata-log fetch lag, broker registrations and heartbeats",
         kraft.CONTROLLER,
+    ),
+    per_capture(
+        "misrouted",
+        "Clients that reached another cluster or node than they intended (ApiVersions v5, KIP-1242)",
+        identity.MISROUTED,
     ),
 ]
 BY_NAME = {s.name: s for s in SECTIONS}

@@ -2,9 +2,9 @@
 computed once when the capture's tables are written and kept beside them, so that `kwsniff report`
 reads them instead of the rows.
 
-All sections but seven (`latency`, `long_polls`, `produce_latency`, `errors`, `throttled`, `throughput`
-and `churn`: percentiles and counts over every capture at once) join, window and group rows only
-within one capture. What each computes per capture is a query of its own (sections.PARTS:
+All sections but ten (`latency`, `long_polls`, `produce_latency`, `errors`, `throttled`, `throughput`,
+`churn`, `brokers`, `isr_changes` and `controller`: percentiles, counts and histories over every
+capture at once) join, window and group rows only within one capture. What each computes per capture is a query of its own (sections.PARTS:
 `summary_lag`, ...), and the section is a small query over that. `kwsniff read` and `kwsniff spark`
 run PARTS over the captures they stage (DuckDB, under the run's --memory-limit) and write, per
 capture and part, one file beside its tables, named like its table files
@@ -36,8 +36,9 @@ if TYPE_CHECKING:
 # Raised whenever a part's query or columns change: summaries of another version are not read.
 # 2: stopped's states and never_committed rows; 3: rebalances count only MEMBER_ID_REQUIRED attempts;
 # 4: inventory counts a request once per topic, not once per partition; 5: parts count consumer
-# fetches only (partition_exchanges reads `fetcher`); 6: the `replication` part.
-VERSION = 6
+# fetches only (partition_exchanges reads `fetcher`); 6: the `replication` part; 7: the `misrouted`
+# part (KIP-1242).
+VERSION = 7
 MARKER = "summary_captures"
 BATCH_ROWS = 65_536  # rows of a part held in Python at a time while it is written
 assert (MARKER, *PARTS) == SUMMARIES, (MARKER, *PARTS)

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from kwsniff.kafka import DECODE_ERROR, RESPONSE_CUT, ConversationHandler, Request, Response
 from kwsniff.kafka.sasl import redact
-from kwsniff.memory import RECORDS
+from kwsniff.memory import RECORDS, ROW_COST, ROWS
 from kwsniff.net import format_ip
 from kwsniff.protocol import (
     DecodeError,
@@ -26,6 +26,7 @@ from kwsniff.protocol import (
     removed_in,
 )
 from kwsniff.protocol.partial import decode_prefix
+from kwsniff.rows.brokers import BROKER_SOURCES, MAX_HELD_BROKER_ROWS, BrokerDirectory, BrokerIds
 from kwsniff.rows.extract import error_rows, request_summary, response_summary
 from kwsniff.rows.groups import (
     GROUP_APIS,
@@ -120,6 +121,7 @@ class TableBuilder:
         *,
         keep_messages: bool = False,
         record_options: RecordOptions = COUNTS_ONLY,
+        brokers: BrokerDirectory | None = None,
     ) -> None:
         self.capture = capture
         self.sink = sink
@@ -133,8 +135,18 @@ class TableBuilder:
         self.decode_errors = Counter[str]()
         self.notes = Counter[str]()
         self.record_damage = Counter[str]()  # over all `partitions` rows, for the summary and --strict
-        # Topic ids to names (KIP-516) and the partitions/records rows waiting for a name.
-        self.topics = TopicNames(sink)
+        # Node ids of broker addresses (the run's directory, docs/tables.md "Which broker answered"):
+        # requests, partitions, errors and groups rows go through it, held while their broker has none.
+        # `show` prints each exchange as it completes, so it does not hold.
+        self.node_ids = BrokerIds(
+            sink,
+            brokers if brokers is not None else BrokerDirectory(),
+            hold=not keep_messages,
+            max_held=held_broker_rows(record_options.budget),
+        )
+        # Topic ids to names (KIP-516) and the partitions/records rows waiting for a name; named rows
+        # go on to the node ids.
+        self.topics = TopicNames(self.node_ids)
         self.topic_names: dict[Any, str] = self.topics.names
         self.totals = Counter[str]()
         self.budget = record_options.budget
@@ -157,7 +169,9 @@ class TableBuilder:
             self.totals["records_written_early_bytes"] += held
 
     def handler_for(self, conn: Any) -> ExchangeRows:
-        rows = ExchangeRows(self, conn.conn_id, format_ip(conn.client[0]))
+        rows = ExchangeRows(
+            self, conn.conn_id, format_ip(conn.client[0]), (format_ip(conn.broker[0]), conn.broker[1])
+        )
         self.brokers[conn.conn_id] = f"{format_ip(conn.broker[0])}:{conn.broker[1]}"
         if self.keep_messages:
             # `show` prints each exchange as it completes, long before the connection row exists.
@@ -193,15 +207,40 @@ class TableBuilder:
         topics.finish()
         self.totals["held_rows_overflow"] = topics.held_overflow
         self.totals["unresolved_topic_rows"] = topics.unresolved
+        node_ids = self.node_ids
+        node_ids.finish()
+        self.totals["broker_held_rows_overflow"] = node_ids.held_overflow
+        self.totals["unresolved_broker_rows"] = node_ids.unresolved
+
+
+def held_broker_rows(budget: Any) -> int:
+    """Rows a capture may hold for their broker's node id: a quarter of the row buffers' share of
+    --memory-limit at ROW_COST a row (16,384 at the default 1 GiB), at most MAX_HELD_BROKER_ROWS."""
+    if budget is None:
+        return MAX_HELD_BROKER_ROWS
+    return max(1_000, min(MAX_HELD_BROKER_ROWS, budget.cap(ROWS) // ROW_COST // 4))
 
 
 class ExchangeRows(ConversationHandler):
     """Decodes the frames of one connection and writes `requests` and `errors` rows."""
 
-    def __init__(self, tables: TableBuilder, conn_id: int, client_ip: str | None = None) -> None:
+    def __init__(
+        self,
+        tables: TableBuilder,
+        conn_id: int,
+        client_ip: str | None = None,
+        broker: tuple[str, int] | None = None,
+    ) -> None:
         self.tables = tables
         self.conn_id = conn_id
         self.client_ip = client_ip
+        # The connection's broker end, on every row of its exchanges (broker_id: BrokerIds fills it).
+        self.broker = broker
+        self.broker_fields: dict[str, Any] = {
+            "broker_ip": broker[0] if broker else None,
+            "broker_port": broker[1] if broker else None,
+            "broker_id": None,
+        }
         self.client_id: str | None = None
         self.client_software_name: str | None = None
         self.client_software_version: str | None = None
@@ -278,6 +317,10 @@ class ExchangeRows(ConversationHandler):
             info["message"] = redact(req.api_key, msg)
         resp.info = info
         self.tables.topics.learn(info.get("topic_ids", {}))
+        if req.api_key in BROKER_SOURCES and self.broker is not None and whole:
+            # Only from a whole response: a broker list a snap length cut may lack the broker that
+            # answered, and elimination over it would name the wrong one.
+            self.tables.node_ids.learn(req.api_key, msg, self.broker)
         context = self._context(req)
         group_id = req.info.get("group_id") if isinstance(req.info, dict) else None
         errors = error_rows(req.api_key, req.api_version, msg, group_id, self.tables.topic_names)
@@ -286,8 +329,9 @@ class ExchangeRows(ConversationHandler):
             info["first_error_code"] = errors[0]["error_code"]
             info["first_error_name"] = errors[0]["error_name"]
         exchange = self._exchange(req, resp)
+        node_ids = self.tables.node_ids
         for row in errors:
-            self.tables.sink.add("errors", {**context, **row, **exchange})
+            node_ids.add("errors", {**context, **row, **exchange, **self._broker()})
 
     def exchange(self, req: Request, resp: Response | None, status: str) -> None:
         tables = self.tables
@@ -330,10 +374,12 @@ class ExchangeRows(ConversationHandler):
             "fetcher": reqi.get("fetcher"),
             "node_id": reqi.get("node_id"),
         }
+        broker = self._broker()
         row = {
             **context,
             **exchange,
             **who,
+            **broker,
             "request_bytes": req.size,
             "response_bytes": resp.size if resp is not None else None,
             "throttle_time_ms": respi.get("throttle_time_ms"),
@@ -355,16 +401,21 @@ class ExchangeRows(ConversationHandler):
             "removed_in": removed_in(req.api_key, req.api_version),
             "broker_epoch": reqi.get("broker_epoch", respi.get("broker_epoch")),
             "fenced": respi.get("fenced"),
+            # KIP-1242 (the `misrouted` report section): what an ApiVersions v5 request intended, and
+            # the cluster id a Metadata or DescribeCluster response reported.
+            "intended_cluster_id": reqi.get("intended_cluster_id"),
+            "intended_node_id": reqi.get("intended_node_id"),
+            "cluster_id": respi.get("cluster_id"),
         }
         if tables.keep_messages:
             row.update(self.endpoints)
             row["request"] = reqi.get("message")
             row["response"] = respi.get("message")
-        tables.sink.add("requests", row)
+        tables.node_ids.add("requests", row)
         topics = tables.topics
         if "group" in reqi:
             group = group_row(
-                {**context, "client_id": req.client_id, "client_ip": self.client_ip},
+                {**context, "client_id": req.client_id, "client_ip": self.client_ip, **broker},
                 reqi.get("group_id"),
                 reqi["group"],
                 respi.get("group"),
@@ -375,7 +426,7 @@ class ExchangeRows(ConversationHandler):
             # KIP-848 assignments name topics by id: written once the topic-id map names them.
             topics.add_spelled("groups", group, topic_ids_of(group), spell_topics)
         damage = tables.record_damage
-        for prow in merged_rows(req.api_key, reqi, respi, {**context, **exchange, **who}):
+        for prow in merged_rows(req.api_key, reqi, respi, {**context, **exchange, **who, **broker}):
             records = None
             if "_records" in prow:
                 self._release(prow.pop("_held", 0))
@@ -422,6 +473,15 @@ class ExchangeRows(ConversationHandler):
             "api_name": api_name(req.api_key),
             "api_version": req.api_version,
         }
+
+    def _broker(self) -> dict[str, Any]:
+        """broker_ip, broker_port and, when already known, broker_id (else BrokerIds holds the rows)."""
+        fields = self.broker_fields
+        if self.broker is not None and fields["broker_id"] is None:
+            node = self.tables.node_ids.directory.node(self.broker)
+            if node is not None:
+                fields = self.broker_fields = {**fields, "broker_id": node}
+        return fields
 
     def _exchange(self, req: Request, resp: Response | None) -> dict[str, Any]:
         """The exchange's client and times (tables.schemas._CLIENT and _TIMES), as every row of it has them."""

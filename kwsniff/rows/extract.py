@@ -15,6 +15,7 @@ from kwsniff.rows.fact_compiler import PARTITION_KEYS, TOPIC_NAME_KEYS, compile_
 from kwsniff.rows.partitions import (
     COUNTS_ONLY,
     FETCH,
+    METADATA,
     PRODUCE,
     REQUEST,
     RESPONSE,
@@ -46,6 +47,11 @@ def request_summary(
         info.update(fetcher(api_version, msg))
     elif api_key in _KRAFT_SENDERS:
         node(api_key, msg, info)
+    elif api_key == API_VERSIONS and api_version >= 5:
+        # KIP-1242: the cluster and node the client means to reach (null, -1: not said).
+        info["intended_cluster_id"] = msg.get("cluster_id")
+        intended = msg.get("node_id")
+        info["intended_node_id"] = intended if isinstance(intended, int) and intended >= 0 else None
     if type(msg.get("group_id")) is str:
         info["group_id"] = msg["group_id"]
     if api_key in _MEMBER_EPOCHS:
@@ -77,6 +83,8 @@ def response_summary(
         record_totals(info, parts)
     if api_key in TOPIC_ID_SOURCES:
         info["topic_ids"] = topic_ids(msg)
+    if api_key in CLUSTER_ID_SOURCES:
+        info["cluster_id"] = msg.get("cluster_id")  # Metadata v2+, DescribeCluster
     if api_key in _PRODUCER_ANSWERS:
         _producer(msg, info, "_response")
     elif api_key == BROKER_REGISTRATION:
@@ -87,6 +95,9 @@ def response_summary(
 
 
 OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT = 8, 9, 28
+API_VERSIONS, DESCRIBE_CLUSTER = 18, 60
+# Responses that report the cluster's id: Metadata (v2+) and DescribeCluster.
+CLUSTER_ID_SOURCES = frozenset({METADATA, DESCRIBE_CLUSTER})
 LONG_POLLS = frozenset({FETCH, SHARE_FETCH})
 _MEMBER_EPOCHS = frozenset({OFFSET_COMMIT, OFFSET_FETCH, TXN_OFFSET_COMMIT})
 # Requests that send a producer id and epoch, and responses that return them (KIP-890: EndTxn v5+

@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kwsniff.rows.brokers import BROKER_TABLES
 from kwsniff.spark.tasks import TASK_FILE
 from kwsniff.tables.schemas import SCHEMAS
 
@@ -33,16 +34,21 @@ COMPRESSION = "zstd"  # as `kwsniff read` writes (kwsniff.sinks.parquet)
 class BucketFix:
     """What makes a bucketed capture's rows equal to the unsplit decode's: ``conn_id`` numbered by
     the rank of each connection's first packet, and topic ids named from any bucket (a Fetch v13
-    connection may sit in another bucket than the Metadata connection that named its topics).
+    connection may sit in another bucket than the Metadata connection that named its topics), and
+    broker ids likewise (docs/tables.md "Which broker answered": rows whose bucket never learned
+    their broker's node id take the one another bucket learned; the first bucket's wins).
     `errors` rows keep the names their own bucket knew when the response came."""
 
     ids: dict[int, int] = field(default_factory=dict)
     topics: dict[str, str] = field(default_factory=dict)
+    node_ids: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def add(self, meta: dict[str, Any]) -> None:
         self.ids.update(dict.fromkeys(meta["conns"], 0))
         for topic_id, topic in meta["topics"].items():
             self.topics.setdefault(topic_id, topic)
+        for ip, port, node in meta.get("node_ids", ()):
+            self.node_ids.setdefault((ip, port), node)
 
     def rank(self) -> None:
         self.ids = {first: n for n, first in enumerate(sorted(self.ids), 1)}
@@ -60,6 +66,20 @@ class BucketFix:
                 )
             ]
             columns["topic"] = pa.array(named, pa.string())
+        if table in BROKER_TABLES and self.node_ids:
+            node_ids = self.node_ids
+            columns["broker_id"] = pa.array(
+                [
+                    node if node is not None else node_ids.get((ip, port))
+                    for node, ip, port in zip(
+                        columns["broker_id"].to_pylist(),
+                        columns["broker_ip"].to_pylist(),
+                        columns["broker_port"].to_pylist(),
+                        strict=True,
+                    )
+                ],
+                pa.int32(),
+            )
         return pa.RecordBatch.from_arrays(list(columns.values()), schema=rows.schema)
 
 

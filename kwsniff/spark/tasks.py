@@ -344,7 +344,13 @@ def _decode(
         status["warnings"] = list(reader.warnings)
         status["rows"] = sink.close()
     if bucketed:
-        status["meta"] = {"conns": sorted(sink.conn_ids.values()), "topics": sink.topic_names}  # type: ignore[union-attr]
+        # Node ids of broker addresses this bucket learned, for the rows of the other buckets.
+        learned = session.rows.node_ids.directory.learned
+        status["meta"] = {
+            "conns": sorted(sink.conn_ids.values()),  # type: ignore[union-attr]
+            "topics": sink.topic_names,
+            "node_ids": sorted([ip, port, node] for (ip, port), node in learned.items()),
+        }
 
 
 def _decode_series(

@@ -34,4 +34,5 @@ SUMMARIES = (
     "summary_share_groups",
     "summary_share_deliveries",
     "summary_replication",
+    "summary_misrouted",
 )

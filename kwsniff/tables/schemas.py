@@ -31,6 +31,10 @@ _FETCHER = [("replica_id", pa.int32()), ("fetcher", pa.string())]
 # BeginQuorumEpoch/EndQuorumEpoch (leader), AlterPartition (partition leader), BrokerRegistration or
 # BrokerHeartbeat (broker) says it is sent by; null on every other API.
 _NODE = [("node_id", pa.int32())]
+# Which broker answered (docs/tables.md "Which broker answered"): the connection's broker end, and the
+# node id learned for it from Metadata, DescribeCluster and FindCoordinator responses of the run or
+# from --broker-map (null when never learned). On `requests`, `partitions`, `errors` and `groups`.
+_BROKER = [("broker_ip", pa.string()), ("broker_port", pa.int32()), ("broker_id", pa.int32())]
 
 REQUESTS = pa.schema(
     _EXCHANGE
@@ -77,6 +81,15 @@ REQUESTS = pa.schema(
         # (the epoch the controller gave the broker); BrokerHeartbeat responses' is_fenced.
         ("broker_epoch", pa.int64()),
         ("fenced", pa.bool_()),
+    ]
+    + _BROKER
+    + [
+        # KIP-1242 (docs/report.md "misrouted"): the ClusterId and NodeId an ApiVersions v5 request
+        # says the client means to reach (null when it names none: ClusterId null, NodeId -1), and the
+        # cluster id a Metadata (v2+) or DescribeCluster response reported; null on other rows.
+        ("intended_cluster_id", pa.string()),
+        ("intended_node_id", pa.int32()),
+        ("cluster_id", pa.string()),
     ]
 )
 
@@ -164,6 +177,7 @@ ERRORS = pa.schema(
     ]
     + _CLIENT
     + _TIMES
+    + _BROKER
 )
 
 # One row per topic-partition per exchange, request and response merged (kwsniff/rows/partitions.py).
@@ -242,6 +256,7 @@ PARTITIONS = pa.schema(
         ("partition_epoch", pa.int32()),
         ("vote_granted", pa.bool_()),
     ]
+    + _BROKER
 )
 
 # One row per record of a Produce request or Fetch response; opt-in (`kwsniff read --records`).
@@ -307,6 +322,7 @@ GROUPS = pa.schema(
         ("owned_partitions", pa.string()),
     ]
     + _CLIENT
+    + _BROKER
 )
 
 # One row per input of `kwsniff read` or `kwsniff spark` (docs/captures-table.md): what was read of

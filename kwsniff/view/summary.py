@@ -188,6 +188,12 @@ def summary_lines(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> l
             f"  topic ids without a name: {t['unresolved_topic_rows']:,} rows"
             f" (+{t['held_rows_overflow']:,} written before a name could be learned)"
         )
+    if t["broker_held_rows_overflow"] or t["unresolved_broker_rows"]:
+        # docs/tables.md "Which broker answered": no response of the run named their broker's node id.
+        echo(
+            f"  brokers without a node id: {t['unresolved_broker_rows']:,} rows"
+            f" (+{t['broker_held_rows_overflow']:,} written before an id could be learned)"
+        )
     line = memory_line(r)
     if line:
         echo("  " + line)

@@ -151,7 +151,11 @@ def _produce(partition: int, base_offset: int, batch: bytes) -> tuple[Any, Any]:
     return request, response
 
 
-def _metadata(topic: str) -> tuple[Any, Any]:
+# The node ids the Metadata responses give the two brokers (by IP literal): `broker_id` on their rows.
+NODE_IDS = {"a": 1, "b": 3}
+
+
+def _metadata(topic: str, ports: dict[str, int]) -> tuple[Any, Any]:
     if topic == "missing":
         topics = [{"error_code": ErrorCode(3), "name": topic, "topic_id": uuid.UUID(int=0), "partitions": []}]
     else:
@@ -161,13 +165,14 @@ def _metadata(topic: str) -> tuple[Any, Any]:
                 for p in range(3)
             ]}
         ]  # fmt: skip
-    return {}, {"cluster_id": "test", "controller_id": 3, "topics": topics}
+    brokers = [{"node_id": NODE_IDS[b], "host": "127.0.0.1", "port": ports[b]} for b in ("a", "b")]
+    return {}, {"cluster_id": "test", "controller_id": 3, "brokers": brokers, "topics": topics}
 
 
 API_MODULES = {PRODUCE: ("produce", "Produce"), FETCH: ("fetch", "Fetch"), METADATA: ("metadata", "Metadata")}
 
 
-def frames(step: tuple[str, int, int, Any], correlation: int) -> tuple[bytes, bytes]:
+def frames(step: tuple[str, int, int, Any], correlation: int, ports: dict[str, int]) -> tuple[bytes, bytes]:
     client_id, api, version, what = step
     module, name = API_MODULES[api]
     request_type = importlib.import_module(f"kio.schema.{module}.v{version}.request").__dict__[
@@ -182,7 +187,7 @@ def frames(step: tuple[str, int, int, Any], correlation: int) -> tuple[bytes, by
         partition, base_offset = what
         request, response = _produce(partition, base_offset, records(1_700_000_000_000 + correlation))
     else:
-        request, response = _metadata(what)
+        request, response = _metadata(what, ports)
     flexible = request_type.__flexible__
     header = (RequestHeader2 if flexible else RequestHeader1)(
         request_api_key=i16(api), request_api_version=i16(version), correlation_id=i32(correlation),
@@ -259,7 +264,7 @@ def capture(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, i
     """The tables, the brokers' ports, and per step what was sent with dpkt's times of its frames."""
     tmp = tmp_path_factory.mktemp("replication")
     ports = dict(zip(("a", "b"), free_ports(2), strict=True))
-    pairs = [frames(step, correlation) for correlation, step in enumerate(STEPS, start=1)]
+    pairs = [frames(step, correlation, ports) for correlation, step in enumerate(STEPS, start=1)]
     answers = dict(pairs)
     pcap = tmp / "broker-host.pcap"
     bpf = f"tcp port {ports['a']} or tcp port {ports['b']}"
@@ -307,7 +312,7 @@ def expected_brokers(ports: dict[str, int], sent: list[dict[str, Any]]) -> list[
         latencies = [latency_ms(s) for s in steps]
         replicas = [CLIENTS[s["client"]][1] >= 0 for s in steps]
         rows.append((
-            "127.0.0.1", ports[broker], api, len(steps),
+            "127.0.0.1", ports[broker], NODE_IDS[broker], api, len(steps),
             nearest_rank(latencies, 0.5), nearest_rank(latencies, 0.99), max(latencies),
             sum(s["what"] == "missing" for s in steps),  # the one error code answered
             sum(len(s["request"]) for s in steps), sum(len(s["response"]) for s in steps),
@@ -354,19 +359,19 @@ def expected_replication(ports: dict[str, int], sent: list[dict[str, Any]]) -> l
         latencies = [latency_ms(s) for s, *_ in seen]
         lags = [x for *_, x in seen if x is not None]
         rows.append((
-            ports["a"], CLIENTS[client][1], client, "orders", partition, offset, hwm, hwm - offset, lag,
+            ports["a"], NODE_IDS["a"], CLIENTS[client][1], client, "orders", partition, offset, hwm, hwm - offset, lag,
             max(lags) if lags else None, len(seen), nearest_rank(latencies, 0.5),
             nearest_rank(latencies, 0.99), max(latencies), last["ts_request"],
         ))  # fmt: skip
-    return sorted(rows, key=lambda r: (r[8] is None, -(r[8] or 0), -r[7], r[1], r[4]))
+    return sorted(rows, key=lambda r: (r[9] is None, -(r[9] or 0), -r[8], r[2], r[5]))
 
 
 BROKER_COLUMNS = (
-    "broker_ip", "broker_port", "api_name", "requests", "p50_ms", "p99_ms", "max_ms", "errors",
+    "broker_ip", "broker_port", "broker_id", "api_name", "requests", "p50_ms", "p99_ms", "max_ms", "errors",
     "bytes_in", "bytes_out", "connections", "replication_share",
 )  # fmt: skip
 REPLICATION_COLUMNS = (
-    "broker_port", "replica_id", "client_id", "topic", "partition", "fetch_offset", "high_watermark",
+    "broker_port", "broker_id", "replica_id", "client_id", "topic", "partition", "fetch_offset", "high_watermark",
     "lag_records", "lag_seconds", "max_lag_seconds", "fetches", "p50_ms", "p99_ms", "max_ms", "last_fetch",
 )  # fmt: skip
 
@@ -411,7 +416,7 @@ def test_brokers_are_the_requests_latencies_errors_bytes_and_replication_share_s
     # What the capture holds, told by hand: broker a answered 1 Metadata, 2 Produce and 13 Fetch
     # (9 of them followers'), broker b 4 metadata-log fetches and the Metadata answered with an error.
     shape = sorted(
-        ((r[1] == ports["a"], r[2], r[3], r[7], r[10], r[11]) for r in got), key=lambda x: (not x[0], x[1])
+        ((r[1] == ports["a"], r[3], r[4], r[8], r[11], r[12]) for r in got), key=lambda x: (not x[0], x[1])
     )
     assert shape == [
         (True, "Fetch", 13, 0, 4, 9 / 13),
@@ -441,7 +446,7 @@ def test_replication_is_each_followers_last_fetch_against_the_leaders_log(
     behind_2 = max(
         (at[4]["ts_request"] - at[3]["ts_request"]) / 1e6, (at[8]["ts_request"] - at[6]["ts_request"]) / 1e6
     )
-    cases = [(r[1], r[4], r[7], r[8], r[9]) for r in got]
+    cases = [(r[2], r[5], r[8], r[9], r[10]) for r in got]
     assert rounded(cases) == rounded(
         [(4, 1, 2, behind_4, behind_4), (2, 0, 0, 0.0, behind_2), (5, 2, 10, None, None)]
     )
@@ -478,10 +483,10 @@ def test_live_metrics_give_each_followers_replication_lag_at_its_last_fetch(
     }
     want = {}
     for row in expected_replication(ports, sent):
-        labels = f'{{follower="{row[1]}",partition="{row[4]}",topic="{row[3]}"}}'
-        want[f"kwsniff_replication_lag_records{labels}"] = float(row[7])
-        if row[8] is not None:
-            want[f"kwsniff_replication_lag_seconds{labels}"] = row[8]
+        labels = f'{{follower="{row[2]}",partition="{row[5]}",topic="{row[4]}"}}'
+        want[f"kwsniff_replication_lag_records{labels}"] = float(row[8])
+        if row[9] is not None:
+            want[f"kwsniff_replication_lag_seconds{labels}"] = row[9]
     assert {k: round(v, 9) for k, v in got.items()} == {k: round(v, 9) for k, v in want.items()}
     assert len(want) == 5  # follower 5's lag in seconds is unknown: no gauge
 
@@ -656,7 +661,9 @@ def test_brokers_of_real_clients_against_two_tansu_brokers(tmp_path: Path) -> No
             max(latencies), sum(e["bytes_in"] for e in exchanges), sum(e["bytes_out"] for e in exchanges),
             len({e["conn"] for e in exchanges}), 0.0 if api == "Fetch" else None,
         ))  # fmt: skip
-    columns = tuple(c for c in BROKER_COLUMNS if c != "errors")
+    # broker_id: tansu answers node 111 on every broker, checked against librdkafka's own reading of
+    # its Metadata in tests/test_broker_identity.py.
+    columns = tuple(c for c in BROKER_COLUMNS if c not in ("errors", "broker_id"))
     assert rounded(rows_of(got, columns)) == rounded(want)
     # Both brokers answered Produce, only b Fetch (the consumer's, no follower among them).
     assert {(r["broker_port"], r["api_name"]) for r in got} >= {

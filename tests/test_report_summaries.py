@@ -89,7 +89,7 @@ def test_the_report_reads_the_summaries_and_answers_as_from_the_rows(out: Path, 
     summarized, rows = duck_answer(out)
     assert summarized
     assert rows == from_rows
-    assert len(SUMMARIZED) == 14
+    assert len(SUMMARIZED) == 15
     assert [s.name for s in SUMMARIZED if not rows[s.name]] == [
         "reconciliation",
         "storms",

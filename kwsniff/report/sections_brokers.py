@@ -2,8 +2,9 @@
 how far each follower broker is behind the leader it replicates from.
 
 A broker is the server end (ip and port) of the connections it answered, from the `connections`
-table joined on (capture, conn_id). The `broker_id` columns of issue 36 item 1 (the node id that
-answered) are not in these tables yet: when they are, both sections gain them beside the address.
+table joined on (capture, conn_id) (tables written before the exchange tables carried `broker_ip`
+have it there only), with its node id (`broker_id`, docs/tables.md "Which broker answered"; null when
+the run never learned it).
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ REPLICATION_FETCHERS = "('follower', 'metadata')"
 # of its fetches) sit on the rows they are about (connections per API; the share on Fetch).
 BROKERS = f"""
 WITH exchanges AS (
-  SELECT c.broker_ip, c.broker_port, r.capture, r.conn_id, r.api_name, r.latency_ms, r.error_count,
+  SELECT c.broker_ip, c.broker_port, r.broker_id, r.capture, r.conn_id, r.api_name, r.latency_ms, r.error_count,
          r.request_bytes, r.response_bytes, r.fetcher
   FROM requests r LEFT JOIN connections c ON c.capture = r.capture AND c.conn_id = r.conn_id
 )
-SELECT broker_ip, broker_port, api_name, COUNT(*) AS requests,
+SELECT broker_ip, broker_port, MAX(broker_id) AS broker_id, api_name, COUNT(*) AS requests,
        {pct(0.5, "latency_ms")} AS p50_ms, {pct(0.99, "latency_ms")} AS p99_ms, MAX(latency_ms) AS max_ms,
        COALESCE(SUM(error_count), 0) AS errors,
        COALESCE(SUM(request_bytes), 0) AS bytes_in, COALESCE(SUM(response_bytes), 0) AS bytes_out,
@@ -45,7 +46,7 @@ ORDER BY broker_ip, broker_port, api_name
 REPLICATION = f"""
 WITH follower AS (
   SELECT p.capture, p.conn_id, p.correlation_id, p.replica_id, p.client_id, p.topic, p.partition,
-         p.fetch_offset, p.high_watermark, p.ts_request, p.latency_ms, c.broker_ip, c.broker_port
+         p.fetch_offset, p.high_watermark, p.ts_request, p.latency_ms, c.broker_ip, c.broker_port, p.broker_id
   FROM partitions p LEFT JOIN connections c ON c.capture = p.capture AND c.conn_id = p.conn_id
   WHERE p.api_key = 1 AND p.fetcher = 'follower' AND p.topic IS NOT NULL AND p.partition IS NOT NULL
     AND p.fetch_offset IS NOT NULL AND p.ts_request IS NOT NULL
@@ -71,7 +72,7 @@ watermarked AS (
 ),
 dated AS (
   SELECT f.capture, f.conn_id, f.correlation_id, f.replica_id, f.client_id, f.topic, f.partition,
-         f.fetch_offset, f.high_watermark, f.ts_request, f.latency_ms, f.broker_ip, f.broker_port,
+         f.fetch_offset, f.high_watermark, f.ts_request, f.latency_ms, f.broker_ip, f.broker_port, f.broker_id,
          -- LEAST skips nulls (DuckDB and Spark): the earlier of the two.
          LEAST(MIN(pr.ts_request), MAX(CASE WHEN w.above_at > w.first_at THEN w.above_at END)) AS reached_at
   FROM follower f
@@ -80,7 +81,7 @@ dated AS (
   LEFT JOIN produced_buckets pr ON pr.capture = f.capture AND pr.topic = f.topic AND pr.partition = f.partition
     AND pr.bucket = {offset_bucket("f.fetch_offset")} AND f.fetch_offset BETWEEN pr.first_offset AND pr.last_offset
   GROUP BY f.capture, f.conn_id, f.correlation_id, f.replica_id, f.client_id, f.topic, f.partition,
-           f.fetch_offset, f.high_watermark, f.ts_request, f.latency_ms, f.broker_ip, f.broker_port
+           f.fetch_offset, f.high_watermark, f.ts_request, f.latency_ms, f.broker_ip, f.broker_port, f.broker_id
 ),
 lagged AS (
   SELECT *,
@@ -91,13 +92,13 @@ lagged AS (
 per_follower AS (
   SELECT capture, broker_ip, broker_port, replica_id, client_id, topic, partition, COUNT(*) AS fetches,
          {pct(0.5, "latency_ms")} AS p50_ms, {pct(0.99, "latency_ms")} AS p99_ms, MAX(latency_ms) AS max_ms,
-         MAX(lag_seconds) AS max_lag_seconds,
+         MAX(lag_seconds) AS max_lag_seconds, MAX(broker_id) AS broker_id,
          {latest("conn_id", "ts_request", "correlation_id")} AS last_conn,
          {latest("correlation_id", "ts_request", "correlation_id")} AS last_correlation
   FROM lagged
   GROUP BY capture, broker_ip, broker_port, replica_id, client_id, topic, partition
 )
-SELECT a.capture, a.broker_ip, a.broker_port, a.replica_id, a.client_id, a.topic, a.partition,
+SELECT a.capture, a.broker_ip, a.broker_port, a.broker_id, a.replica_id, a.client_id, a.topic, a.partition,
        l.fetch_offset, l.high_watermark, l.high_watermark - l.fetch_offset AS lag_records,
        l.lag_seconds, a.max_lag_seconds, a.fetches, a.p50_ms, a.p99_ms, a.max_ms, l.ts_request AS last_fetch
 FROM per_follower a JOIN lagged l ON l.capture = a.capture AND l.conn_id = a.last_conn

@@ -26,6 +26,7 @@ from kwsniff.protocol import (
     removed_in,
 )
 from kwsniff.protocol.partial import decode_prefix
+from kwsniff.rows import compiled
 from kwsniff.rows.extract import error_rows, request_summary, response_summary
 from kwsniff.rows.groups import (
     GROUP_APIS,
@@ -127,6 +128,9 @@ class TableBuilder:
         # Kept messages outlive their frames, so they need copies of their record data.
         self.decode_request = decode_request if keep_messages else decode_request_view
         self.decode_response = decode_response if keep_messages else decode_response_view
+        # Produce and Fetch summaries straight from the body (kwsniff/rows/compiled.py), unless the
+        # decoded message or its records are wanted.
+        self.compiled = compiled.AVAILABLE and not keep_messages and not record_options.records
         self.status = Counter[str]()
         self.undecodable_frames = 0
         self.decode_errors = Counter[str]()
@@ -217,6 +221,11 @@ class ExchangeRows(ConversationHandler):
         tables = self.tables
         if tables.budget is not None:
             tables.budget.frame_records = 0
+        if tables.compiled and not req.missing and req.api_key in compiled.FIRST_VERSION:
+            fast = compiled.request_info(req.api_key, req.api_version, body)
+            if fast is not None:
+                req.info = fast
+                return
         try:
             whole = True
             if req.missing:
@@ -253,6 +262,12 @@ class ExchangeRows(ConversationHandler):
     def response(self, req: Request, resp: Response, body: memoryview | bytes) -> None:
         if self.tables.budget is not None:
             self.tables.budget.frame_records = 0
+        if self.tables.compiled and not resp.missing and req.api_key in compiled.FIRST_VERSION:
+            fast = compiled.response_info(req.api_key, req.api_version, body)
+            if fast is not None:
+                fast["error_count"] = 0  # the walker answers only for bodies without an error code
+                resp.info = fast
+                return
         try:
             whole = True
             if resp.missing:

@@ -642,11 +642,186 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     return result;
 }
 
+
+/* ----------------------------------------------------------------------------------- merged rows */
+
+/* A merged row's value of `name`: the response's facts over the request's over the context (the
+ * precedence of kwsniff.rows.partitions.merged_rows' {**context, **request, **response}; ctx may be
+ * NULL); NULL if none has it. Borrowed. */
+static PyObject *lookup(PyObject *rs, PyObject *rq, PyObject *ctx, PyObject *name) {
+    PyObject *v;
+    if (rs != NULL && (v = PyDict_GetItemWithError(rs, name)) != NULL)
+        return v;
+    if (rq != NULL && (v = PyDict_GetItemWithError(rq, name)) != NULL)
+        return v;
+    return ctx == NULL ? NULL : PyDict_GetItemWithError(ctx, name);
+}
+
+static int slot(PyObject *index, PyObject *name) {
+    PyObject *i = PyDict_GetItemWithError(index, name);
+    return i == NULL ? -1 : (int)PyLong_AsLong(i);
+}
+
+static void put(PyObject *row, int i, PyObject *v) {
+    if (i < 0)
+        return;
+    Py_INCREF(v);
+    Py_SETREF(PyTuple_GET_ITEM(row, i), v);
+}
+
+static int truthy_fact(PyObject *rs, PyObject *rq, PyObject *name) {
+    PyObject *v = lookup(rs, rq, NULL, name);
+    return v != NULL && v != Py_None && PyObject_IsTrue(v) == 1;
+}
+
+/* One merged row as a tuple in schema order, or Py_None when it needs the Python path (records
+ * kept, record damage to count, an error code, a topic id without a name yet). New reference. */
+static PyObject *merge_one(PyObject *index, PyObject *base, PyObject *ctx, PyObject *rq, PyObject *rs,
+                           int produce, PyObject *names, PyObject *none_name) {
+    static PyObject *S_records, *S_error_code, *S_error_name, *S_lag, *S_high_watermark, *S_fetch_offset,
+        *S_base_offset;
+    if (S_records == NULL) {
+        S_records = PyUnicode_InternFromString("_records");
+        S_error_code = PyUnicode_InternFromString("error_code");
+        S_error_name = PyUnicode_InternFromString("error_name");
+        S_lag = PyUnicode_InternFromString("lag");
+        S_high_watermark = PyUnicode_InternFromString("high_watermark");
+        S_fetch_offset = PyUnicode_InternFromString("fetch_offset");
+        S_base_offset = PyUnicode_InternFromString("base_offset");
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    if ((rq != NULL && PyDict_Contains(rq, S_records)) || (rs != NULL && PyDict_Contains(rs, S_records)) ||
+        truthy_fact(rs, rq, S_crc_errors) || truthy_fact(rs, rq, S_capped_batches) ||
+        truthy_fact(rs, rq, S_record_errors))
+        return Py_NewRef(Py_None);
+    PyObject *code = lookup(rs, rq, ctx, S_error_code);
+    int code_zero = 0;
+    if (code != NULL && code != Py_None) {
+        if (!PyLong_CheckExact(code) || PyLong_AsLong(code) != 0)
+            return Py_NewRef(Py_None);
+        code_zero = 1;
+    }
+    PyObject *topic = lookup(rs, rq, ctx, S_topic);
+    PyObject *named = NULL;
+    if (topic == NULL || topic == Py_None) {
+        PyObject *tid = lookup(rs, rq, ctx, S_topic_id);
+        if (tid != NULL && tid != Py_None) {
+            named = PyDict_GetItemWithError(names, tid);
+            if (named == NULL)
+                return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+        }
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(base);
+    PyObject *row = PyTuple_New(n);
+    if (row == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(row, i, Py_NewRef(PyTuple_GET_ITEM(base, i)));
+    PyObject *parts[2] = {rq, rs};
+    for (int j = 0; j < 2; j++) {
+        if (parts[j] == NULL)
+            continue;
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(parts[j], &pos, &k, &v)) {
+            int i = slot(index, k);
+            if (i < 0 && PyErr_Occurred())
+                goto fail;
+            put(row, i, v);
+        }
+    }
+    if (named != NULL)
+        put(row, slot(index, S_topic), named);
+    put(row, slot(index, S_error_name), code_zero ? none_name : Py_None);
+    if (produce && lookup(rs, rq, NULL, S_record_count) != NULL) {
+        PyObject *first = lookup(rs, rq, ctx, S_base_offset);
+        if (code_zero && first != NULL && first != Py_None && PyLong_AsLongLong(first) >= 0) {
+            PyObject *count = lookup(rs, rq, NULL, S_record_count);
+            put(row, slot(index, S_first_offset), first);
+            if (count != Py_None && PyObject_IsTrue(count) == 1) {
+                PyObject *one = PyLong_FromLong(1);
+                PyObject *sum = one == NULL ? NULL : PyNumber_Add(first, count);
+                PyObject *last = sum == NULL ? NULL : PyNumber_Subtract(sum, one);
+                Py_XDECREF(one);
+                Py_XDECREF(sum);
+                if (last == NULL)
+                    goto fail;
+                put(row, slot(index, S_last_offset), last);
+                Py_DECREF(last);
+            } else
+                put(row, slot(index, S_last_offset), Py_None);
+        }
+    }
+    PyObject *hw = lookup(rs, rq, ctx, S_high_watermark);
+    PyObject *fo = hw == NULL ? NULL : lookup(rs, rq, ctx, S_fetch_offset);
+    if (hw != NULL && fo != NULL) {
+        PyObject *lag = PyNumber_Subtract(hw, fo);
+        if (lag == NULL)
+            goto fail;
+        put(row, slot(index, S_lag), lag);
+        Py_DECREF(lag);
+    }
+    if (PyErr_Occurred())
+        goto fail;
+    return row;
+fail:
+    Py_DECREF(row);
+    return NULL;
+}
+
+/* merge_rows(index, base, context, request parts, response parts, produce, topic names, "NONE")
+ *   -> [row tuple, or None where the Python path must build the row], in merged_rows' order */
+static PyObject *merge_rows(PyObject *self, PyObject *args) {
+    PyObject *index, *base, *ctx, *req, *resp, *names, *none_name;
+    int produce;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!pO!U", &PyDict_Type, &index, &PyTuple_Type, &base, &PyDict_Type, &ctx,
+                          &PyDict_Type, &req, &PyDict_Type, &resp, &produce, &PyDict_Type, &names, &none_name))
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    for (int side = 0; side < 2; side++) {
+        PyObject *keys = side == 0 ? req : resp;
+        Py_ssize_t pos = 0;
+        PyObject *key, *facts;
+        while (PyDict_Next(keys, &pos, &key, &facts)) {
+            PyObject *rq, *rs;
+            if (side == 0) {
+                rq = facts;
+                rs = PyDict_GetItemWithError(resp, key);
+            } else {
+                if (PyDict_Contains(req, key))
+                    continue; /* merged with the request's, above */
+                rq = NULL;
+                rs = facts;
+            }
+            if (PyErr_Occurred() || !PyDict_Check(rq != NULL ? rq : rs) || (rs != NULL && !PyDict_Check(rs))) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_TypeError, "facts must be dicts");
+                Py_DECREF(out);
+                return NULL;
+            }
+            PyObject *row = merge_one(index, base, ctx, rq, rs, produce, names, none_name);
+            if (row == NULL || PyList_Append(out, row) < 0) {
+                Py_XDECREF(row);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(row);
+        }
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"make_plan", make_plan, METH_VARARGS, "make_plan(root node, flexible, offsets) -> plan"},
     {"walk", walk, METH_VARARGS,
      "walk(plan, body, out, crc32c, metadata_topic, metadata_id) -> root values, or None: the Python "
      "path must answer"},
+    {"merge_rows", merge_rows, METH_VARARGS,
+     "merge_rows(index, base, context, request parts, response parts, produce, topic names, 'NONE') -> "
+     "[row tuple in schema order, or None: the Python path builds that row]"},
     {NULL, NULL, 0, NULL},
 };
 

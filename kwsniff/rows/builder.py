@@ -131,6 +131,12 @@ class TableBuilder:
         # Produce and Fetch summaries straight from the body (kwsniff/rows/compiled.py), unless the
         # decoded message or its records are wanted.
         self.compiled = compiled.AVAILABLE and not keep_messages and not record_options.records
+        # `partitions` rows merged by compiled code straight into a sink that takes rows as values in
+        # schema order (the Parquet writer): (add_values, column -> position, columns), or None.
+        self.partition_values: tuple[Any, dict[str, int], tuple[str, ...]] | None = None
+        if compiled.AVAILABLE and hasattr(sink, "add_values") and "partitions" in getattr(sink, "names", {}):
+            columns = sink.columns("partitions")
+            self.partition_values = (sink.add_values, {c: i for i, c in enumerate(columns)}, columns)
         self.status = Counter[str]()
         self.undecodable_frames = 0
         self.decode_errors = Counter[str]()
@@ -379,19 +385,61 @@ class ExchangeRows(ConversationHandler):
             )
             # KIP-848 assignments name topics by id: written once the topic-id map names them.
             topics.add_spelled("groups", group, topic_ids_of(group), spell_topics)
-        damage = tables.record_damage
-        for prow in merged_rows(req.api_key, reqi, respi, {**context, **exchange, **who}):
-            records = None
-            if "_records" in prow:
-                self._release(prow.pop("_held", 0))
-                records = records_of(req.api_key, prow, context)
-            if prow.get("crc_errors") or prow.get("capped_batches") or prow.get("record_errors"):
-                for key in _RECORD_DAMAGE:
-                    damage[key] += prow.get(key) or 0
-            if records:
-                # Named (or held for a name) like their partitions row, before that row is named.
-                topics.add("records", records, prow.get("topic"), prow.get("topic_id"))
-            topics.add_row("partitions", prow)
+        shared = {**context, **exchange, **who}
+        if (
+            tables.partition_values is not None
+            and req.api_key in compiled.FIRST_VERSION
+            and "group_id" not in reqi
+            and "member_epoch" not in reqi
+        ):
+            self._partition_values(req.api_key, reqi, respi, shared, context)
+            return
+        for prow in merged_rows(req.api_key, reqi, respi, shared):
+            self._partition_row(req.api_key, prow, context)
+
+    def _partition_values(
+        self, api_key: int, reqi: dict[str, Any], respi: dict[str, Any], shared: dict[str, Any], context: Any
+    ) -> None:
+        """Produce and Fetch `partitions` rows merged by compiled code (kwsniff/rows/compiled.py) as
+        values in schema order: no row dict. A row it leaves (None: records kept, record damage, an
+        error code, a topic id not named yet) is built by merged_rows, in its place."""
+        req_parts = reqi.get("partitions") or {}
+        resp_parts = respi.get("partitions") or {}
+        if not req_parts and not resp_parts:
+            return
+        tables = self.tables
+        assert tables.partition_values is not None
+        add, index, columns = tables.partition_values
+        base = tuple(map(shared.get, columns))
+        rows = compiled.merge_rows(index, base, shared, req_parts, resp_parts, api_key, tables.topics.names)
+        if None not in rows:
+            for values in rows:
+                add("partitions", values)
+            return
+        keys = list(dict.fromkeys([*req_parts, *resp_parts]) if resp_parts else req_parts)
+        for key, values in zip(keys, rows, strict=True):
+            if values is not None:
+                add("partitions", values)
+                continue
+            one_req = {**reqi, "partitions": {key: req_parts[key]} if key in req_parts else {}}
+            one_resp = {**respi, "partitions": {key: resp_parts[key]} if key in resp_parts else {}}
+            for prow in merged_rows(api_key, one_req, one_resp, shared):
+                self._partition_row(api_key, prow, context)
+
+    def _partition_row(self, api_key: int, prow: dict[str, Any], context: dict[str, Any]) -> None:
+        tables = self.tables
+        topics = tables.topics
+        records = None
+        if "_records" in prow:
+            self._release(prow.pop("_held", 0))
+            records = records_of(api_key, prow, context)
+        if prow.get("crc_errors") or prow.get("capped_batches") or prow.get("record_errors"):
+            for key in _RECORD_DAMAGE:
+                tables.record_damage[key] += prow.get(key) or 0
+        if records:
+            # Named (or held for a name) like their partitions row, before that row is named.
+            topics.add("records", records, prow.get("topic"), prow.get("topic_id"))
+        topics.add_row("partitions", prow)
 
     def undecodable_frame(self, direction: int, ts: int, size: int, offset: int, reason: str) -> None:
         self.undecodable_frames += 1

@@ -84,7 +84,9 @@ class _Planner:
     def node(self, fields: tuple[Any, ...], role: int) -> tuple[int, tuple[Any, ...]]:
         plan: list[tuple[int, int, int, str | None, Any]] = []
         names = [str(f[0]) for f in fields]
-        pkey = next((k for k in PARTITION_KEYS if k in names and fields[names.index(k)][1] in _INT_KINDS), None)
+        pkey = next(
+            (k for k in PARTITION_KEYS if k in names and fields[names.index(k)][1] in _INT_KINDS), None
+        )
         topic_names = [k for k in TOPIC_NAME_KEYS if k in names and fields[names.index(k)][1] == "string"]
         if role == _TOPIC and len(topic_names) > 1:
             raise _Unsupported("two topic name fields")
@@ -121,7 +123,9 @@ class _Planner:
             elif kind == "float64":
                 plan.append((_SKIP, 0, 8, None, None))
             elif kind == "uuid":
-                plan.append((_UUID, _TOPIC_ID if role == _TOPIC and name == "topic_id" else 0, 16, None, None))
+                plan.append(
+                    (_UUID, _TOPIC_ID if role == _TOPIC and name == "topic_id" else 0, 16, None, None)
+                )
             elif kind == "string":
                 if role == _TOPIC and name in topic_names:
                     flags |= _TOPIC_NAME
@@ -133,7 +137,9 @@ class _Planner:
             elif kind == "struct":
                 plan.append((_STRUCT, flags, 0, None, self.node(children, self.inner(role, name, children))))
             elif kind == "[]struct":
-                plan.append((_ARRAY_STRUCT, flags, 0, None, self.node(children, self.inner(role, name, children))))
+                plan.append(
+                    (_ARRAY_STRUCT, flags, 0, None, self.node(children, self.inner(role, name, children)))
+                )
             elif kind in ("[]string", "[]bytes"):
                 plan.append((_ARRAY_VAR, flags, int(kind == "[]bytes"), None, None))
             elif kind[2:] in _SIZES:
@@ -153,7 +159,12 @@ class _Planner:
             return _TOPIC
         if role == _TOPIC and name not in SKIPPED_LISTS and partition:
             return _PART
-        if name not in SKIPPED_LISTS and (topical or partition) or role == _TOPIC and "[]struct" in names.values():
+        if (
+            name not in SKIPPED_LISTS
+            and (topical or partition)
+            or role == _TOPIC
+            and "[]struct" in names.values()
+        ):
             raise _Unsupported(f"{name}: a list the Python walker may read")
         return _OTHER
 
@@ -231,3 +242,21 @@ def response_info(api_key: int, version: int, body: Any) -> dict[str, Any] | Non
 
 
 _MISSING: Any = object()
+
+
+def merge_rows(
+    index: dict[str, int],
+    base: tuple[Any, ...],
+    shared: dict[str, Any],
+    req_parts: dict[Any, dict[str, Any]],
+    resp_parts: dict[Any, dict[str, Any]],
+    api_key: int,
+    topic_names: dict[Any, str],
+) -> list[tuple[Any, ...] | None]:
+    """merged_rows' rows of one Produce or Fetch exchange as tuples in the order of ``index`` (column
+    -> position), ``base`` holding the exchange's shared values; None for a row the Python path must
+    build (records kept, record damage, an error code, a topic id not named yet)."""
+    rows: list[tuple[Any, ...] | None] = _partfacts.merge_rows(
+        index, base, shared, req_parts, resp_parts, api_key == PRODUCE, topic_names, "NONE"
+    )
+    return rows

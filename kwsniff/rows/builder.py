@@ -134,9 +134,11 @@ class TableBuilder:
         # `partitions` rows merged by compiled code straight into a sink that takes rows as values in
         # schema order (the Parquet writer): (add_values, column -> position, columns), or None.
         self.partition_values: tuple[Any, dict[str, int], tuple[str, ...]] | None = None
-        if compiled.AVAILABLE and hasattr(sink, "add_values") and "partitions" in getattr(sink, "names", {}):
-            columns = sink.columns("partitions")
-            self.partition_values = (sink.add_values, {c: i for i, c in enumerate(columns)}, columns)
+        add_values = getattr(sink, "add_values", None)
+        columns_of = getattr(sink, "columns", None)
+        if compiled.AVAILABLE and add_values and columns_of and "partitions" in getattr(sink, "names", {}):
+            columns: tuple[str, ...] = columns_of("partitions")
+            self.partition_values = (add_values, {c: i for i, c in enumerate(columns)}, columns)
         self.status = Counter[str]()
         self.undecodable_frames = 0
         self.decode_errors = Counter[str]()

@@ -114,8 +114,8 @@ class _Planner:
                 elif role == _PART and name == pkey:
                     flags |= _PARTITION
                     column = "partition"
-                elif role == _PART and kind in _INT_KINDS and self.renames.get(name):
-                    column = self.renames[name]
+                elif role == _PART and kind in _INT_KINDS and (renamed := self.renames.get(name)):
+                    column = renamed
                     if column in columns:
                         raise _Unsupported("two fields of one column")
                     columns.add(column)

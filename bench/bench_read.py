@@ -149,18 +149,43 @@ def packet_count(path: Path) -> int:
     return int(out.stdout.split("\t")[-1])
 
 
+def first_packet_capture(path: Path, out: Path) -> Path:
+    """A copy of the capture's file header and first packet: what `read` costs before any row."""
+    with open(path, "rb") as f:
+        header = f.read(PCAP_HEADER.size)
+        record = f.read(RECORD_HEADER.size)
+        data = f.read(RECORD_HEADER.unpack(record)[2])
+    out.write_bytes(header + record + data)
+    return out
+
+
+def partition_rows(out: Path) -> int:
+    """Rows of the `partitions` table `read` wrote under ``out``."""
+    import pyarrow.parquet as pq  # only here: bench_memory and the other users of this module need none
+
+    return sum(pq.read_metadata(p).num_rows for p in (out / "partitions").glob("*.parquet"))
+
+
 def bench_capture(path: Path, runs: int, timeout_s: float = CHILD_TIMEOUT_S) -> dict[str, float | int | str]:
     port = broker_port(path)
     kw_times, ts_times, kw_peak, ts_peak = [], [], 0.0, 0.0
-    kw_cpu, ts_cpu = [], []
+    kw_cpu, ts_cpu, fixed_cpu = [], [], []
+    rows = 0
     ts_command = ["tshark", "-r", str(path), "-d", f"tcp.port=={port},kafka", "-T", "fields",
                   "-e", "kafka.api_key", "-e", "kafka.correlation_id"]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="kwsniff-bench-") as tmp:
         out = Path(tmp) / "tables"
-        kw_command = [*kwsniff_command(), "read", str(path), "--out", str(out), "--broker-port", str(port)]
+        kwsniff = kwsniff_command()
+        kw_command = [*kwsniff, "read", str(path), "--out", str(out), "--broker-port", str(port)]
+        one = first_packet_capture(path, Path(tmp) / "first-packet.pcap")
+        one_out = Path(tmp) / "first-packet"
+        one_command = [*kwsniff, "read", str(one), "--out", str(one_out), "--broker-port", str(port)]
         for _ in range(runs):
             shutil.rmtree(out, ignore_errors=True)
+            shutil.rmtree(one_out, ignore_errors=True)
             kw = run_measured(kw_command, timeout_s)
+            rows = partition_rows(out)
+            fixed_cpu.append(run_measured(one_command, timeout_s).cpu_seconds)
             ts = run_measured(ts_command, timeout_s)
             kw_times.append(kw.seconds)
             ts_times.append(ts.seconds)
@@ -188,6 +213,8 @@ def bench_capture(path: Path, runs: int, timeout_s: float = CHILD_TIMEOUT_S) -> 
         "kw_cpu_s": statistics.median(kw_cpu),
         "ts_cpu_s": statistics.median(ts_cpu),
         "cpu_ratio": statistics.median(ts_cpu) / statistics.median(kw_cpu),
+        "partition_rows": rows,
+        "fixed_cpu_s": statistics.median(fixed_cpu),
     }
 
 
@@ -215,6 +242,18 @@ def print_table(rows: list[dict[str, float | int | str]], runs: int) -> None:
         "tshark/kwsniff: ratio of the medians (best: of the best times); memory: kwsniff peak ÷ tshark peak;"
         " CPU: median user + system seconds of each child and their ratio (moves less with the load)"
     )
+    print(
+        "per `partitions` row, kwsniff's median CPU: all of it, and over a `read` of the capture's first packet"
+    )
+    for r in rows:
+        count = int(r.get("partition_rows", 0))
+        if count:
+            all_us = float(r["kw_cpu_s"]) / count * 1e6
+            over_us = (float(r["kw_cpu_s"]) - float(r["fixed_cpu_s"])) / count * 1e6
+            print(
+                f"{r['capture']:<16} {count:>9,} rows | {all_us:6.1f} µs all | {over_us:6.1f} µs over"
+                f" {float(r['fixed_cpu_s']):.2f} s for one packet"
+            )
 
 
 def bench_main(

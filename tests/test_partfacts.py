@@ -19,9 +19,13 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from kwsniff.protocol import DecodeError, decode_request_view, decode_response_view
 from kwsniff.rows import compiled
+from kwsniff.rows.extract import error_rows, request_summary, response_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 PURE = {**os.environ, "KWSNIFF_PURE_PYTHON": "1"}
@@ -242,3 +246,50 @@ def test_what_only_the_python_path_answers() -> None:
     assert compiled.response_info(FETCH, 11, fetch_v11_response([(0, 0, 1, bytes(legacy))])) is None
     # Versions whose records fields hold message sets have no plan.
     assert not compiled.has_plan(PRODUCE, 2, 0) and not compiled.has_plan(FETCH, 3, 1)
+
+
+# -- damaged bodies: the walker answers what the Python path answers, or leaves it to it ------------
+
+BODIES = [
+    (
+        FETCH,
+        11,
+        True,
+        fetch_v11_response([(0, 0, 12, batch(10, [b"a", b"b"])), (1, 0, 3, None), (2, 0, 0, b"")]),
+    ),
+    (PRODUCE, 9, False, produce_v9_request("t", [(0, batch(0, [b"x" * 20])), (1, batch(0, [b"y", b"z"]))])),
+    (FETCH, 11, False, fetch_v11_request("topic", [(0, 5), (1, 6), (2, 7)])),
+]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_damaged_body_gets_the_python_answer_or_none(data: st.DataObject) -> None:
+    api_key, version, response, body = data.draw(st.sampled_from(BODIES))
+    damaged = bytearray(body)
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(damaged) - 1))
+        action = data.draw(st.sampled_from(["flip", "cut", "insert"]))
+        if action == "flip":
+            damaged[at] ^= data.draw(st.integers(1, 255))
+        elif action == "cut":
+            del damaged[at:]
+        else:
+            damaged.insert(at, data.draw(st.integers(0, 255)))
+        if not damaged:
+            damaged.append(0)
+    side = compiled.response_info if response else compiled.request_info
+    fast = side(api_key, version, bytes(damaged))
+    decode = decode_response_view if response else decode_request_view
+    try:
+        msg = decode(api_key, version, bytes(damaged))
+    except DecodeError:
+        assert fast is None
+        return
+    if fast is None:
+        return
+    if response:
+        assert error_rows(api_key, version, msg) == []
+        assert fast == response_summary(api_key, version, msg)
+    else:
+        assert fast == request_summary(api_key, version, msg)

@@ -137,6 +137,15 @@ def fetch_v11_request(topic: str, offsets: list[tuple[int, int]]) -> bytes:
     return body + struct.pack(">i", 0) + string16("")  # no forgotten topics, rack ""
 
 
+def fetch_v12_request(topic: str, offsets: list[tuple[int, int]], root_tags: bytes = b"\x00") -> bytes:
+    """Fetch v12 (flexible) request of a consumer; ``root_tags`` its root's tagged fields section."""
+    body = struct.pack(">iiiibii", -1, 500, 1, 52428800, 0, 0, -1) + uvarint(2)
+    body += uvarint(len(topic) + 1) + topic.encode() + uvarint(len(offsets) + 1)
+    for index, offset in offsets:
+        body += struct.pack(">iiqiqi", index, -1, offset, -1, -1, 1048576) + b"\x00"
+    return body + b"\x00" + uvarint(1) + uvarint(1) + root_tags  # no forgotten topics, rack ""
+
+
 COUNTS_NONE = {
     "crc_errors": 0,
     "partial_bytes": 0,
@@ -235,9 +244,23 @@ def test_what_only_the_python_path_answers() -> None:
     # Trailing bytes (noted by the Python path), a truncated body, a length past the end.
     assert compiled.response_info(FETCH, 11, good + b"\x00") is None
     assert compiled.response_info(FETCH, 11, good[:-1]) is None
-    # A tagged field (decoded, with its checks, by the Python path).
-    tagged = produce_v9_request("t", [(0, batch(0, [b"v"]))], root_tags=b"\x01\x00\x01\x00")
-    assert compiled.request_info(PRODUCE, 9, tagged) is None
+    # A tag at a Fetch request's root (v15+ names the fetching replica in one).
+    plain = fetch_v12_request("t", [(0, 1)])
+    assert compiled.request_info(FETCH, 12, plain) == {
+        "max_wait_ms": 500,
+        "replica_id": -1,
+        "fetcher": "consumer",
+        "partitions": {(None, "t", 0): {"topic": "t", "partition": 0, "fetch_offset": 1}},
+    }
+    assert compiled.request_info(FETCH, 12, fetch_v12_request("t", [(0, 1)], b"\x01\x07\x01\x00")) is None
+    # Elsewhere an unknown tag is skipped (the decoder keeps it raw); a tag past the body is not read.
+    produce = produce_v9_request("t", [(0, batch(0, [b"v"]))])
+    unknown = produce_v9_request("t", [(0, batch(0, [b"v"]))], root_tags=b"\x01\x05\x01\x00")
+    assert (
+        compiled.request_info(PRODUCE, 9, unknown) == compiled.request_info(PRODUCE, 9, produce) is not None
+    )
+    past = produce_v9_request("t", [(0, batch(0, [b"v"]))], root_tags=b"\x01\x05\x09\x00")
+    assert compiled.request_info(PRODUCE, 9, past) is None
     # A fetch of the KRaft metadata log (its fetcher is "metadata").
     assert compiled.request_info(FETCH, 11, fetch_v11_request("__cluster_metadata", [(0, 0)])) is None
     # Legacy message sets (magic 1 in a v3+ field): summarize_records reads those.
@@ -259,6 +282,8 @@ BODIES = [
     ),
     (PRODUCE, 9, False, produce_v9_request("t", [(0, batch(0, [b"x" * 20])), (1, batch(0, [b"y", b"z"]))])),
     (FETCH, 11, False, fetch_v11_request("topic", [(0, 5), (1, 6), (2, 7)])),
+    (FETCH, 12, False, fetch_v12_request("topic", [(0, 5), (1, 6)])),
+    (PRODUCE, 9, False, produce_v9_request("t", [(0, batch(0, [b"v"]))], root_tags=b"\x01\x05\x01\x00")),
 ]
 
 

@@ -10,7 +10,8 @@
  *
  * walk() decides; it never half-answers: anything the common case does not hold -- a body the
  * Python decoder would reject or note (bad lengths, trailing bytes), a non-zero error code anywhere
- * (the errors table wants the decoded message), a tagged field, a batch counts_v2 would not read
+ * (the errors table wants the decoded message), a tag at a Fetch request's root (its replica_state
+ * says who fetches), a known tag that does not fill its size, a batch counts_v2 would not read
  * (legacy formats, unknown codecs), a fetch of the KRaft metadata log -- returns None before
  * anything is written where the caller sees it, and the caller takes the Python path, which stays
  * the single source of truth. KWSNIFF_PURE_PYTHON=1 skips this module altogether.
@@ -64,6 +65,11 @@ struct Node {
     int role;
     Py_ssize_t nfields;
     Field *fields;
+    /* Tagged fields (flexible versions): their tags, and how to read each; ntagged -1 when any tag
+     * present sends the body to the Python path (a Fetch request's root). */
+    Py_ssize_t ntagged;
+    long *tag_numbers;
+    Field *tagged;
 };
 typedef struct {
     Node *root;
@@ -104,16 +110,45 @@ static void node_free(Node *node) {
         Py_XDECREF(node->fields[i].column);
         node_free(node->fields[i].child);
     }
+    for (Py_ssize_t i = 0; i < node->ntagged; i++) {
+        Py_XDECREF(node->tagged[i].column);
+        node_free(node->tagged[i].child);
+    }
     PyMem_Free(node->fields);
+    PyMem_Free(node->tagged);
+    PyMem_Free(node->tag_numbers);
     PyMem_Free(node);
 }
 
-/* node: (role, ((code, flags, size, column or None, child node or None), ...)) */
+static Node *node_from(PyObject *spec);
+
+static int field_from(PyObject *spec, Field *f) {
+    PyObject *column, *child;
+    if (!PyArg_ParseTuple(spec, "iinOO", &f->code, &f->flags, &f->size, &column, &child))
+        return -1;
+    if (column != Py_None) {
+        Py_INCREF(column);
+        f->column = column;
+    }
+    if (child != Py_None) {
+        f->child = node_from(child);
+        if (f->child == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+/* node: (role, (field, ...), ((tag, field), ...) or None), a field being
+ * (code, flags, size, column or None, child node or None) */
 static Node *node_from(PyObject *spec) {
     int role;
-    PyObject *fields;
-    if (!PyArg_ParseTuple(spec, "iO!", &role, &PyTuple_Type, &fields))
+    PyObject *fields, *tagged;
+    if (!PyArg_ParseTuple(spec, "iO!O", &role, &PyTuple_Type, &fields, &tagged))
         return NULL;
+    if (tagged != Py_None && !PyTuple_Check(tagged)) {
+        PyErr_SetString(PyExc_TypeError, "tagged fields: a tuple or None");
+        return NULL;
+    }
     Node *node = PyMem_Calloc(1, sizeof(Node));
     if (node == NULL)
         return (Node *)PyErr_NoMemory();
@@ -124,25 +159,30 @@ static Node *node_from(PyObject *spec) {
         PyMem_Free(node);
         return (Node *)PyErr_NoMemory();
     }
-    for (Py_ssize_t i = 0; i < node->nfields; i++) {
-        Field *f = &node->fields[i];
-        PyObject *column, *child;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(fields, i), "iinOO", &f->code, &f->flags, &f->size, &column,
-                              &child)) {
+    for (Py_ssize_t i = 0; i < node->nfields; i++)
+        if (field_from(PyTuple_GET_ITEM(fields, i), &node->fields[i]) < 0) {
             node_free(node);
             return NULL;
         }
-        if (column != Py_None) {
-            Py_INCREF(column);
-            f->column = column;
+    node->ntagged = -1;
+    if (tagged == Py_None)
+        return node;
+    node->ntagged = 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(tagged);
+    node->tagged = PyMem_Calloc(n ? n : 1, sizeof(Field));
+    node->tag_numbers = PyMem_Calloc(n ? n : 1, sizeof(long));
+    if (node->tagged == NULL || node->tag_numbers == NULL) {
+        node_free(node);
+        return (Node *)PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *field;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(tagged, i), "lO", &node->tag_numbers[i], &field) ||
+            field_from(field, &node->tagged[i]) < 0) {
+            node_free(node);
+            return NULL;
         }
-        if (child != Py_None) {
-            f->child = node_from(child);
-            if (f->child == NULL) {
-                node_free(node);
-                return NULL;
-            }
-        }
+        node->ntagged = i + 1;
     }
     return node;
 }
@@ -250,15 +290,49 @@ static int span(Walk *w, int int32, int nullable, Py_ssize_t *start, int64_t *n)
 
 static int walk_struct(Walk *w, Node *node);
 
-/* The tagged fields section: any tag at all sends the message to the Python path (known tags are
- * decoded there, with their checks; none of them is a column of the Produce or Fetch facts). */
-static int tags(Walk *w) {
-    int64_t count;
+static int walk_field(Walk *w, Field *f, Node *node, PyObject **held_name, PyObject **held_id);
+
+/* The tagged fields section (KIP-482): uvarint count, then per field uvarint tag, uvarint size and
+ * its data. A known tag is read, with the decoder's checks, from a window of its size and must fill
+ * it exactly (compiler.py's tagged_section); none is a fact. An unknown one is skipped, as the
+ * decoder keeps it raw. Where the plan has no tagged fields (a Fetch request's root, whose
+ * replica_state says who fetches), any tag sends the body to the Python path. */
+static int tags(Walk *w, Node *node) {
+    int64_t count, tag, size;
     if (uvarint(w, &count) < 0)
         return -1;
-    if (count != 0) {
+    if (count == 0)
+        return 0;
+    if (node->ntagged < 0 || count * 2 > w->n - w->pos) {
         w->fallback = 1;
         return -1;
+    }
+    for (int64_t i = 0; i < count; i++) {
+        if (uvarint(w, &tag) < 0 || uvarint(w, &size) < 0)
+            return -1;
+        if (size > w->n - w->pos) {
+            w->fallback = 1;
+            return -1;
+        }
+        Py_ssize_t end = w->pos + size, whole = w->n;
+        for (Py_ssize_t j = 0; j < node->ntagged; j++) {
+            if (node->tag_numbers[j] != tag)
+                continue;
+            PyObject *name = NULL, *id = NULL;
+            w->n = end;
+            int rc = walk_field(w, &node->tagged[j], node, &name, &id);
+            w->n = whole;
+            Py_XDECREF(name);
+            Py_XDECREF(id);
+            if (rc < 0)
+                return -1;
+            if (w->pos != end) {
+                w->fallback = 1;
+                return -1;
+            }
+            break;
+        }
+        w->pos = end;
     }
     return 0;
 }
@@ -575,7 +649,7 @@ static int walk_struct(Walk *w, Node *node) {
         }
     }
     if (rc == 0 && w->flexible)
-        rc = tags(w);
+        rc = tags(w, node);
     if (node->role == R_PARTITION && w->facts != NULL) {
         if (rc == 0)
             rc = keep(w);

@@ -76,13 +76,19 @@ class _Planner:
         self.flexible = flexible
         self.roots = _ROOT_VALUES[(api_key, side)]
         self.renames = _RENAMES.get((api_key, side), _FIELDS)
+        # A Fetch request's replica_state tag (v15+) says who fetches: any root tag of it goes to the
+        # Python path. The other roots' tags (a response's node_endpoints...) change no summary.
+        self.root_tags_matter = (api_key, side) == (FETCH, REQUEST)
 
     def nullable(self, field: Any) -> bool:
         rng = field[3]
         return rng is not None and rng[0] <= self.version <= rng[1]
 
-    def node(self, fields: tuple[Any, ...], role: int) -> tuple[int, tuple[Any, ...]]:
+    def node(self, fields: tuple[Any, ...], role: int) -> tuple[int, tuple[Any, ...], Any]:
+        """A struct's plan: (role, its fields in wire order, its tagged fields as (tag, field), or
+        None where any tag sends the body to the Python path)."""
         plan: list[tuple[int, int, int, str | None, Any]] = []
+        tagged: list[tuple[int, Any]] = []
         names = [str(f[0]) for f in fields]
         pkey = next(
             (k for k in PARTITION_KEYS if k in names and fields[names.index(k)][1] in _INT_KINDS), None
@@ -92,7 +98,7 @@ class _Planner:
             raise _Unsupported("two topic name fields")
         columns: set[str] = set()
         for field in fields:
-            name, kind, tag, children = str(field[0]), field[1], field[4], field[6]
+            name, kind, tag = str(field[0]), field[1], field[4]
             if tag is not None:
                 if not self.flexible:
                     raise _Unsupported("a tagged field in a version without tags")
@@ -101,52 +107,52 @@ class _Planner:
                     raise _Unsupported("a tagged fact")
                 if name.endswith("error_code"):
                     raise _Unsupported("a tagged error code")
-                continue  # any tag present sends the body to the Python path
-            flags = _NULLABLE if self.nullable(field) else 0
+                entry = self.field(field, _OTHER, None, set(), [])
+                tagged.append((int(tag), entry))
+                continue
+            plan.append(self.field(field, role, pkey, columns, topic_names))
+        return role, tuple(plan), None if role == _ROOT_ROLE and self.root_tags_matter else tuple(tagged)
+
+    def field(
+        self, field: Any, role: int, pkey: str | None, columns: set[str], topic_names: list[str]
+    ) -> tuple[int, int, int, str | None, Any]:
+        """One field's entry: (code, flags, size, column or None, child struct's plan or None)."""
+        name, kind, children = str(field[0]), field[1], field[6]
+        flags = _NULLABLE if self.nullable(field) else 0
+        if kind in _FIXED_CODES:
             column: str | None = None
-            if kind in _FIXED_CODES:
-                code = _FIXED_CODES[kind]
-                if name.endswith("error_code"):
-                    flags |= _ERROR
-                if role == _ROOT_ROLE and name in self.roots:
-                    flags |= _ROOT
-                    column = name
-                elif role == _PART and name == pkey:
-                    flags |= _PARTITION
-                    column = "partition"
-                elif role == _PART and kind in _INT_KINDS and (renamed := self.renames.get(name)):
-                    column = renamed
-                    if column in columns:
-                        raise _Unsupported("two fields of one column")
-                    columns.add(column)
-                plan.append((code, flags, _FIXED_SIZES[kind], column, None))
-            elif kind == "float64":
-                plan.append((_SKIP, 0, 8, None, None))
-            elif kind == "uuid":
-                plan.append(
-                    (_UUID, _TOPIC_ID if role == _TOPIC and name == "topic_id" else 0, 16, None, None)
-                )
-            elif kind == "string":
-                if role == _TOPIC and name in topic_names:
-                    flags |= _TOPIC_NAME
-                plan.append((_STRING, flags, 0, None, None))
-            elif kind == "bytes":
-                plan.append((_BYTES, flags, 0, None, None))
-            elif kind == "records":
-                plan.append((_RECORDS, flags, 0, None, None))
-            elif kind == "struct":
-                plan.append((_STRUCT, flags, 0, None, self.node(children, self.inner(role, name, children))))
-            elif kind == "[]struct":
-                plan.append(
-                    (_ARRAY_STRUCT, flags, 0, None, self.node(children, self.inner(role, name, children)))
-                )
-            elif kind in ("[]string", "[]bytes"):
-                plan.append((_ARRAY_VAR, flags, int(kind == "[]bytes"), None, None))
-            elif kind[2:] in _SIZES:
-                plan.append((_ARRAY_FIXED, flags, _SIZES[kind[2:]], None, None))
-            else:
-                raise _Unsupported(f"type {kind}")
-        return role, tuple(plan)
+            if name.endswith("error_code"):
+                flags |= _ERROR
+            if role == _ROOT_ROLE and name in self.roots:
+                flags |= _ROOT
+                column = name
+            elif role == _PART and name == pkey:
+                flags |= _PARTITION
+                column = "partition"
+            elif role == _PART and kind in _INT_KINDS and (renamed := self.renames.get(name)):
+                column = renamed
+                if column in columns:
+                    raise _Unsupported("two fields of one column")
+                columns.add(column)
+            return (_FIXED_CODES[kind], flags, _FIXED_SIZES[kind], column, None)
+        if kind == "float64":
+            return (_SKIP, 0, 8, None, None)
+        if kind == "uuid":
+            return (_UUID, _TOPIC_ID if role == _TOPIC and name == "topic_id" else 0, 16, None, None)
+        if kind == "string":
+            if role == _TOPIC and name in topic_names:
+                flags |= _TOPIC_NAME
+            return (_STRING, flags, 0, None, None)
+        if kind in ("bytes", "records"):
+            return (_BYTES if kind == "bytes" else _RECORDS, flags, 0, None, None)
+        if kind in ("struct", "[]struct"):
+            code = _STRUCT if kind == "struct" else _ARRAY_STRUCT
+            return (code, flags, 0, None, self.node(children, self.inner(role, name, children)))
+        if kind in ("[]string", "[]bytes"):
+            return (_ARRAY_VAR, flags, int(kind == "[]bytes"), None, None)
+        if kind[2:] in _SIZES:
+            return (_ARRAY_FIXED, flags, _SIZES[kind[2:]], None, None)
+        raise _Unsupported(f"type {kind}")
 
     def inner(self, role: int, name: str, children: tuple[Any, ...]) -> int:
         """The role of a struct (or list item) inside one of ``role``: the Python walker's reading of

@@ -18,6 +18,11 @@ requests and Fetch responses, each spanning a dozen packets.
 bench-partitions (loopback MTU; issue 19's second shape): as bench-aiokafka, but 5 × 64 partitions
 and 4 KB values sent in short bursts, tailed with fetches of at most 32 KB per partition, so the
 group's many Fetch v11 requests each name some 160 partitions, most of them empty.
+
+bench-rdpartitions (loopback MTU; issue 37's second many-partitions shape): four librdkafka
+producers (none, gzip, lz4, zstd), each to its own 300-partition topic, 4 KB values, while one
+librdkafka consumer tails all 1,200 partitions: librdkafka's Fetch requests (v12+ as the broker
+allows: topic ids from v13) name every partition it owns, most of them empty.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ PARTITIONS_PER_TOPIC = 64
 PARTITIONS_VALUE = 4000
 PARTITIONS_CHUNK = 40
 PARTITIONS_FETCH_BYTES = 32 * 1024
+RD_CODECS = ("none", "gzip", "lz4", "zstd")
+RD_PARTITIONS = 300
 
 
 def _values(seed: int, size: int, count: int = 64) -> list[bytes]:
@@ -287,3 +294,46 @@ def many_partitions(bootstrap: str, megabytes: int) -> dict[str, Any]:
     return asyncio.run(
         _aiokafka(bootstrap, megabytes, PARTITIONS_VALUE, PARTITIONS_CHUNK, PARTITIONS_FETCH_BYTES)
     )
+
+
+def librdkafka_partitions(bootstrap: str, megabytes: int) -> dict[str, Any]:
+    """bench-rdpartitions: one librdkafka consumer tailing 4 × 300 partitions."""
+    topics = [f"rd-{codec}" for codec in RD_CODECS]
+    realparts.create_topics(bootstrap, dict.fromkeys(topics, RD_PARTITIONS))
+    per_topic = max(1, megabytes * 1_000_000 // 2 // len(topics) // PARTITIONS_VALUE)
+    result: dict[str, Any] = {}
+    consumer = threading.Thread(
+        target=lambda: result.__setitem__(
+            "consumed",
+            realparts.consume_with_confluent(
+                bootstrap, topics, "bench-rd-tail", per_topic * len(topics), timeout_s=900,
+                client_id="bench-rd-consumer",
+            )[0],
+        )
+    )  # fmt: skip
+    consumer.start()
+    time.sleep(8)  # the consumer owns every partition before the first record: it tails
+    producers = [
+        threading.Thread(
+            target=lambda t=topic, c=codec: result.__setitem__(
+                f"produced_{c}",
+                realparts.produce_with_confluent(
+                    bootstrap,
+                    t,
+                    per_topic,
+                    PARTITIONS_VALUE,
+                    compression=c,
+                    flush_each=False,
+                    linger_ms=5,
+                    client_id=f"bench-rd-{c}",
+                    timeout_s=900,
+                ),
+            )
+        )  # fmt: skip
+        for topic, codec in zip(topics, RD_CODECS, strict=True)
+    ]
+    for thread in producers:
+        thread.start()
+    for thread in [*producers, consumer]:
+        thread.join(timeout=960)
+    return result

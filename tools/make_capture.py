@@ -37,6 +37,7 @@ WORKLOADS = (
     "bench-many",
     "bench-smallbatch",
     "bench-partitions",
+    "bench-rdpartitions",
 )
 DEFAULT_MB = {
     "quickstart": 0,
@@ -47,6 +48,7 @@ DEFAULT_MB = {
     "bench-many": 2600,
     "bench-smallbatch": 320,
     "bench-partitions": 300,
+    "bench-rdpartitions": 200,
 }
 # Workloads run inside a private namespace whose loopback has MTU 1500 (packets of network size).
 MTU_WORKLOADS = ("bench-mtu1500", "bench-tailing", "bench-many", "bench-smallbatch")
@@ -139,6 +141,8 @@ def run_workload(name: str, bootstrap: str, megabytes: int) -> dict[str, object]
         return bench_workloads.small_batches(bootstrap, megabytes)
     if name == "bench-partitions":
         return bench_workloads.many_partitions(bootstrap, megabytes)
+    if name == "bench-rdpartitions":
+        return bench_workloads.librdkafka_partitions(bootstrap, megabytes)
     return bench(bootstrap, megabytes)
 
 

@@ -70,6 +70,7 @@ struct Node {
     Py_ssize_t ntagged;
     long *tag_numbers;
     Field *tagged;
+    int has_records; /* a partition struct with a records field: its facts start from a template */
 };
 typedef struct {
     Node *root;
@@ -90,6 +91,7 @@ typedef struct {
     PyObject *topic_id; /* borrowed: the current topic's id as text, or NULL */
     PyObject *facts;    /* the current partition's facts */
     PyObject *partition;
+    PyObject *template; /* the current topic's facts of a partition with no records, or NULL */
     PyObject *crc32c;
     PyObject *metadata_topic;
     const unsigned char *metadata_id;
@@ -98,6 +100,8 @@ typedef struct {
 static PyObject *S_topic, *S_topic_id, *S_partition, *S_record_count, *S_record_bytes, *S_batch_count,
     *S_compression, *S_crc_errors, *S_partial_bytes, *S_control_batches, *S_capped_batches,
     *S_record_errors, *S_record_error, *S_first_offset, *S_last_offset;
+static PyObject *S_records, *S_error_code, *S_error_name, *S_lag, *S_high_watermark, *S_fetch_offset,
+    *S_base_offset;
 static PyObject *CODECS[5];
 static PyObject *S_mixed;
 
@@ -159,11 +163,13 @@ static Node *node_from(PyObject *spec) {
         PyMem_Free(node);
         return (Node *)PyErr_NoMemory();
     }
-    for (Py_ssize_t i = 0; i < node->nfields; i++)
+    for (Py_ssize_t i = 0; i < node->nfields; i++) {
         if (field_from(PyTuple_GET_ITEM(fields, i), &node->fields[i]) < 0) {
             node_free(node);
             return NULL;
         }
+        node->has_records |= node->fields[i].code == F_RECORDS;
+    }
     node->ntagged = -1;
     if (tagged == Py_None)
         return node;
@@ -341,8 +347,42 @@ static const int FIXED_SIZE[] = {0, 1, 2, 4, 8, 2, 4, 1, 16};
 
 /* The facts of one records field, as kwsniff.rows.partitions._record_facts writes them from
  * kwsniff.records.counts_v2 (magic 2 batch headers, CRC checked). */
+/* The facts every partition of the current topic starts from when its struct has a records field:
+ * its topic and the facts of a null or empty records field (_NO_RECORDS, _NO_RECORDS_OFFSETS);
+ * copying one dict is cheaper than filling a new one key by key. */
+static int make_template(Walk *w) {
+    PyObject *t = PyDict_New();
+    if (t == NULL)
+        return -1;
+    PyObject *zero = PyLong_FromLong(0);
+    int rc = zero == NULL ? -1 : 0;
+    if (rc == 0 && w->topic != NULL)
+        rc = PyDict_SetItem(t, S_topic, w->topic);
+    if (rc == 0 && w->topic_id != NULL)
+        rc = PyDict_SetItem(t, S_topic_id, w->topic_id);
+    PyObject *zeros[] = {S_record_count, S_record_bytes, S_batch_count, S_crc_errors, S_partial_bytes,
+                         S_control_batches, S_capped_batches, S_record_errors};
+    for (size_t i = 0; rc == 0 && i < sizeof(zeros) / sizeof(zeros[0]); i++)
+        rc = PyDict_SetItem(t, zeros[i], zero);
+    if (rc == 0)
+        rc = PyDict_SetItem(t, S_compression, Py_None);
+    if (rc == 0)
+        rc = PyDict_SetItem(t, S_record_error, Py_None);
+    if (rc == 0 && w->offsets)
+        rc = PyDict_SetItem(t, S_first_offset, Py_None) < 0 ? -1 : PyDict_SetItem(t, S_last_offset, Py_None);
+    Py_XDECREF(zero);
+    if (rc < 0) {
+        Py_DECREF(t);
+        return -1;
+    }
+    w->template = t;
+    return 0;
+}
+
 static int record_facts(Walk *w, Py_ssize_t start, int64_t size) {
     PyObject *facts = w->facts;
+    if (size <= 0)
+        return 0; /* null or empty: the template's facts */
     long long count = 0, batches = 0, crc_errors = 0, control = 0, partial = 0;
     int codecs = 0, have_base = 0;
     long long base = 0, last = 0;
@@ -630,14 +670,24 @@ static int keep(Walk *w) {
 static int walk_struct(Walk *w, Node *node) {
     int rc = 0;
     PyObject *name = NULL, *id = NULL;
+    if (node->role == R_TOPIC)
+        Py_CLEAR(w->template);
     if (node->role == R_PARTITION && (w->topic != NULL || w->topic_id != NULL)) {
-        w->facts = PyDict_New();
-        if (w->facts == NULL)
-            return -1;
-        if (w->topic != NULL && PyDict_SetItem(w->facts, S_topic, w->topic) < 0)
-            rc = -1;
-        if (rc == 0 && w->topic_id != NULL && PyDict_SetItem(w->facts, S_topic_id, w->topic_id) < 0)
-            rc = -1;
+        if (node->has_records) {
+            if (w->template == NULL && make_template(w) < 0)
+                return -1;
+            w->facts = PyDict_Copy(w->template);
+            if (w->facts == NULL)
+                return -1;
+        } else {
+            w->facts = PyDict_New();
+            if (w->facts == NULL)
+                return -1;
+            if (w->topic != NULL && PyDict_SetItem(w->facts, S_topic, w->topic) < 0)
+                rc = -1;
+            if (rc == 0 && w->topic_id != NULL && PyDict_SetItem(w->facts, S_topic_id, w->topic_id) < 0)
+                rc = -1;
+        }
     }
     for (Py_ssize_t i = 0; rc == 0 && i < node->nfields; i++) {
         Field *f = &node->fields[i];
@@ -657,6 +707,7 @@ static int walk_struct(Walk *w, Node *node) {
         Py_CLEAR(w->partition);
     }
     if (node->role == R_TOPIC) {
+        Py_CLEAR(w->template);
         w->topic = NULL;
         w->topic_id = NULL;
         Py_XDECREF(name);
@@ -710,6 +761,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     }
     Py_XDECREF(w.facts);
     Py_XDECREF(w.partition);
+    Py_XDECREF(w.template);
     Py_XDECREF(w.out);
     Py_XDECREF(w.root_values);
     PyBuffer_Release(&view);
@@ -750,21 +802,13 @@ static int truthy_fact(PyObject *rs, PyObject *rq, PyObject *name) {
 
 /* One merged row as a tuple in schema order, or Py_None when it needs the Python path (records
  * kept, record damage to count, an error code, a topic id without a name yet). New reference. */
-static PyObject *merge_one(PyObject *index, PyObject *base, PyObject *ctx, PyObject *rq, PyObject *rs,
-                           int produce, PyObject *names, PyObject *none_name) {
-    static PyObject *S_records, *S_error_code, *S_error_name, *S_lag, *S_high_watermark, *S_fetch_offset,
-        *S_base_offset;
-    if (S_records == NULL) {
-        S_records = PyUnicode_InternFromString("_records");
-        S_error_code = PyUnicode_InternFromString("error_code");
-        S_error_name = PyUnicode_InternFromString("error_name");
-        S_lag = PyUnicode_InternFromString("lag");
-        S_high_watermark = PyUnicode_InternFromString("high_watermark");
-        S_fetch_offset = PyUnicode_InternFromString("fetch_offset");
-        S_base_offset = PyUnicode_InternFromString("base_offset");
-        if (PyErr_Occurred())
-            return NULL;
-    }
+/* Positions of the columns merge_one computes, looked up once per exchange (-1: not in the table). */
+typedef struct {
+    int topic, error_name, first_offset, last_offset, lag;
+} Slots;
+
+static PyObject *merge_one(PyObject *index, const Slots *slots, PyObject *base, PyObject *ctx, PyObject *rq,
+                           PyObject *rs, int produce, PyObject *names, PyObject *none_name) {
     if ((rq != NULL && PyDict_Contains(rq, S_records)) || (rs != NULL && PyDict_Contains(rs, S_records)) ||
         truthy_fact(rs, rq, S_crc_errors) || truthy_fact(rs, rq, S_capped_batches) ||
         truthy_fact(rs, rq, S_record_errors))
@@ -806,13 +850,13 @@ static PyObject *merge_one(PyObject *index, PyObject *base, PyObject *ctx, PyObj
         }
     }
     if (named != NULL)
-        put(row, slot(index, S_topic), named);
-    put(row, slot(index, S_error_name), code_zero ? none_name : Py_None);
+        put(row, slots->topic, named);
+    put(row, slots->error_name, code_zero ? none_name : Py_None);
     if (produce && lookup(rs, rq, NULL, S_record_count) != NULL) {
         PyObject *first = lookup(rs, rq, ctx, S_base_offset);
         if (code_zero && first != NULL && first != Py_None && PyLong_AsLongLong(first) >= 0) {
             PyObject *count = lookup(rs, rq, NULL, S_record_count);
-            put(row, slot(index, S_first_offset), first);
+            put(row, slots->first_offset, first);
             if (count != Py_None && PyObject_IsTrue(count) == 1) {
                 PyObject *one = PyLong_FromLong(1);
                 PyObject *sum = one == NULL ? NULL : PyNumber_Add(first, count);
@@ -821,10 +865,10 @@ static PyObject *merge_one(PyObject *index, PyObject *base, PyObject *ctx, PyObj
                 Py_XDECREF(sum);
                 if (last == NULL)
                     goto fail;
-                put(row, slot(index, S_last_offset), last);
+                put(row, slots->last_offset, last);
                 Py_DECREF(last);
             } else
-                put(row, slot(index, S_last_offset), Py_None);
+                put(row, slots->last_offset, Py_None);
         }
     }
     PyObject *hw = lookup(rs, rq, ctx, S_high_watermark);
@@ -833,7 +877,7 @@ static PyObject *merge_one(PyObject *index, PyObject *base, PyObject *ctx, PyObj
         PyObject *lag = PyNumber_Subtract(hw, fo);
         if (lag == NULL)
             goto fail;
-        put(row, slot(index, S_lag), lag);
+        put(row, slots->lag, lag);
         Py_DECREF(lag);
     }
     if (PyErr_Occurred())
@@ -859,6 +903,10 @@ static PyObject *merge_rows(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!O!O!O!O!pO!U", &PyDict_Type, &index, &PyTuple_Type, &base, &PyDict_Type, &ctx,
                           &PyDict_Type, &req, &PyDict_Type, &resp, &produce, &PyDict_Type, &names, &none_name))
         return NULL;
+    Slots slots = {slot(index, S_topic), slot(index, S_error_name), slot(index, S_first_offset),
+                   slot(index, S_last_offset), slot(index, S_lag)};
+    if (PyErr_Occurred())
+        return NULL;
     PyObject *out = PyList_New(0);
     if (out == NULL)
         return NULL;
@@ -883,7 +931,7 @@ static PyObject *merge_rows(PyObject *self, PyObject *args) {
                 Py_DECREF(out);
                 return NULL;
             }
-            PyObject *row = merge_one(index, base, ctx, rq, rs, produce, names, none_name);
+            PyObject *row = merge_one(index, &slots, base, ctx, rq, rs, produce, names, none_name);
             if (row == NULL || PyList_Append(out, row) < 0) {
                 Py_XDECREF(row);
                 Py_DECREF(out);
@@ -929,6 +977,13 @@ PyMODINIT_FUNC PyInit__partfacts(void) {
     INTERN(S_first_offset, "first_offset");
     INTERN(S_last_offset, "last_offset");
     INTERN(S_mixed, "mixed");
+    INTERN(S_records, "_records");
+    INTERN(S_error_code, "error_code");
+    INTERN(S_error_name, "error_name");
+    INTERN(S_lag, "lag");
+    INTERN(S_high_watermark, "high_watermark");
+    INTERN(S_fetch_offset, "fetch_offset");
+    INTERN(S_base_offset, "base_offset");
     for (int i = 0; i < 5; i++)
         INTERN(CODECS[i], codecs[i]);
 #undef INTERN

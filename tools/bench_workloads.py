@@ -20,9 +20,11 @@ and 4 KB values sent in short bursts, tailed with fetches of at most 32 KB per p
 group's many Fetch v11 requests each name some 160 partitions, most of them empty.
 
 bench-rdpartitions (loopback MTU; issue 37's second many-partitions shape): four librdkafka
-producers (none, gzip, lz4, zstd), each to its own 300-partition topic, 4 KB values, while one
-librdkafka consumer tails all 1,200 partitions: librdkafka's Fetch requests (v12+ as the broker
-allows: topic ids from v13) name every partition it owns, most of them empty.
+producers (none, gzip, lz4, zstd), each to its own 300-partition topic, 4 KB keyed values sent 40 at
+a time with a pause between, while one librdkafka consumer tails all 1,200 partitions with 20 ms
+long-polls and fetches of at most 32 KB per partition: its Fetch
+requests (v12+ as the broker allows: topic ids from v13) name every partition it owns, most of them
+empty.
 """
 
 from __future__ import annotations
@@ -303,33 +305,16 @@ def librdkafka_partitions(bootstrap: str, megabytes: int) -> dict[str, Any]:
     per_topic = max(1, megabytes * 1_000_000 // 2 // len(topics) // PARTITIONS_VALUE)
     result: dict[str, Any] = {}
     consumer = threading.Thread(
-        target=lambda: result.__setitem__(
-            "consumed",
-            realparts.consume_with_confluent(
-                bootstrap, topics, "bench-rd-tail", per_topic * len(topics), timeout_s=900,
-                client_id="bench-rd-consumer",
-            )[0],
-        )
-    )  # fmt: skip
+        target=lambda: result.__setitem__("consumed", _rd_tail(bootstrap, topics, per_topic * len(topics)))
+    )
     consumer.start()
     time.sleep(8)  # the consumer owns every partition before the first record: it tails
     producers = [
         threading.Thread(
             target=lambda t=topic, c=codec: result.__setitem__(
-                f"produced_{c}",
-                realparts.produce_with_confluent(
-                    bootstrap,
-                    t,
-                    per_topic,
-                    PARTITIONS_VALUE,
-                    compression=c,
-                    flush_each=False,
-                    linger_ms=5,
-                    client_id=f"bench-rd-{c}",
-                    timeout_s=900,
-                ),
+                f"produced_{c}", _rd_produce(bootstrap, t, c, per_topic)
             )
-        )  # fmt: skip
+        )
         for topic, codec in zip(topics, RD_CODECS, strict=True)
     ]
     for thread in producers:
@@ -337,3 +322,69 @@ def librdkafka_partitions(bootstrap: str, megabytes: int) -> dict[str, Any]:
     for thread in [*producers, consumer]:
         thread.join(timeout=960)
     return result
+
+
+def _rd_produce(bootstrap: str, topic: str, codec: str, n: int) -> int:
+    """librdkafka producing 4 KB keyed records, PARTITIONS_CHUNK at a time, each chunk flushed and
+    followed by a pause: a steady service, so the consumer tails many small fetches."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": f"bench-rd-{codec}",
+            "compression.type": codec,
+            "linger.ms": 5,
+            "enable.idempotence": False,
+        }
+    )
+    values = _values(RD_CODECS.index(codec), PARTITIONS_VALUE)
+    delivered = [0]
+
+    def on_delivery(err: object, _msg: object) -> None:
+        delivered[0] += err is None
+
+    for i in range(n):
+        for _ in range(100):
+            try:
+                producer.produce(
+                    topic, key=f"k{i}".encode(), value=values[i % len(values)], on_delivery=on_delivery
+                )
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+        if i % PARTITIONS_CHUNK == PARTITIONS_CHUNK - 1:
+            producer.flush(30)
+            time.sleep(AIOKAFKA_PAUSE_S)
+    producer.flush(60)
+    return delivered[0]
+
+
+def _rd_tail(bootstrap: str, topics: list[str], expected: int) -> int:
+    """One librdkafka consumer tailing every partition of ``topics`` with short long-polls (tansu
+    holds a fetch for its whole max wait), so each of its many fetches names them all."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-rd-tail",
+            "client.id": "bench-rd-consumer",
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 20,
+            "max.partition.fetch.bytes": PARTITIONS_FETCH_BYTES,
+        }
+    )
+    consumer.subscribe(topics)
+    seen = 0
+    deadline = time.monotonic() + 900
+    try:
+        while seen < expected and time.monotonic() < deadline:
+            seen += sum(1 for msg in consumer.consume(num_messages=1000, timeout=0.5) if msg.error() is None)
+    finally:
+        consumer.close()
+    return seen

@@ -135,8 +135,15 @@ class TableBuilder:
         # schema order (the Parquet writer): (add_values, column -> position, columns), or None.
         self.partition_values: tuple[Any, dict[str, int], tuple[str, ...]] | None = None
         add_values = getattr(sink, "add_values", None)
+        self.add_many_values = getattr(sink, "add_many_values", None)
         columns_of = getattr(sink, "columns", None)
-        if compiled.AVAILABLE and add_values and columns_of and "partitions" in getattr(sink, "names", {}):
+        if (
+            compiled.AVAILABLE
+            and add_values
+            and self.add_many_values
+            and columns_of
+            and "partitions" in getattr(sink, "names", {})
+        ):
             columns: tuple[str, ...] = columns_of("partitions")
             self.partition_values = (add_values, {c: i for i, c in enumerate(columns)}, columns)
         self.status = Counter[str]()
@@ -414,9 +421,8 @@ class ExchangeRows(ConversationHandler):
         add, index, columns = tables.partition_values
         base = tuple(map(shared.get, columns))
         rows = compiled.merge_rows(index, base, shared, req_parts, resp_parts, api_key, tables.topics.names)
-        if None not in rows:
-            for values in rows:
-                add("partitions", values)
+        if None not in rows and tables.add_many_values is not None:
+            tables.add_many_values("partitions", rows)
             return
         keys = list(dict.fromkeys([*req_parts, *resp_parts]) if resp_parts else req_parts)
         for key, values in zip(keys, rows, strict=True):

@@ -11,8 +11,8 @@ one per codec, and a two-member group tailing 120 partitions, so the cost is per
 smallbatch.pcap (~350 MB, ~250k packets): as tailing.pcap with 1 KB records in batches of at most
 16 KB. partitions.pcap (~210 MB, ~8.5k packets, ~92k partition rows): aiokafka again, 320
 partitions tailed with fetches of at most 32 KB per partition, so every Fetch names ~160 partitions.
-rdpartitions.pcap (~60 MB, ~8.7k packets, ~61k partition rows): four librdkafka producers and one
-librdkafka consumer tailing 4 × 300 partitions, its Fetch v16 requests and responses naming ~1,170.
+rdpartitions.pcap (~180 MB, ~62k packets, ~545k partition rows): four paced librdkafka producers and
+one librdkafka consumer tailing 4 × 300 partitions, its ~430 Fetch v16 exchanges naming ~1,200 each.
 Each takes one to three minutes to make (most of it tshark checking the largest frame). Needs
 root, tcpdump, tshark, iproute2 and ethtool (see tools/make_capture.py, tools/bench_workloads.py).
 """
@@ -37,7 +37,7 @@ BENCH_CAPTURES = {
     # Fetch v11 requests naming ~160 partitions each, most of them empty.
     "smallbatch.pcap": ("bench-smallbatch", 320),
     "partitions.pcap": ("bench-partitions", 300),
-    # Issue 37's second many-partitions shape: one librdkafka consumer, Fetch v12+ (topic ids) naming
+    # Issue 37's second many-partitions shape: one librdkafka consumer, Fetch v16 (topic ids) naming
     # ~1,200 partitions.
     "rdpartitions.pcap": ("bench-rdpartitions", 200),
 }

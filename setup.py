@@ -1,5 +1,5 @@
-"""The compiled packet path (kwsniff/pipeline/_fastpath.c) and TLS record loop (kwsniff/tls/_records.c);
-everything else is in pyproject.toml.
+"""The compiled packet path (kwsniff/pipeline/_fastpath.c), TLS record loop (kwsniff/tls/_records.c) and
+Produce/Fetch partition walker (kwsniff/rows/_partfacts.c); everything else is in pyproject.toml.
 
 The extensions are optional: where no C compiler is found, `pip install .` still succeeds and kwsniff
 runs the pure-Python path, which gives the same tables (docs/performance.md, "The compiled path").
@@ -19,6 +19,13 @@ setup(
         Extension(
             "kwsniff.tls._records",
             ["kwsniff/tls/_records.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        ),
+        # Produce and Fetch bodies straight to the partitions table's facts (kwsniff/rows/compiled.py).
+        Extension(
+            "kwsniff.rows._partfacts",
+            ["kwsniff/rows/_partfacts.c"],
             optional=True,
             extra_compile_args=["-O2"],
         ),

@@ -38,10 +38,14 @@ sys.path.insert(0, str(REPO))
 from kwsniff.protocol import (  # noqa: E402
     api_name,
     decode_request,
+    decode_request_view,
     decode_response,
+    decode_response_view,
     parse_request_header,
     parse_response_header,
 )
+from kwsniff.rows import compiled  # noqa: E402
+from kwsniff.rows.extract import request_summary, response_summary  # noqa: E402
 
 KIO_VERSION = package_version("kio")
 MIN_BODIES_PER_ROUND = 200  # a group with fewer bodies is decoded several times per round
@@ -259,6 +263,74 @@ def main() -> None:
         print("not in kio: " + ", ".join(f"{api_name(k)} v{v} {d}" for k, v, d in uncovered))
     for (k, v, d), reason in sorted(rejected.items()):
         print(f"kio could not read {api_name(k)} v{v} {d}: {reason}")
+
+    produce_fetch_table(messages, args.repeat)
+
+
+def summarize_produce_fetch(group: list[Message]) -> float:
+    """What `kwsniff read` runs on Produce and Fetch bodies: the compiled walker's summary
+    (kwsniff/rows/compiled.py), or where it does not answer, the decoder and the Python summary."""
+    start = time.perf_counter()
+    for direction, key, version, body in group:
+        if direction == "request":
+            if compiled.request_info(key, version, body) is None:
+                request_summary(key, version, decode_request_view(key, version, body))
+        elif compiled.response_info(key, version, body) is None:
+            response_summary(key, version, decode_response_view(key, version, body))
+    return time.perf_counter() - start
+
+
+def produce_fetch_table(messages: list[Message], repeat: int) -> None:
+    """Produce and Fetch bodies per version: `read`'s summary of them (compiled walker, or decoder and
+    Python summary where it does not answer), the decoder alone, and kio's reader, alternated."""
+    groups: dict[tuple[int, int, str], list[Message]] = defaultdict(list)
+    for message in messages:
+        if message[1] in (0, 1):
+            groups[(message[1], message[2], message[0])].append(message)
+    if not groups:
+        return
+    print()
+    print(f"Produce and Fetch, per version: `read`'s summary (compiled: {compiled.AVAILABLE}) against kio")
+    print(
+        f"{'api':<9}{'v':>3} {'dir':<9}{'msgs':>6}{'compiled':>9}{'summary/s':>11}{'decoder/s':>11}"
+        f"{'kio/s':>11}{'summary÷kio':>12}{'decoder÷kio':>12}"
+    )
+    for (key, version, direction), group in sorted(groups.items()):
+        read = kio_reader(key, version, direction)
+        answered = sum(
+            (compiled.request_info if d == "request" else compiled.response_info)(k, v, b) is not None
+            for d, k, v, b in group
+        )
+        summarize_produce_fetch(group)  # compile the decoders and walkers outside the timed loop
+        kio_group: list[tuple[Reader[Any], bytes]] = []
+        if read is not None:
+            try:
+                if all(read(body, 0)[1] == len(body) for _d, _k, _v, body in group):
+                    kio_group = [(read, body) for _d, _k, _v, body in group]
+            except Exception:  # kio cannot read one of them: no kio figure for this version
+                kio_group = []
+        inner = -(-MIN_BODIES_PER_ROUND // len(group))
+        timed = group * inner
+        summary = decoder_only = theirs = 0.0
+        for _ in range(repeat):
+            summary += summarize_produce_fetch(timed)
+            decoder_only += time_kwsniff(timed, direction)
+            if kio_group:
+                theirs += time_kio(kio_group * inner)
+        count = len(group) * inner * repeat
+        line = (
+            f"{'Produce' if key == 0 else 'Fetch':<9}{version:>3} {direction:<9}{len(group):>6}"
+            f"{answered / len(group):>8.0%} {rate(count, summary):>11}{rate(count, decoder_only):>11}"
+        )
+        if kio_group:
+            line += f"{rate(count, theirs):>11}{theirs / summary:>12.2f}{theirs / decoder_only:>12.2f}"
+        else:
+            line += f"{'-':>11}{'-':>12}{'-':>12}"
+        print(line)
+    print(
+        "compiled: share of the bodies the compiled walker answered (the rest: decoder + Python summary);"
+        " X÷kio: kio time / kwsniff time on the same bodies, above 1: kwsniff is faster"
+    )
 
 
 if __name__ == "__main__":

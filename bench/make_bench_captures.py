@@ -14,6 +14,8 @@ partitions tailed with fetches of at most 32 KB per partition, so every Fetch na
 java_partitions.pcap (~1,280 partition rows per Fetch): the Kafka Java client (kafka-clients 3.9.1,
 Fetch v17 naming topics by id), one consumer tailing 2 × 640 partitions while a producer spreads
 1 KB records over them for about a minute (tools/bench_workloads.py, bench-java-partitions).
+rdpartitions.pcap (~180 MB, ~62k packets, ~545k partition rows): four paced librdkafka producers and
+one librdkafka consumer tailing 4 × 300 partitions, its ~430 Fetch v16 exchanges naming ~1,200 each.
 Each takes one to three minutes to make (most of it tshark checking the largest frame). Needs
 root, tcpdump, tshark, iproute2 and ethtool (see tools/make_capture.py, tools/bench_workloads.py).
 """
@@ -41,6 +43,9 @@ BENCH_CAPTURES = {
     # Issue 37's second many-partitions shape: the Java client, Fetch v17 (topic ids), one member
     # fetching 1,280 partitions in every request.
     "java_partitions.pcap": ("bench-java-partitions", 24),
+    # Issue 37's second many-partitions shape: one librdkafka consumer, Fetch v16 (topic ids) naming
+    # ~1,200 partitions.
+    "rdpartitions.pcap": ("bench-rdpartitions", 200),
 }
 
 

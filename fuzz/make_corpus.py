@@ -160,6 +160,8 @@ def keep(
         return
     seen[kind] += 1
     save("decoders", decoder_input(kind[0], kind[1], response, frame))
+    if kind[0] in (0, 1):  # Produce and Fetch: the compiled partition walker's seeds too
+        save("partfacts", decoder_input(kind[0], kind[1], response, frame))
 
 
 def records_seeds(decode: object, key: int, version: int, body: bytes) -> None:

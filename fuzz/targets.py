@@ -30,6 +30,8 @@ from kwsniff.protocol import (
 )
 from kwsniff.records import counts_v2, summarize_records
 from kwsniff.rows import ListSink
+from kwsniff.rows import compiled as walker
+from kwsniff.rows.extract import error_rows, request_summary, response_summary
 from kwsniff.tcp import IMPLAUSIBLE_GAP, SNAPLEN, TcpReassembler
 from kwsniff.tls import stream as tls_stream
 
@@ -172,6 +174,49 @@ def decoders(data: bytes) -> None:
     assert decode_view(api_key, api_version, body).keys() == whole.keys()
 
 
+_PLANNED = [
+    t for t in _TRIPLES if t[0] in walker.FIRST_VERSION and walker.has_plan(t[0], t[1], t[2] == "response")
+]
+
+
+def partfacts(data: bytes) -> None:
+    """(c') a Produce or Fetch body through the compiled partition walker (kwsniff/rows/_partfacts.c)
+    and through the decoder and the Python summary: the walker answers what they answer, or nothing."""
+    if len(data) < _PREFIX.size or not _PLANNED:
+        return
+    api_key, api_version, flags = _PREFIX.unpack_from(data)
+    triple = (api_key, api_version, "response" if flags & 1 else "request")
+    if triple not in _PLANNED:
+        triple = _PLANNED[(api_key * 131 + api_version + (flags & 1)) % len(_PLANNED)]
+    api_key, api_version, direction = triple
+    frame = memoryview(data)[_PREFIX.size :]
+    try:
+        if direction == "response":
+            hlen = parse_response_header(frame, api_key, api_version)[1]
+        else:
+            hlen = parse_request_header(frame)[4]
+    except DecodeError:
+        hlen = 0
+    body = bytes(frame[hlen:])
+    if direction == "response":
+        fast = walker.response_info(api_key, api_version, body)
+    else:
+        fast = walker.request_info(api_key, api_version, body)
+    try:
+        decode = decode_response_view if direction == "response" else decode_request_view
+        msg = decode(api_key, api_version, body)
+    except DecodeError:
+        assert fast is None, "the walker answered for a body the decoder rejects"
+        return
+    if fast is None:
+        return
+    if direction == "response":
+        assert not error_rows(api_key, api_version, msg), "the walker answered for a body with errors"
+        assert fast == response_summary(api_key, api_version, msg), "the walker and the Python path disagree"
+    else:
+        assert fast == request_summary(api_key, api_version, msg), "the walker and the Python path disagree"
+
+
 def records(data: bytes) -> None:
     """(d) the record decoder with every record materialised; it must never raise."""
     flags = data[0] if data else 0
@@ -286,6 +331,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "capture": capture,
     "stream": stream,
     "decoders": decoders,
+    "partfacts": partfacts,
     "records": records,
     "session": session,
     "fastpath": fastpath,
@@ -296,6 +342,7 @@ MAX_LEN = {
     "capture": 65536,
     "stream": 65536,
     "decoders": 16384,
+    "partfacts": 65536,
     "records": 65536,
     "session": 65536,
     "fastpath": 65536,

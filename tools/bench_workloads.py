@@ -24,6 +24,13 @@ bench-java-partitions (loopback MTU; issue 37's second many-partitions shape): t
 over 2 × 640 partitions in short bursts (50 every 250 ms), while a one-member group tails all 1,280 with fetches of
 at most 16 KB per partition, so every Fetch (v12+, topics named by id) names all 1,280 partitions,
 most of them empty.
+
+bench-rdpartitions (loopback MTU; issue 37's second many-partitions shape): four librdkafka
+producers (none, gzip, lz4, zstd), each to its own 300-partition topic, 4 KB keyed values sent 40 at
+a time with a pause between, while one librdkafka consumer tails all 1,200 partitions with 20 ms
+long-polls and fetches of at most 32 KB per partition: its Fetch
+requests (v12+ as the broker allows: topic ids from v13) name every partition it owns, most of them
+empty.
 """
 
 from __future__ import annotations
@@ -61,6 +68,8 @@ JAVA_PAUSE_MS = 250  # 12,000 records (--mb 24) take about a minute: the consume
 JAVA_IDLE_S = 15
 JAVA_FETCH_BYTES = 16 * 1024
 JAVA_WORKLOAD = Path(__file__).resolve().parent.parent / "tests" / "java" / "PartitionsWorkload.java"
+RD_CODECS = ("none", "gzip", "lz4", "zstd")
+RD_PARTITIONS = 300
 
 
 def _values(seed: int, size: int, count: int = 64) -> list[bytes]:
@@ -339,3 +348,98 @@ def java_partitions(bootstrap: str, megabytes: int) -> dict[str, Any]:
         line.split() for line in done.stdout.splitlines() if line.split()[:1] in (["produced"], ["consumed"])
     )
     return {"produced": int(counts["produced"]), "consumed": int(counts["consumed"])}
+
+
+# -- bench-rdpartitions ---------------------------------------------------------------------------
+
+
+def librdkafka_partitions(bootstrap: str, megabytes: int) -> dict[str, Any]:
+    """bench-rdpartitions: one librdkafka consumer tailing 4 × 300 partitions."""
+    topics = [f"rd-{codec}" for codec in RD_CODECS]
+    realparts.create_topics(bootstrap, dict.fromkeys(topics, RD_PARTITIONS))
+    per_topic = max(1, megabytes * 1_000_000 // 2 // len(topics) // PARTITIONS_VALUE)
+    result: dict[str, Any] = {}
+    consumer = threading.Thread(
+        target=lambda: result.__setitem__("consumed", _rd_tail(bootstrap, topics, per_topic * len(topics)))
+    )
+    consumer.start()
+    time.sleep(8)  # the consumer owns every partition before the first record: it tails
+    producers = [
+        threading.Thread(
+            target=lambda t=topic, c=codec: result.__setitem__(
+                f"produced_{c}", _rd_produce(bootstrap, t, c, per_topic)
+            )
+        )
+        for topic, codec in zip(topics, RD_CODECS, strict=True)
+    ]
+    for thread in producers:
+        thread.start()
+    for thread in [*producers, consumer]:
+        thread.join(timeout=960)
+    return result
+
+
+def _rd_produce(bootstrap: str, topic: str, codec: str, n: int) -> int:
+    """librdkafka producing 4 KB keyed records, PARTITIONS_CHUNK at a time, each chunk flushed and
+    followed by a pause: a steady service, so the consumer tails many small fetches."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": f"bench-rd-{codec}",
+            "compression.type": codec,
+            "linger.ms": 5,
+            "enable.idempotence": False,
+        }
+    )
+    values = _values(RD_CODECS.index(codec), PARTITIONS_VALUE)
+    delivered = [0]
+
+    def on_delivery(err: object, _msg: object) -> None:
+        delivered[0] += err is None
+
+    for i in range(n):
+        for _ in range(100):
+            try:
+                producer.produce(
+                    topic, key=f"k{i}".encode(), value=values[i % len(values)], on_delivery=on_delivery
+                )
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+        if i % PARTITIONS_CHUNK == PARTITIONS_CHUNK - 1:
+            producer.flush(30)
+            time.sleep(AIOKAFKA_PAUSE_S)
+    producer.flush(60)
+    return delivered[0]
+
+
+def _rd_tail(bootstrap: str, topics: list[str], expected: int) -> int:
+    """One librdkafka consumer tailing every partition of ``topics`` with short long-polls (tansu
+    holds a fetch for its whole max wait), so each of its many fetches names them all."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-rd-tail",
+            "client.id": "bench-rd-consumer",
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 20,
+            "max.partition.fetch.bytes": PARTITIONS_FETCH_BYTES,
+        }
+    )
+    consumer.subscribe(topics)
+    seen = 0
+    deadline = time.monotonic() + 900
+    try:
+        while seen < expected and time.monotonic() < deadline:
+            seen += sum(1 for msg in consumer.consume(num_messages=1000, timeout=0.5) if msg.error() is None)
+    finally:
+        consumer.close()
+    return seen

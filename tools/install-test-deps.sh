@@ -88,6 +88,11 @@ if .venv/bin/python -c 'import kwsniff.pipeline._fastpath' 2>/dev/null; then
 else
   echo "install-test-deps: warning: the C extension kwsniff.pipeline._fastpath was not built (no gcc or Python headers?): kwsniff runs its pure-Python path, and tests/test_fastpath.py fails" >&2
 fi
+if .venv/bin/python -c 'import kwsniff.rows._partfacts' 2>/dev/null; then
+  step "compiled Produce/Fetch partition walker built (kwsniff/rows/_partfacts.c)"
+else
+  echo "install-test-deps: warning: the C extension kwsniff.rows._partfacts was not built: Produce and Fetch bodies take the Python path, and tests/test_partfacts.py fails" >&2
+fi
 if .venv/bin/python -c 'import kwsniff.tls._records' 2>/dev/null; then
   step "compiled TLS record loop built (kwsniff/tls/_records.c, on libcrypto.so.3)"
 else

@@ -38,6 +38,7 @@ WORKLOADS = (
     "bench-smallbatch",
     "bench-partitions",
     "bench-java-partitions",
+    "bench-rdpartitions",
 )
 DEFAULT_MB = {
     "quickstart": 0,
@@ -49,6 +50,7 @@ DEFAULT_MB = {
     "bench-smallbatch": 320,
     "bench-partitions": 300,
     "bench-java-partitions": 24,
+    "bench-rdpartitions": 200,
 }
 # Workloads run inside a private namespace whose loopback has MTU 1500 (packets of network size).
 MTU_WORKLOADS = ("bench-mtu1500", "bench-tailing", "bench-many", "bench-smallbatch")
@@ -143,6 +145,8 @@ def run_workload(name: str, bootstrap: str, megabytes: int) -> dict[str, object]
         return bench_workloads.many_partitions(bootstrap, megabytes)
     if name == "bench-java-partitions":
         return bench_workloads.java_partitions(bootstrap, megabytes)
+    if name == "bench-rdpartitions":
+        return bench_workloads.librdkafka_partitions(bootstrap, megabytes)
     return bench(bootstrap, megabytes)
 
 

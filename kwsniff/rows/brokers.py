@@ -152,7 +152,8 @@ class BrokerIds:
         self.directory = directory
         self.hold = hold
         self.max_held = max_held
-        self.held: dict[Endpoint, list[tuple[str, dict[str, Any]]]] = {}
+        # Per broker, (table, row dict or (values, broker_id's position)) in the order they came.
+        self.held: dict[Endpoint, list[tuple[str, Any]]] = {}
         self.held_count = 0
         self.held_overflow = 0  # rows written without a node id because the hold was full
         self.unresolved = 0  # held rows whose broker no response named by the end of the capture
@@ -171,6 +172,30 @@ class BrokerIds:
             row["broker_id"] = node
         self.sink.add(table, row)
 
+    def add_values(self, table: str, values: tuple[Any, ...], endpoint: Endpoint, at: int) -> None:
+        """A row as values in the sink's column order (the compiled `partitions` path,
+        builder.ExchangeRows._partition_values), its broker_id at ``at``: held like :meth:`add`'s."""
+        node = values[at]
+        if node is None:
+            node = self.directory.node(endpoint)
+            if node is None and self.hold:
+                if self.held_count < self.max_held:
+                    self.held.setdefault(endpoint, []).append((table, (values, at)))
+                    self.held_count += 1
+                    return
+                self.held_overflow += 1
+            values = (*values[:at], node, *values[at + 1 :])
+        self.sink.add_values(table, values)
+
+    def _write(self, table: str, row: Any, node: int | None) -> None:
+        """A held row with its node id: a row dict, or (values, broker_id's position) from add_values."""
+        if isinstance(row, tuple):
+            values, at = row
+            self.sink.add_values(table, (*values[:at], node, *values[at + 1 :]))
+        else:
+            row["broker_id"] = node
+            self.sink.add(table, row)
+
     def learn(self, api_key: int, msg: dict[str, Any], broker: Endpoint) -> None:
         if self.directory.learn(api_key, msg, broker) and self.held:
             self.release()
@@ -187,23 +212,19 @@ class BrokerIds:
     def release(self) -> None:
         """Write the held rows whose broker now has a node id."""
         node_of = self.directory.node
-        add = self.sink.add
         for endpoint in [e for e in self.held if node_of(e) is not None]:
             node = node_of(endpoint)
             rows = self.held.pop(endpoint)
             self.held_count -= len(rows)
             for table, row in rows:
-                row["broker_id"] = node
-                add(table, row)
+                self._write(table, row, node)
 
     def finish(self) -> None:
         """End of the capture: held rows are written, their broker named or not."""
         self.release()
-        add = self.sink.add
         for rows in self.held.values():
             self.unresolved += len(rows)
             for table, row in rows:
-                row["broker_id"] = None
-                add(table, row)
+                self._write(table, row, None)
         self.held = {}
         self.held_count = 0

@@ -26,6 +26,7 @@ from kwsniff.protocol import (
     removed_in,
 )
 from kwsniff.protocol.partial import decode_prefix
+from kwsniff.rows import compiled
 from kwsniff.rows.brokers import BROKER_SOURCES, MAX_HELD_BROKER_ROWS, BrokerDirectory, BrokerIds
 from kwsniff.rows.extract import error_rows, request_summary, response_summary
 from kwsniff.rows.groups import (
@@ -130,6 +131,24 @@ class TableBuilder:
         # Kept messages outlive their frames, so they need copies of their record data.
         self.decode_request = decode_request if keep_messages else decode_request_view
         self.decode_response = decode_response if keep_messages else decode_response_view
+        # Produce and Fetch summaries straight from the body (kwsniff/rows/compiled.py), unless the
+        # decoded message or its records are wanted.
+        self.compiled = compiled.AVAILABLE and not keep_messages and not record_options.records
+        # `partitions` rows merged by compiled code straight into a sink that takes rows as values in
+        # schema order (the Parquet writer): (add_values, column -> position, columns), or None.
+        self.partition_values: tuple[Any, dict[str, int], tuple[str, ...]] | None = None
+        add_values = getattr(sink, "add_values", None)
+        self.add_many_values = getattr(sink, "add_many_values", None)
+        columns_of = getattr(sink, "columns", None)
+        if (
+            compiled.AVAILABLE
+            and add_values
+            and self.add_many_values
+            and columns_of
+            and "partitions" in getattr(sink, "names", {})
+        ):
+            columns: tuple[str, ...] = columns_of("partitions")
+            self.partition_values = (add_values, {c: i for i, c in enumerate(columns)}, columns)
         self.status = Counter[str]()
         self.undecodable_frames = 0
         self.decode_errors = Counter[str]()
@@ -257,6 +276,11 @@ class ExchangeRows(ConversationHandler):
         tables = self.tables
         if tables.budget is not None:
             tables.budget.frame_records = 0
+        if tables.compiled and not req.missing and req.api_key in compiled.FIRST_VERSION:
+            fast = compiled.request_info(req.api_key, req.api_version, body)
+            if fast is not None:
+                req.info = fast
+                return
         try:
             whole = True
             if req.missing:
@@ -293,6 +317,12 @@ class ExchangeRows(ConversationHandler):
     def response(self, req: Request, resp: Response, body: memoryview | bytes) -> None:
         if self.tables.budget is not None:
             self.tables.budget.frame_records = 0
+        if self.tables.compiled and not resp.missing and req.api_key in compiled.FIRST_VERSION:
+            fast = compiled.response_info(req.api_key, req.api_version, body)
+            if fast is not None:
+                fast["error_count"] = 0  # the walker answers only for bodies without an error code
+                resp.info = fast
+                return
         try:
             whole = True
             if resp.missing:
@@ -425,19 +455,68 @@ class ExchangeRows(ConversationHandler):
             )
             # KIP-848 assignments name topics by id: written once the topic-id map names them.
             topics.add_spelled("groups", group, topic_ids_of(group), spell_topics)
-        damage = tables.record_damage
-        for prow in merged_rows(req.api_key, reqi, respi, {**context, **exchange, **who, **broker}):
-            records = None
-            if "_records" in prow:
-                self._release(prow.pop("_held", 0))
-                records = records_of(req.api_key, prow, context)
-            if prow.get("crc_errors") or prow.get("capped_batches") or prow.get("record_errors"):
-                for key in _RECORD_DAMAGE:
-                    damage[key] += prow.get(key) or 0
-            if records:
-                # Named (or held for a name) like their partitions row, before that row is named.
-                topics.add("records", records, prow.get("topic"), prow.get("topic_id"))
-            topics.add_row("partitions", prow)
+        shared = {**context, **exchange, **who, **broker}
+        if (
+            tables.partition_values is not None
+            and req.api_key in compiled.FIRST_VERSION
+            and "group_id" not in reqi
+            and "member_epoch" not in reqi
+        ):
+            self._partition_values(req.api_key, reqi, respi, shared, context)
+            return
+        for prow in merged_rows(req.api_key, reqi, respi, shared):
+            self._partition_row(req.api_key, prow, context)
+
+    def _partition_values(
+        self, api_key: int, reqi: dict[str, Any], respi: dict[str, Any], shared: dict[str, Any], context: Any
+    ) -> None:
+        """Produce and Fetch `partitions` rows merged by compiled code (kwsniff/rows/compiled.py) as
+        values in schema order: no row dict. A row it leaves (None: records kept, record damage, an
+        error code, a topic id not named yet) is built by merged_rows, in its place."""
+        req_parts = reqi.get("partitions") or {}
+        resp_parts = respi.get("partitions") or {}
+        if not req_parts and not resp_parts:
+            return
+        tables = self.tables
+        assert tables.partition_values is not None
+        add, index, columns = tables.partition_values
+        base = tuple(map(shared.get, columns))
+        rows = compiled.merge_rows(index, base, shared, req_parts, resp_parts, api_key, tables.topics.names)
+        node_ids = tables.node_ids
+        if shared.get("broker_id") is None and node_ids.hold and self.broker is not None:
+            # The broker has no node id yet: BrokerIds holds these rows as it holds row dicts.
+            endpoint, at = self.broker, index["broker_id"]
+
+            def add(table: str, values: tuple[Any, ...]) -> None:
+                node_ids.add_values(table, values, endpoint, at)
+
+        elif None not in rows and tables.add_many_values is not None:
+            tables.add_many_values("partitions", rows)
+            return
+        keys = list(dict.fromkeys([*req_parts, *resp_parts]) if resp_parts else req_parts)
+        for key, values in zip(keys, rows, strict=True):
+            if values is not None:
+                add("partitions", values)
+                continue
+            one_req = {**reqi, "partitions": {key: req_parts[key]} if key in req_parts else {}}
+            one_resp = {**respi, "partitions": {key: resp_parts[key]} if key in resp_parts else {}}
+            for prow in merged_rows(api_key, one_req, one_resp, shared):
+                self._partition_row(api_key, prow, context)
+
+    def _partition_row(self, api_key: int, prow: dict[str, Any], context: dict[str, Any]) -> None:
+        tables = self.tables
+        topics = tables.topics
+        records = None
+        if "_records" in prow:
+            self._release(prow.pop("_held", 0))
+            records = records_of(api_key, prow, context)
+        if prow.get("crc_errors") or prow.get("capped_batches") or prow.get("record_errors"):
+            for key in _RECORD_DAMAGE:
+                tables.record_damage[key] += prow.get(key) or 0
+        if records:
+            # Named (or held for a name) like their partitions row, before that row is named.
+            topics.add("records", records, prow.get("topic"), prow.get("topic_id"))
+        topics.add_row("partitions", prow)
 
     def undecodable_frame(self, direction: int, ts: int, size: int, offset: int, reason: str) -> None:
         self.undecodable_frames += 1

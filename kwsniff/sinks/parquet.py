@@ -160,6 +160,30 @@ class ParquetSink:
             if self.payload_bytes >= self.payload_limit:
                 self._flush(table)
 
+    def add_values(self, table: str, values: tuple[Any, ...]) -> None:
+        """:meth:`add` for a row already in schema order (:meth:`columns`): `partitions` rows merged
+        by compiled code (kwsniff/rows/compiled.py), never `records` rows."""
+        rows = self.rows[table]
+        rows.append(values)
+        if len(rows) >= self.limits[table]:
+            self._flush(table)
+
+    def add_many_values(self, table: str, many: list[tuple[Any, ...]]) -> None:
+        """:meth:`add_values` for several rows, written out at the same row counts as one by one."""
+        rows = self.rows[table]
+        limit = self.limits[table]
+        start = 0
+        while start < len(many):
+            room = limit - len(rows)
+            rows.extend(many[start : start + room])
+            start += room
+            if len(rows) >= limit:
+                self._flush(table)
+
+    def columns(self, table: str) -> tuple[str, ...]:
+        """The names of a table's columns, in the order :meth:`add_values` takes its values."""
+        return self.names[table]
+
     def _writer(self, table: str) -> ParquetWriter:
         writer = self.writers.get(table)
         if writer is None:

@@ -1,0 +1,991 @@
+/* The compiled Produce and Fetch partition walker: a message body straight to the `partitions`
+ * table's facts, with no decoded message in between (docs/performance.md, "Partitions, compiled").
+ *
+ * kwsniff/rows/compiled.py turns one message version's fields (kwsniff.protocol.message_fields)
+ * into a plan: per struct, its fields in wire order, each with what the tables take from it (a root
+ * value, the topic name or id, the partition, a fact column, the records field). walk() reads a body
+ * by that plan and fills the same facts dicts, under the same keys, as the generated Python walker
+ * (kwsniff/rows/fact_compiler.py) fills from the decoded message, with the records facts counted
+ * from the magic 2 batch headers as kwsniff.records.counts_v2 counts them.
+ *
+ * walk() decides; it never half-answers: anything the common case does not hold -- a body the
+ * Python decoder would reject or note (bad lengths, trailing bytes), a non-zero error code anywhere
+ * (the errors table wants the decoded message), a tag at a Fetch request's root (its replica_state
+ * says who fetches), a known tag that does not fill its size, a batch counts_v2 would not read
+ * (legacy formats, unknown codecs), a fetch of the KRaft metadata log -- returns None before
+ * anything is written where the caller sees it, and the caller takes the Python path, which stays
+ * the single source of truth. KWSNIFF_PURE_PYTHON=1 skips this module altogether.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Field codes (kwsniff/rows/compiled.py's _CODES). */
+enum {
+    F_SKIP = 0, /* fixed size, nothing taken: size in `size` */
+    F_INT8 = 1,
+    F_INT16 = 2,
+    F_INT32 = 3,
+    F_INT64 = 4,
+    F_UINT16 = 5,
+    F_UINT32 = 6,
+    F_BOOL = 7,
+    F_UUID = 8,
+    F_STRING = 9,
+    F_BYTES = 10,
+    F_RECORDS = 11,
+    F_STRUCT = 12,
+    F_ARRAY_STRUCT = 13,
+    F_ARRAY_FIXED = 14, /* element size in `size` */
+    F_ARRAY_VAR = 15,   /* strings (size 0) or bytes (size 1) */
+};
+/* Field flags. */
+#define FL_NULLABLE 1
+#define FL_ERROR 2      /* an error code: a non-zero value sends the message to the Python path */
+#define FL_TOPIC_NAME 4 /* in a topic struct */
+#define FL_TOPIC_ID 8   /* in a topic struct */
+#define FL_PARTITION 16 /* in a partition struct: the partition number */
+#define FL_ROOT 32      /* a root value: into the returned dict under `column` */
+/* Struct roles. */
+#define R_OTHER 0
+#define R_ROOT 1
+#define R_TOPIC 2
+#define R_PARTITION 3
+
+typedef struct Node Node;
+typedef struct {
+    int code;
+    int flags;
+    Py_ssize_t size;
+    PyObject *column; /* a fact column or root value name (a str), or NULL */
+    Node *child;
+} Field;
+struct Node {
+    int role;
+    Py_ssize_t nfields;
+    Field *fields;
+    /* Tagged fields (flexible versions): their tags, and how to read each; ntagged -1 when any tag
+     * present sends the body to the Python path (a Fetch request's root). */
+    Py_ssize_t ntagged;
+    long *tag_numbers;
+    Field *tagged;
+    int has_records; /* a partition struct with a records field: its facts start from a template */
+};
+typedef struct {
+    Node *root;
+    int flexible;
+    int offsets; /* records facts carry first_offset/last_offset (not Produce) */
+} Plan;
+
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t n;
+    Py_ssize_t pos;
+    int flexible;
+    int offsets;
+    int fallback; /* set: give up, the Python path answers */
+    PyObject *out;
+    PyObject *root_values;
+    PyObject *topic;    /* borrowed: the current topic's name, or NULL */
+    PyObject *topic_id; /* borrowed: the current topic's id as text, or NULL */
+    PyObject *facts;    /* the current partition's facts */
+    PyObject *partition;
+    PyObject *template; /* the current topic's facts of a partition with no records, or NULL */
+    PyObject *crc32c;
+    PyObject *metadata_topic;
+    const unsigned char *metadata_id;
+} Walk;
+
+static PyObject *S_topic, *S_topic_id, *S_partition, *S_record_count, *S_record_bytes, *S_batch_count,
+    *S_compression, *S_crc_errors, *S_partial_bytes, *S_control_batches, *S_capped_batches,
+    *S_record_errors, *S_record_error, *S_first_offset, *S_last_offset;
+static PyObject *S_records, *S_error_code, *S_error_name, *S_lag, *S_high_watermark, *S_fetch_offset,
+    *S_base_offset;
+static PyObject *CODECS[5];
+static PyObject *S_mixed;
+
+/* ----------------------------------------------------------------------------------------- plans */
+
+static void node_free(Node *node) {
+    if (node == NULL)
+        return;
+    for (Py_ssize_t i = 0; i < node->nfields; i++) {
+        Py_XDECREF(node->fields[i].column);
+        node_free(node->fields[i].child);
+    }
+    for (Py_ssize_t i = 0; i < node->ntagged; i++) {
+        Py_XDECREF(node->tagged[i].column);
+        node_free(node->tagged[i].child);
+    }
+    PyMem_Free(node->fields);
+    PyMem_Free(node->tagged);
+    PyMem_Free(node->tag_numbers);
+    PyMem_Free(node);
+}
+
+static Node *node_from(PyObject *spec);
+
+static int field_from(PyObject *spec, Field *f) {
+    PyObject *column, *child;
+    if (!PyArg_ParseTuple(spec, "iinOO", &f->code, &f->flags, &f->size, &column, &child))
+        return -1;
+    if (column != Py_None) {
+        Py_INCREF(column);
+        f->column = column;
+    }
+    if (child != Py_None) {
+        f->child = node_from(child);
+        if (f->child == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+/* node: (role, (field, ...), ((tag, field), ...) or None), a field being
+ * (code, flags, size, column or None, child node or None) */
+static Node *node_from(PyObject *spec) {
+    int role;
+    PyObject *fields, *tagged;
+    if (!PyArg_ParseTuple(spec, "iO!O", &role, &PyTuple_Type, &fields, &tagged))
+        return NULL;
+    if (tagged != Py_None && !PyTuple_Check(tagged)) {
+        PyErr_SetString(PyExc_TypeError, "tagged fields: a tuple or None");
+        return NULL;
+    }
+    Node *node = PyMem_Calloc(1, sizeof(Node));
+    if (node == NULL)
+        return (Node *)PyErr_NoMemory();
+    node->role = role;
+    node->nfields = PyTuple_GET_SIZE(fields);
+    node->fields = PyMem_Calloc(node->nfields ? node->nfields : 1, sizeof(Field));
+    if (node->fields == NULL) {
+        PyMem_Free(node);
+        return (Node *)PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < node->nfields; i++) {
+        if (field_from(PyTuple_GET_ITEM(fields, i), &node->fields[i]) < 0) {
+            node_free(node);
+            return NULL;
+        }
+        node->has_records |= node->fields[i].code == F_RECORDS;
+    }
+    node->ntagged = -1;
+    if (tagged == Py_None)
+        return node;
+    node->ntagged = 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(tagged);
+    node->tagged = PyMem_Calloc(n ? n : 1, sizeof(Field));
+    node->tag_numbers = PyMem_Calloc(n ? n : 1, sizeof(long));
+    if (node->tagged == NULL || node->tag_numbers == NULL) {
+        node_free(node);
+        return (Node *)PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *field;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(tagged, i), "lO", &node->tag_numbers[i], &field) ||
+            field_from(field, &node->tagged[i]) < 0) {
+            node_free(node);
+            return NULL;
+        }
+        node->ntagged = i + 1;
+    }
+    return node;
+}
+
+static void plan_free(PyObject *capsule) {
+    Plan *plan = PyCapsule_GetPointer(capsule, "kwsniff.partfacts.plan");
+    if (plan != NULL) {
+        node_free(plan->root);
+        PyMem_Free(plan);
+    }
+}
+
+static PyObject *make_plan(PyObject *self, PyObject *args) {
+    PyObject *root;
+    int flexible, offsets;
+    if (!PyArg_ParseTuple(args, "Opp", &root, &flexible, &offsets))
+        return NULL;
+    Plan *plan = PyMem_Calloc(1, sizeof(Plan));
+    if (plan == NULL)
+        return PyErr_NoMemory();
+    plan->root = node_from(root);
+    if (plan->root == NULL) {
+        PyMem_Free(plan);
+        return NULL;
+    }
+    plan->flexible = flexible;
+    plan->offsets = offsets;
+    PyObject *capsule = PyCapsule_New(plan, "kwsniff.partfacts.plan", plan_free);
+    if (capsule == NULL) {
+        node_free(plan->root);
+        PyMem_Free(plan);
+    }
+    return capsule;
+}
+
+/* --------------------------------------------------------------------------------------- reading */
+
+#define NEED(w, k)                                                                                         \
+    do {                                                                                                   \
+        if ((w)->n - (w)->pos < (Py_ssize_t)(k)) {                                                         \
+            (w)->fallback = 1;                                                                             \
+            return -1;                                                                                     \
+        }                                                                                                  \
+    } while (0)
+
+static inline int64_t be(const unsigned char *p, int size) {
+    uint64_t v = 0;
+    for (int i = 0; i < size; i++)
+        v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+/* Kafka's readUnsignedVarint: at most 5 bytes (kwsniff.protocol.wire.read_uvarint). */
+static int uvarint(Walk *w, int64_t *value) {
+    uint64_t result = 0;
+    for (int shift = 0; shift < 35; shift += 7) {
+        NEED(w, 1);
+        unsigned char byte = w->p[w->pos++];
+        result |= (uint64_t)(byte & 0x7F) << shift;
+        if (byte < 0x80) {
+            *value = (int64_t)result;
+            return 0;
+        }
+    }
+    w->fallback = 1;
+    return -1;
+}
+
+/* A length or count: classic int16 (strings) / int32, or compact uvarint minus one (KIP-482). */
+static int length(Walk *w, int int32, int64_t *n) {
+    if (w->flexible) {
+        if (uvarint(w, n) < 0)
+            return -1;
+        *n -= 1;
+        return 0;
+    }
+    int size = int32 ? 4 : 2;
+    NEED(w, size);
+    int64_t v = be(w->p + w->pos, size);
+    *n = int32 ? (int64_t)(int32_t)v : (int64_t)(int16_t)v;
+    w->pos += size;
+    return 0;
+}
+
+/* A length-prefixed value: its start in *start and length in *n, -1 in *n for null. */
+static int span(Walk *w, int int32, int nullable, Py_ssize_t *start, int64_t *n) {
+    if (length(w, int32, n) < 0)
+        return -1;
+    if (*n < 0) {
+        if (!nullable) {
+            w->fallback = 1;
+            return -1;
+        }
+        *n = -1;
+        return 0;
+    }
+    if (*n > w->n - w->pos) {
+        w->fallback = 1;
+        return -1;
+    }
+    *start = w->pos;
+    w->pos += *n;
+    return 0;
+}
+
+static int walk_struct(Walk *w, Node *node);
+
+static int walk_field(Walk *w, Field *f, Node *node, PyObject **held_name, PyObject **held_id);
+
+/* The tagged fields section (KIP-482): uvarint count, then per field uvarint tag, uvarint size and
+ * its data. A known tag is read, with the decoder's checks, from a window of its size and must fill
+ * it exactly (compiler.py's tagged_section); none is a fact. An unknown one is skipped, as the
+ * decoder keeps it raw. Where the plan has no tagged fields (a Fetch request's root, whose
+ * replica_state says who fetches), any tag sends the body to the Python path. */
+static int tags(Walk *w, Node *node) {
+    int64_t count, tag, size;
+    if (uvarint(w, &count) < 0)
+        return -1;
+    if (count == 0)
+        return 0;
+    if (node->ntagged < 0 || count * 2 > w->n - w->pos) {
+        w->fallback = 1;
+        return -1;
+    }
+    for (int64_t i = 0; i < count; i++) {
+        if (uvarint(w, &tag) < 0 || uvarint(w, &size) < 0)
+            return -1;
+        if (size > w->n - w->pos) {
+            w->fallback = 1;
+            return -1;
+        }
+        Py_ssize_t end = w->pos + size, whole = w->n;
+        for (Py_ssize_t j = 0; j < node->ntagged; j++) {
+            if (node->tag_numbers[j] != tag)
+                continue;
+            PyObject *name = NULL, *id = NULL;
+            w->n = end;
+            int rc = walk_field(w, &node->tagged[j], node, &name, &id);
+            w->n = whole;
+            Py_XDECREF(name);
+            Py_XDECREF(id);
+            if (rc < 0)
+                return -1;
+            if (w->pos != end) {
+                w->fallback = 1;
+                return -1;
+            }
+            break;
+        }
+        w->pos = end;
+    }
+    return 0;
+}
+
+static const int FIXED_SIZE[] = {0, 1, 2, 4, 8, 2, 4, 1, 16};
+
+/* The facts of one records field, as kwsniff.rows.partitions._record_facts writes them from
+ * kwsniff.records.counts_v2 (magic 2 batch headers, CRC checked). */
+/* The facts every partition of the current topic starts from when its struct has a records field:
+ * its topic and the facts of a null or empty records field (_NO_RECORDS, _NO_RECORDS_OFFSETS);
+ * copying one dict is cheaper than filling a new one key by key. */
+static int make_template(Walk *w) {
+    PyObject *t = PyDict_New();
+    if (t == NULL)
+        return -1;
+    PyObject *zero = PyLong_FromLong(0);
+    int rc = zero == NULL ? -1 : 0;
+    if (rc == 0 && w->topic != NULL)
+        rc = PyDict_SetItem(t, S_topic, w->topic);
+    if (rc == 0 && w->topic_id != NULL)
+        rc = PyDict_SetItem(t, S_topic_id, w->topic_id);
+    PyObject *zeros[] = {S_record_count, S_record_bytes, S_batch_count, S_crc_errors, S_partial_bytes,
+                         S_control_batches, S_capped_batches, S_record_errors};
+    for (size_t i = 0; rc == 0 && i < sizeof(zeros) / sizeof(zeros[0]); i++)
+        rc = PyDict_SetItem(t, zeros[i], zero);
+    if (rc == 0)
+        rc = PyDict_SetItem(t, S_compression, Py_None);
+    if (rc == 0)
+        rc = PyDict_SetItem(t, S_record_error, Py_None);
+    if (rc == 0 && w->offsets)
+        rc = PyDict_SetItem(t, S_first_offset, Py_None) < 0 ? -1 : PyDict_SetItem(t, S_last_offset, Py_None);
+    Py_XDECREF(zero);
+    if (rc < 0) {
+        Py_DECREF(t);
+        return -1;
+    }
+    w->template = t;
+    return 0;
+}
+
+static int record_facts(Walk *w, Py_ssize_t start, int64_t size) {
+    PyObject *facts = w->facts;
+    if (size <= 0)
+        return 0; /* null or empty: the template's facts */
+    long long count = 0, batches = 0, crc_errors = 0, control = 0, partial = 0;
+    int codecs = 0, have_base = 0;
+    long long base = 0, last = 0;
+    const unsigned char *data = w->p + start;
+    Py_ssize_t pos = 0;
+    while (size > 0 && pos < size) {
+        Py_ssize_t left = size - pos;
+        if (left <= 16) {
+            partial = left;
+            break;
+        }
+        int32_t len = (int32_t)be(data + pos + 8, 4);
+        if (data[pos + 16] != 2 || len < 49) {
+            w->fallback = 1;
+            return -1;
+        }
+        if ((int64_t)len > left - 12) {
+            partial = left;
+            break;
+        }
+        const unsigned char *h = data + pos;
+        uint32_t crc = (uint32_t)be(h + 17, 4);
+        int attributes = (int)(uint16_t)be(h + 21, 2);
+        int32_t delta = (int32_t)be(h + 23, 4);
+        int32_t records = (int32_t)be(h + 57, 4);
+        long long first = (long long)be(h, 8);
+        if (records < 0 || (attributes & 0x07) > 4) {
+            w->fallback = 1;
+            return -1;
+        }
+        Py_ssize_t end = pos + 12 + len;
+        batches++;
+        PyObject *view = PyMemoryView_FromMemory((char *)(data + pos + 21), end - pos - 21, PyBUF_READ);
+        if (view == NULL)
+            return -1;
+        PyObject *got = PyObject_CallOneArg(w->crc32c, view);
+        Py_DECREF(view);
+        if (got == NULL)
+            return -1;
+        unsigned long value = PyLong_AsUnsignedLong(got);
+        Py_DECREF(got);
+        if (value == (unsigned long)-1 && PyErr_Occurred())
+            return -1;
+        if (value != crc)
+            crc_errors++;
+        codecs |= 1 << (attributes & 0x07);
+        count += records;
+        if (!have_base) {
+            base = first;
+            have_base = 1;
+        }
+        last = first + delta;
+        if (attributes & 0x20)
+            control++;
+        pos = end;
+    }
+    PyObject *compression = Py_None;
+    if (codecs & (codecs - 1))
+        compression = S_mixed;
+    else if (codecs)
+        for (int i = 0; i < 5; i++)
+            if (codecs == (1 << i))
+                compression = CODECS[i];
+    PyObject *v;
+#define SET_LL(key, x)                                                                                     \
+    do {                                                                                                   \
+        v = PyLong_FromLongLong(x);                                                                        \
+        if (v == NULL || PyDict_SetItem(facts, key, v) < 0) {                                              \
+            Py_XDECREF(v);                                                                                 \
+            return -1;                                                                                     \
+        }                                                                                                  \
+        Py_DECREF(v);                                                                                      \
+    } while (0)
+    SET_LL(S_record_count, count);
+    SET_LL(S_record_bytes, size > 0 ? size : 0);
+    SET_LL(S_batch_count, batches);
+    if (PyDict_SetItem(facts, S_compression, compression) < 0)
+        return -1;
+    SET_LL(S_crc_errors, crc_errors);
+    SET_LL(S_partial_bytes, partial);
+    SET_LL(S_control_batches, control);
+    SET_LL(S_capped_batches, 0);
+    SET_LL(S_record_errors, 0);
+    if (PyDict_SetItem(facts, S_record_error, Py_None) < 0)
+        return -1;
+    if (w->offsets) {
+        if (have_base) {
+            SET_LL(S_first_offset, base);
+            SET_LL(S_last_offset, last);
+        } else if (PyDict_SetItem(facts, S_first_offset, Py_None) < 0 ||
+                   PyDict_SetItem(facts, S_last_offset, Py_None) < 0)
+            return -1;
+    }
+#undef SET_LL
+    return 0;
+}
+
+/* One integer field: checked as an error code, kept as a root value, a partition or a fact. */
+static int int_field(Walk *w, Field *f, Node *node) {
+    int size = FIXED_SIZE[f->code];
+    NEED(w, size);
+    int64_t raw = be(w->p + w->pos, size);
+    w->pos += size;
+    long long value;
+    switch (f->code) {
+    case F_INT8:
+        value = (int8_t)raw;
+        break;
+    case F_INT16:
+        value = (int16_t)raw;
+        break;
+    case F_INT32:
+        value = (int32_t)raw;
+        break;
+    case F_BOOL:
+        value = raw != 0;
+        break;
+    default: /* int64, uint16, uint32 */
+        value = raw;
+    }
+    if ((f->flags & FL_ERROR) && value != 0) {
+        w->fallback = 1;
+        return -1;
+    }
+    PyObject *target = NULL;
+    if (f->flags & FL_ROOT)
+        target = w->root_values;
+    else if (node->role == R_PARTITION && w->facts != NULL && f->column != NULL)
+        target = w->facts;
+    if (target == NULL)
+        return 0;
+    PyObject *v = f->code == F_BOOL ? PyBool_FromLong((long)value) : PyLong_FromLongLong(value);
+    if (v == NULL)
+        return -1;
+    if (f->flags & FL_PARTITION) {
+        Py_XSETREF(w->partition, v);
+        return PyDict_SetItem(target, S_partition, v);
+    }
+    int rc = PyDict_SetItem(target, f->column, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+static PyObject *uuid_text(const unsigned char *b) {
+    static const char hex[] = "0123456789abcdef";
+    char s[36];
+    int j = 0;
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            s[j++] = '-';
+        s[j++] = hex[b[i] >> 4];
+        s[j++] = hex[b[i] & 15];
+    }
+    return PyUnicode_FromStringAndSize(s, 36);
+}
+
+static int walk_field(Walk *w, Field *f, Node *node, PyObject **held_name, PyObject **held_id) {
+    int64_t n;
+    Py_ssize_t start = 0;
+    switch (f->code) {
+    case F_SKIP:
+        NEED(w, f->size);
+        w->pos += f->size;
+        return 0;
+    case F_INT8:
+    case F_INT16:
+    case F_INT32:
+    case F_INT64:
+    case F_UINT16:
+    case F_UINT32:
+    case F_BOOL:
+        return int_field(w, f, node);
+    case F_UUID:
+        NEED(w, 16);
+        if (f->flags & FL_TOPIC_ID) {
+            const unsigned char *b = w->p + w->pos;
+            int zero = 1;
+            for (int i = 0; i < 16; i++)
+                zero &= b[i] == 0;
+            if (!zero) {
+                if (w->metadata_id != NULL && memcmp(b, w->metadata_id, 16) == 0) {
+                    w->fallback = 1;
+                    return -1;
+                }
+                PyObject *text = uuid_text(b);
+                if (text == NULL)
+                    return -1;
+                Py_XSETREF(*held_id, text);
+            }
+        }
+        w->pos += 16;
+        return 0;
+    case F_STRING:
+        if (span(w, 0, f->flags & FL_NULLABLE, &start, &n) < 0)
+            return -1;
+        if ((f->flags & FL_TOPIC_NAME) && n > 0 && *held_name == NULL) {
+            PyObject *name = PyUnicode_DecodeUTF8((const char *)w->p + start, n, "replace");
+            if (name == NULL)
+                return -1;
+            if (w->metadata_topic != Py_None) {
+                int same = PyUnicode_Compare(name, w->metadata_topic) == 0;
+                if (same) {
+                    Py_DECREF(name);
+                    w->fallback = 1;
+                    return -1;
+                }
+            }
+            *held_name = name;
+        }
+        return 0;
+    case F_BYTES:
+        return span(w, 1, f->flags & FL_NULLABLE, &start, &n);
+    case F_RECORDS:
+        if (span(w, 1, f->flags & FL_NULLABLE, &start, &n) < 0)
+            return -1;
+        if (node->role == R_PARTITION && w->facts != NULL)
+            return record_facts(w, start, n);
+        return 0;
+    case F_STRUCT:
+        if (f->flags & FL_NULLABLE) {
+            NEED(w, 1);
+            if ((signed char)w->p[w->pos++] < 0)
+                return 0;
+        }
+        return walk_struct(w, f->child);
+    case F_ARRAY_STRUCT:
+    case F_ARRAY_FIXED:
+    case F_ARRAY_VAR:
+        if (length(w, 1, &n) < 0)
+            return -1;
+        if (n < 0) {
+            if (!(f->flags & FL_NULLABLE)) {
+                w->fallback = 1;
+                return -1;
+            }
+            return 0;
+        }
+        if (n > w->n - w->pos) { /* every element takes at least one byte */
+            w->fallback = 1;
+            return -1;
+        }
+        if (f->code == F_ARRAY_FIXED) {
+            NEED(w, n * f->size);
+            w->pos += n * f->size;
+            return 0;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            int64_t each;
+            if (f->code == F_ARRAY_VAR) {
+                if (span(w, f->size == 1, 0, &start, &each) < 0)
+                    return -1;
+            } else if (walk_struct(w, f->child) < 0)
+                return -1;
+        }
+        return 0;
+    }
+    w->fallback = 1;
+    return -1;
+}
+
+/* The partition's facts into `out` under (None, topic id or name, partition), merged with any
+ * earlier ones of the same key (fact_compiler._KEEP). */
+static int keep(Walk *w) {
+    PyObject *facts = w->facts;
+    if (w->partition == NULL) {
+        w->fallback = 1;
+        return -1;
+    }
+    PyObject *topic = w->topic_id != NULL ? w->topic_id : w->topic;
+    PyObject *key = PyTuple_Pack(3, Py_None, topic, w->partition);
+    if (key == NULL)
+        return -1;
+    PyObject *had = PyDict_GetItemWithError(w->out, key);
+    int rc;
+    if (had != NULL)
+        rc = PyDict_Update(had, facts);
+    else if (PyErr_Occurred())
+        rc = -1;
+    else
+        rc = PyDict_SetItem(w->out, key, facts);
+    Py_DECREF(key);
+    return rc;
+}
+
+static int walk_struct(Walk *w, Node *node) {
+    int rc = 0;
+    PyObject *name = NULL, *id = NULL;
+    if (node->role == R_TOPIC)
+        Py_CLEAR(w->template);
+    if (node->role == R_PARTITION && (w->topic != NULL || w->topic_id != NULL)) {
+        if (node->has_records) {
+            if (w->template == NULL && make_template(w) < 0)
+                return -1;
+            w->facts = PyDict_Copy(w->template);
+            if (w->facts == NULL)
+                return -1;
+        } else {
+            w->facts = PyDict_New();
+            if (w->facts == NULL)
+                return -1;
+            if (w->topic != NULL && PyDict_SetItem(w->facts, S_topic, w->topic) < 0)
+                rc = -1;
+            if (rc == 0 && w->topic_id != NULL && PyDict_SetItem(w->facts, S_topic_id, w->topic_id) < 0)
+                rc = -1;
+        }
+    }
+    for (Py_ssize_t i = 0; rc == 0 && i < node->nfields; i++) {
+        Field *f = &node->fields[i];
+        rc = walk_field(w, f, node, &name, &id);
+        if (node->role == R_TOPIC) {
+            /* the topic's name and id (read before its partitions) are their context */
+            w->topic = name;
+            w->topic_id = id;
+        }
+    }
+    if (rc == 0 && w->flexible)
+        rc = tags(w, node);
+    if (node->role == R_PARTITION && w->facts != NULL) {
+        if (rc == 0)
+            rc = keep(w);
+        Py_CLEAR(w->facts);
+        Py_CLEAR(w->partition);
+    }
+    if (node->role == R_TOPIC) {
+        Py_CLEAR(w->template);
+        w->topic = NULL;
+        w->topic_id = NULL;
+        Py_XDECREF(name);
+        Py_XDECREF(id);
+    }
+    return rc;
+}
+
+/* walk(plan, body, out, crc32c, metadata_topic, metadata_id) -> dict of root values, or None */
+static PyObject *walk(PyObject *self, PyObject *args) {
+    PyObject *capsule, *body, *out, *crc32c, *metadata_topic;
+    const char *meta_id = NULL;
+    Py_ssize_t meta_len = 0;
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "OOO!OOz#", &capsule, &body, &PyDict_Type, &out, &crc32c, &metadata_topic,
+                          &meta_id, &meta_len))
+        return NULL;
+    Plan *plan = PyCapsule_GetPointer(capsule, "kwsniff.partfacts.plan");
+    if (plan == NULL)
+        return NULL;
+    if ((meta_id != NULL && meta_len != 16) || (metadata_topic != Py_None && !PyUnicode_Check(metadata_topic))) {
+        PyErr_SetString(PyExc_ValueError, "metadata topic: a str or None; its id: 16 bytes or None");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Walk w;
+    memset(&w, 0, sizeof(w));
+    w.p = view.buf;
+    w.n = view.len;
+    w.flexible = plan->flexible;
+    w.offsets = plan->offsets;
+    w.crc32c = crc32c;
+    w.metadata_topic = metadata_topic;
+    w.metadata_id = (const unsigned char *)meta_id;
+    w.out = PyDict_New();
+    w.root_values = PyDict_New();
+    PyObject *result = NULL;
+    if (w.out != NULL && w.root_values != NULL) {
+        int rc = walk_struct(&w, plan->root);
+        if (rc == 0 && w.pos != w.n)
+            w.fallback = 1; /* trailing bytes: the Python path notes them */
+        if (rc == 0 && !w.fallback) {
+            if (PyDict_Update(out, w.out) == 0) {
+                result = w.root_values;
+                w.root_values = NULL;
+            }
+        } else if (w.fallback && !PyErr_Occurred()) {
+            result = Py_NewRef(Py_None);
+        }
+    }
+    Py_XDECREF(w.facts);
+    Py_XDECREF(w.partition);
+    Py_XDECREF(w.template);
+    Py_XDECREF(w.out);
+    Py_XDECREF(w.root_values);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+
+/* ----------------------------------------------------------------------------------- merged rows */
+
+/* A merged row's value of `name`: the response's facts over the request's over the context (the
+ * precedence of kwsniff.rows.partitions.merged_rows' {**context, **request, **response}; ctx may be
+ * NULL); NULL if none has it. Borrowed. */
+static PyObject *lookup(PyObject *rs, PyObject *rq, PyObject *ctx, PyObject *name) {
+    PyObject *v;
+    if (rs != NULL && (v = PyDict_GetItemWithError(rs, name)) != NULL)
+        return v;
+    if (rq != NULL && (v = PyDict_GetItemWithError(rq, name)) != NULL)
+        return v;
+    return ctx == NULL ? NULL : PyDict_GetItemWithError(ctx, name);
+}
+
+static int slot(PyObject *index, PyObject *name) {
+    PyObject *i = PyDict_GetItemWithError(index, name);
+    return i == NULL ? -1 : (int)PyLong_AsLong(i);
+}
+
+static void put(PyObject *row, int i, PyObject *v) {
+    if (i < 0)
+        return;
+    Py_INCREF(v);
+    Py_SETREF(PyTuple_GET_ITEM(row, i), v);
+}
+
+static int truthy_fact(PyObject *rs, PyObject *rq, PyObject *name) {
+    PyObject *v = lookup(rs, rq, NULL, name);
+    return v != NULL && v != Py_None && PyObject_IsTrue(v) == 1;
+}
+
+/* One merged row as a tuple in schema order, or Py_None when it needs the Python path (records
+ * kept, record damage to count, an error code, a topic id without a name yet). New reference. */
+/* Positions of the columns merge_one computes, looked up once per exchange (-1: not in the table). */
+typedef struct {
+    int topic, error_name, first_offset, last_offset, lag;
+} Slots;
+
+static PyObject *merge_one(PyObject *index, const Slots *slots, PyObject *base, PyObject *ctx, PyObject *rq,
+                           PyObject *rs, int produce, PyObject *names, PyObject *none_name) {
+    if ((rq != NULL && PyDict_Contains(rq, S_records)) || (rs != NULL && PyDict_Contains(rs, S_records)) ||
+        truthy_fact(rs, rq, S_crc_errors) || truthy_fact(rs, rq, S_capped_batches) ||
+        truthy_fact(rs, rq, S_record_errors))
+        return Py_NewRef(Py_None);
+    PyObject *code = lookup(rs, rq, ctx, S_error_code);
+    int code_zero = 0;
+    if (code != NULL && code != Py_None) {
+        if (!PyLong_CheckExact(code) || PyLong_AsLong(code) != 0)
+            return Py_NewRef(Py_None);
+        code_zero = 1;
+    }
+    PyObject *topic = lookup(rs, rq, ctx, S_topic);
+    PyObject *named = NULL;
+    if (topic == NULL || topic == Py_None) {
+        PyObject *tid = lookup(rs, rq, ctx, S_topic_id);
+        if (tid != NULL && tid != Py_None) {
+            named = PyDict_GetItemWithError(names, tid);
+            if (named == NULL)
+                return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+        }
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(base);
+    PyObject *row = PyTuple_New(n);
+    if (row == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(row, i, Py_NewRef(PyTuple_GET_ITEM(base, i)));
+    PyObject *parts[2] = {rq, rs};
+    for (int j = 0; j < 2; j++) {
+        if (parts[j] == NULL)
+            continue;
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(parts[j], &pos, &k, &v)) {
+            int i = slot(index, k);
+            if (i < 0 && PyErr_Occurred())
+                goto fail;
+            put(row, i, v);
+        }
+    }
+    if (named != NULL)
+        put(row, slots->topic, named);
+    put(row, slots->error_name, code_zero ? none_name : Py_None);
+    if (produce && lookup(rs, rq, NULL, S_record_count) != NULL) {
+        PyObject *first = lookup(rs, rq, ctx, S_base_offset);
+        if (code_zero && first != NULL && first != Py_None && PyLong_AsLongLong(first) >= 0) {
+            PyObject *count = lookup(rs, rq, NULL, S_record_count);
+            put(row, slots->first_offset, first);
+            if (count != Py_None && PyObject_IsTrue(count) == 1) {
+                PyObject *one = PyLong_FromLong(1);
+                PyObject *sum = one == NULL ? NULL : PyNumber_Add(first, count);
+                PyObject *last = sum == NULL ? NULL : PyNumber_Subtract(sum, one);
+                Py_XDECREF(one);
+                Py_XDECREF(sum);
+                if (last == NULL)
+                    goto fail;
+                put(row, slots->last_offset, last);
+                Py_DECREF(last);
+            } else
+                put(row, slots->last_offset, Py_None);
+        }
+    }
+    PyObject *hw = lookup(rs, rq, ctx, S_high_watermark);
+    PyObject *fo = hw == NULL ? NULL : lookup(rs, rq, ctx, S_fetch_offset);
+    if (hw != NULL && fo != NULL) {
+        PyObject *lag = PyNumber_Subtract(hw, fo);
+        if (lag == NULL)
+            goto fail;
+        put(row, slots->lag, lag);
+        Py_DECREF(lag);
+    }
+    if (PyErr_Occurred())
+        goto fail;
+    /* A row of ints, strings and None holds no reference cycle: untracked, the garbage collector
+     * does not walk the 10,000 rows a table buffers at every collection (CPython untracks such
+     * tuples itself, but only once a collection has visited them). */
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (PyObject_GC_IsTracked(PyTuple_GET_ITEM(row, i)))
+            return row;
+    PyObject_GC_UnTrack(row);
+    return row;
+fail:
+    Py_DECREF(row);
+    return NULL;
+}
+
+/* merge_rows(index, base, context, request parts, response parts, produce, topic names, "NONE")
+ *   -> [row tuple, or None where the Python path must build the row], in merged_rows' order */
+static PyObject *merge_rows(PyObject *self, PyObject *args) {
+    PyObject *index, *base, *ctx, *req, *resp, *names, *none_name;
+    int produce;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!pO!U", &PyDict_Type, &index, &PyTuple_Type, &base, &PyDict_Type, &ctx,
+                          &PyDict_Type, &req, &PyDict_Type, &resp, &produce, &PyDict_Type, &names, &none_name))
+        return NULL;
+    Slots slots = {slot(index, S_topic), slot(index, S_error_name), slot(index, S_first_offset),
+                   slot(index, S_last_offset), slot(index, S_lag)};
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    for (int side = 0; side < 2; side++) {
+        PyObject *keys = side == 0 ? req : resp;
+        Py_ssize_t pos = 0;
+        PyObject *key, *facts;
+        while (PyDict_Next(keys, &pos, &key, &facts)) {
+            PyObject *rq, *rs;
+            if (side == 0) {
+                rq = facts;
+                rs = PyDict_GetItemWithError(resp, key);
+            } else {
+                if (PyDict_Contains(req, key))
+                    continue; /* merged with the request's, above */
+                rq = NULL;
+                rs = facts;
+            }
+            if (PyErr_Occurred() || !PyDict_Check(rq != NULL ? rq : rs) || (rs != NULL && !PyDict_Check(rs))) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_TypeError, "facts must be dicts");
+                Py_DECREF(out);
+                return NULL;
+            }
+            PyObject *row = merge_one(index, &slots, base, ctx, rq, rs, produce, names, none_name);
+            if (row == NULL || PyList_Append(out, row) < 0) {
+                Py_XDECREF(row);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(row);
+        }
+    }
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"make_plan", make_plan, METH_VARARGS, "make_plan(root node, flexible, offsets) -> plan"},
+    {"walk", walk, METH_VARARGS,
+     "walk(plan, body, out, crc32c, metadata_topic, metadata_id) -> root values, or None: the Python "
+     "path must answer"},
+    {"merge_rows", merge_rows, METH_VARARGS,
+     "merge_rows(index, base, context, request parts, response parts, produce, topic names, 'NONE') -> "
+     "[row tuple in schema order, or None: the Python path builds that row]"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_partfacts", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__partfacts(void) {
+    static const char *codecs[] = {"none", "gzip", "snappy", "lz4", "zstd"};
+#define INTERN(var, text)                                                                                  \
+    if ((var = PyUnicode_InternFromString(text)) == NULL)                                                  \
+        return NULL;
+    INTERN(S_topic, "topic");
+    INTERN(S_topic_id, "topic_id");
+    INTERN(S_partition, "partition");
+    INTERN(S_record_count, "record_count");
+    INTERN(S_record_bytes, "record_bytes");
+    INTERN(S_batch_count, "batch_count");
+    INTERN(S_compression, "compression");
+    INTERN(S_crc_errors, "crc_errors");
+    INTERN(S_partial_bytes, "partial_bytes");
+    INTERN(S_control_batches, "control_batches");
+    INTERN(S_capped_batches, "capped_batches");
+    INTERN(S_record_errors, "record_errors");
+    INTERN(S_record_error, "record_error");
+    INTERN(S_first_offset, "first_offset");
+    INTERN(S_last_offset, "last_offset");
+    INTERN(S_mixed, "mixed");
+    INTERN(S_records, "_records");
+    INTERN(S_error_code, "error_code");
+    INTERN(S_error_name, "error_name");
+    INTERN(S_lag, "lag");
+    INTERN(S_high_watermark, "high_watermark");
+    INTERN(S_fetch_offset, "fetch_offset");
+    INTERN(S_base_offset, "base_offset");
+    for (int i = 0; i < 5; i++)
+        INTERN(CODECS[i], codecs[i]);
+#undef INTERN
+    return PyModule_Create(&module);
+}

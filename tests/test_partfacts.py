@@ -1,0 +1,320 @@
+"""The compiled Produce/Fetch partition walker (kwsniff/rows/_partfacts.c, kwsniff/rows/compiled.py)
+against the Python path and against bodies written by hand from the protocol's documented layout.
+
+The extension must be built and used where kwsniff is installed; `kwsniff read` (counts only, the
+mode in which it runs) must write the same Parquet bytes with it and with ``KWSNIFF_PURE_PYTHON=1`` on
+every repository capture and on the bench captures that are present (bench/captures/ is not
+committed: `python bench/make_bench_captures.py`); and hand-written bodies, their records batches
+made by kafka-python's own batch builder, must give the facts written into them, or, for what only
+the Python path answers (an error code, trailing bytes, a tagged field, a KRaft metadata fetch), no
+answer at all.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from kwsniff.protocol import DecodeError, decode_request_view, decode_response_view
+from kwsniff.rows import compiled
+from kwsniff.rows.extract import error_rows, request_summary, response_summary
+
+ROOT = Path(__file__).resolve().parent.parent
+PURE = {**os.environ, "KWSNIFF_PURE_PYTHON": "1"}
+COMPILED = {k: v for k, v in os.environ.items() if k != "KWSNIFF_PURE_PYTHON"}
+VARYING = ("started", "duration_ms")  # the `captures` table's columns that differ between two runs
+PRODUCE, FETCH = 0, 1
+
+
+def test_the_extension_is_built_and_used() -> None:
+    code = "from kwsniff.rows import compiled; print(compiled.AVAILABLE, compiled.has_plan(1, 11, 1))"
+    for env, expected in ((COMPILED, ["True", "True"]), (PURE, ["False", "False"])):
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.stdout.split() == expected, done.stderr
+
+
+def read_tables(captures: list[Path], out: Path, env: dict[str, str]) -> dict[str, bytes]:
+    done = subprocess.run(
+        [sys.executable, "-m", "kwsniff", "read", *map(str, captures), "--out", str(out), "-q"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_read_writes_the_same_bytes_both_ways(tmp_path: Path) -> None:
+    captures = [
+        *sorted((ROOT / "tests" / "data" / "captures").glob("*.pcap")),
+        ROOT / "sample_pcaps" / "quickstart.pcap",
+        *sorted((ROOT / "bench" / "captures").glob("*.pcap")),
+    ]
+    compiled_files = read_tables(captures, tmp_path / "compiled", COMPILED)
+    pure_files = read_tables(captures, tmp_path / "pure", PURE)
+    assert sorted(compiled_files) == sorted(pure_files)
+    assert {name.split("/")[0] for name in compiled_files} >= {"requests", "partitions", "errors", "captures"}
+    rows = 0
+    for name, data in compiled_files.items():
+        if name.startswith("captures/"):
+            both = [
+                pq.read_table(tmp_path / side / name).drop_columns(list(VARYING)).to_pylist()
+                for side in ("compiled", "pure")
+            ]
+            assert both[0] == both[1], name
+        else:
+            assert data == pure_files[name], name
+            if name.startswith("partitions/"):
+                rows += pq.read_metadata(tmp_path / "compiled" / name).num_rows
+    assert rows > 1000
+
+
+# -- bodies written by hand (Kafka's protocol guide: int16/int32 lengths below the first flexible
+# version, compact uvarint lengths plus one and tagged fields from it) ------------------------------
+
+
+def batch(base_offset: int, values: list[bytes]) -> bytes:
+    """A magic 2 record batch built by kafka-python (an independent writer), at ``base_offset``."""
+    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+    for i, value in enumerate(values):
+        builder.append(i, timestamp=1_700_000_000_000 + i, key=None, value=value, headers=[])
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 0, base_offset)  # the base offset is outside the CRC
+    return bytes(data)
+
+
+def string16(text: str) -> bytes:
+    raw = text.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def fetch_v11_response(partitions: list[tuple[int, int, int, bytes | None]], top_error: int = 0) -> bytes:
+    """Fetch v11 response: throttle, error, session, one topic "orders" with (partition, error,
+    high watermark, records) partitions."""
+    body = struct.pack(">ihii", 7, top_error, 0, 1) + string16("orders") + struct.pack(">i", len(partitions))
+    for index, error, high_watermark, records in partitions:
+        body += struct.pack(">ihqqq", index, error, high_watermark, high_watermark, 2)
+        body += struct.pack(">i", -1)  # aborted_transactions: null
+        body += struct.pack(">i", -1)  # preferred_read_replica
+        body += struct.pack(">i", -1) if records is None else struct.pack(">i", len(records)) + records
+    return body
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        if n < 0x80:
+            return bytes(out + bytes([n]))
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+
+
+def produce_v9_request(topic: str, partitions: list[tuple[int, bytes]], root_tags: bytes = b"\x00") -> bytes:
+    """Produce v9 (flexible) request: no transactional id, acks -1, one topic."""
+    body = uvarint(0) + struct.pack(">hi", -1, 30_000) + uvarint(2)
+    body += uvarint(len(topic) + 1) + topic.encode() + uvarint(len(partitions) + 1)
+    for index, records in partitions:
+        body += struct.pack(">i", index) + uvarint(len(records) + 1) + records + b"\x00"
+    return body + b"\x00" + root_tags
+
+
+def fetch_v11_request(topic: str, offsets: list[tuple[int, int]]) -> bytes:
+    body = struct.pack(">iiiibii", -1, 500, 1, 52428800, 0, 0, -1) + struct.pack(">i", 1) + string16(topic)
+    body += struct.pack(">i", len(offsets))
+    for index, offset in offsets:
+        body += struct.pack(">iiqqi", index, -1, offset, -1, 1048576)
+    return body + struct.pack(">i", 0) + string16("")  # no forgotten topics, rack ""
+
+
+def fetch_v12_request(topic: str, offsets: list[tuple[int, int]], root_tags: bytes = b"\x00") -> bytes:
+    """Fetch v12 (flexible) request of a consumer; ``root_tags`` its root's tagged fields section."""
+    body = struct.pack(">iiiibii", -1, 500, 1, 52428800, 0, 0, -1) + uvarint(2)
+    body += uvarint(len(topic) + 1) + topic.encode() + uvarint(len(offsets) + 1)
+    for index, offset in offsets:
+        body += struct.pack(">iiqiqi", index, -1, offset, -1, -1, 1048576) + b"\x00"
+    return body + b"\x00" + uvarint(1) + uvarint(1) + root_tags  # no forgotten topics, rack ""
+
+
+COUNTS_NONE = {
+    "crc_errors": 0,
+    "partial_bytes": 0,
+    "capped_batches": 0,
+    "record_errors": 0,
+    "record_error": None,
+}
+
+
+def test_fetch_response_facts_are_the_values_written() -> None:
+    three, one = batch(100, [b"a", b"bb", b"ccc"]), batch(103, [b"d"])
+    body = fetch_v11_response([(0, 0, 103, three + one), (5, 0, 40, None), (6, 0, 9, b"")])
+    info = compiled.response_info(FETCH, 11, body)
+    assert info is not None
+    assert info["throttle_time_ms"] == 7 and info["error_code"] == 0
+    assert info["record_count"] == 4 and info["record_bytes"] == len(three) + len(one)
+    parts = info["partitions"]
+    assert list(parts) == [(None, "orders", 0), (None, "orders", 5), (None, "orders", 6)]
+    common = {"topic": "orders", "error_code": 0, "log_start_offset": 2, "compression": None, **COUNTS_NONE}
+    assert parts[(None, "orders", 0)] == {
+        **common,
+        "partition": 0,
+        "high_watermark": 103,
+        "last_stable_offset": 103,
+        "record_count": 4,
+        "record_bytes": len(three) + len(one),
+        "batch_count": 2,
+        "compression": "none",
+        "control_batches": 0,
+        "first_offset": 100,
+        "last_offset": 103,
+    }
+    empty = {"record_count": 0, "record_bytes": 0, "batch_count": 0, "control_batches": 0}
+    for index, high in ((5, 40), (6, 9)):
+        assert parts[(None, "orders", index)] == {
+            **common,
+            **empty,
+            "partition": index,
+            "high_watermark": high,
+            "last_stable_offset": high,
+            "first_offset": None,
+            "last_offset": None,
+        }
+
+
+def test_a_damaged_batch_is_counted_and_a_cut_one_is_partial() -> None:
+    good = batch(0, [b"x" * 50])
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF  # a record byte: inside the CRC
+    body = fetch_v11_response([(1, 0, 1, bytes(bad)), (2, 0, 1, good + good[:30])])
+    parts = compiled.response_info(FETCH, 11, body)["partitions"]  # type: ignore[index]
+    assert parts[(None, "orders", 1)]["crc_errors"] == 1
+    assert parts[(None, "orders", 1)]["record_count"] == 1
+    assert parts[(None, "orders", 2)]["partial_bytes"] == 30
+    assert parts[(None, "orders", 2)]["batch_count"] == 1
+
+
+def test_produce_and_fetch_requests() -> None:
+    records = batch(0, [b"v1", b"v2"])
+    info = compiled.request_info(PRODUCE, 9, produce_v9_request("clicks", [(3, records)]))
+    assert info == {
+        "acks": -1,
+        "record_count": 2,
+        "record_bytes": len(records),
+        "partitions": {
+            (None, "clicks", 3): {
+                "topic": "clicks",
+                "partition": 3,
+                "record_count": 2,
+                "record_bytes": len(records),
+                "batch_count": 1,
+                "compression": "none",
+                "control_batches": 0,
+                **COUNTS_NONE,
+            }
+        },
+    }
+    info = compiled.request_info(FETCH, 11, fetch_v11_request("clicks", [(0, 17), (1, 4)]))
+    assert info == {
+        "max_wait_ms": 500,
+        "replica_id": -1,
+        "fetcher": "consumer",
+        "partitions": {
+            (None, "clicks", 0): {"topic": "clicks", "partition": 0, "fetch_offset": 17},
+            (None, "clicks", 1): {"topic": "clicks", "partition": 1, "fetch_offset": 4},
+        },
+    }
+
+
+def test_what_only_the_python_path_answers() -> None:
+    good = fetch_v11_response([(0, 0, 1, None)])
+    assert compiled.response_info(FETCH, 11, good) is not None
+    # An error code anywhere: the errors table needs the decoded message.
+    assert compiled.response_info(FETCH, 11, fetch_v11_response([(0, 1, 1, None)])) is None
+    assert compiled.response_info(FETCH, 11, fetch_v11_response([(0, 0, 1, None)], top_error=15)) is None
+    # Trailing bytes (noted by the Python path), a truncated body, a length past the end.
+    assert compiled.response_info(FETCH, 11, good + b"\x00") is None
+    assert compiled.response_info(FETCH, 11, good[:-1]) is None
+    # A tag at a Fetch request's root (v15+ names the fetching replica in one).
+    plain = fetch_v12_request("t", [(0, 1)])
+    assert compiled.request_info(FETCH, 12, plain) == {
+        "max_wait_ms": 500,
+        "replica_id": -1,
+        "fetcher": "consumer",
+        "partitions": {(None, "t", 0): {"topic": "t", "partition": 0, "fetch_offset": 1}},
+    }
+    assert compiled.request_info(FETCH, 12, fetch_v12_request("t", [(0, 1)], b"\x01\x07\x01\x00")) is None
+    # Elsewhere an unknown tag is skipped (the decoder keeps it raw); a tag past the body is not read.
+    produce = produce_v9_request("t", [(0, batch(0, [b"v"]))])
+    unknown = produce_v9_request("t", [(0, batch(0, [b"v"]))], root_tags=b"\x01\x05\x01\x00")
+    assert (
+        compiled.request_info(PRODUCE, 9, unknown) == compiled.request_info(PRODUCE, 9, produce) is not None
+    )
+    past = produce_v9_request("t", [(0, batch(0, [b"v"]))], root_tags=b"\x01\x05\x09\x00")
+    assert compiled.request_info(PRODUCE, 9, past) is None
+    # A fetch of the KRaft metadata log (its fetcher is "metadata").
+    assert compiled.request_info(FETCH, 11, fetch_v11_request("__cluster_metadata", [(0, 0)])) is None
+    # Legacy message sets (magic 1 in a v3+ field): summarize_records reads those.
+    legacy = bytearray(batch(0, [b"v"]))
+    legacy[16] = 1
+    assert compiled.response_info(FETCH, 11, fetch_v11_response([(0, 0, 1, bytes(legacy))])) is None
+    # Versions whose records fields hold message sets have no plan.
+    assert not compiled.has_plan(PRODUCE, 2, 0) and not compiled.has_plan(FETCH, 3, 1)
+
+
+# -- damaged bodies: the walker answers what the Python path answers, or leaves it to it ------------
+
+BODIES = [
+    (
+        FETCH,
+        11,
+        True,
+        fetch_v11_response([(0, 0, 12, batch(10, [b"a", b"b"])), (1, 0, 3, None), (2, 0, 0, b"")]),
+    ),
+    (PRODUCE, 9, False, produce_v9_request("t", [(0, batch(0, [b"x" * 20])), (1, batch(0, [b"y", b"z"]))])),
+    (FETCH, 11, False, fetch_v11_request("topic", [(0, 5), (1, 6), (2, 7)])),
+    (FETCH, 12, False, fetch_v12_request("topic", [(0, 5), (1, 6)])),
+    (PRODUCE, 9, False, produce_v9_request("t", [(0, batch(0, [b"v"]))], root_tags=b"\x01\x05\x01\x00")),
+]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_damaged_body_gets_the_python_answer_or_none(data: st.DataObject) -> None:
+    api_key, version, response, body = data.draw(st.sampled_from(BODIES))
+    damaged = bytearray(body)
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(damaged) - 1))
+        action = data.draw(st.sampled_from(["flip", "cut", "insert"]))
+        if action == "flip":
+            damaged[at] ^= data.draw(st.integers(1, 255))
+        elif action == "cut":
+            del damaged[at:]
+        else:
+            damaged.insert(at, data.draw(st.integers(0, 255)))
+        if not damaged:
+            damaged.append(0)
+    side = compiled.response_info if response else compiled.request_info
+    fast = side(api_key, version, bytes(damaged))
+    decode = decode_response_view if response else decode_request_view
+    try:
+        msg = decode(api_key, version, bytes(damaged))
+    except DecodeError:
+        assert fast is None
+        return
+    if fast is None:
+        return
+    if response:
+        assert error_rows(api_key, version, msg) == []
+        assert fast == response_summary(api_key, version, msg)
+    else:
+        assert fast == request_summary(api_key, version, msg)

@@ -47,6 +47,8 @@ enum {
 #define FL_TOPIC_ID 8   /* in a topic struct */
 #define FL_PARTITION 16 /* in a partition struct: the partition number */
 #define FL_ROOT 32      /* a root value: into the returned dict under `column` */
+#define FL_NAMED 64     /* a node id the walker does not take (a Fetch v12+ partition's current
+                         * leader): a value >= 0 sends the message to the Python path */
 /* Struct roles. */
 #define R_OTHER 0
 #define R_ROOT 1
@@ -503,7 +505,7 @@ static int int_field(Walk *w, Field *f, Node *node) {
     default: /* int64, uint16, uint32 */
         value = raw;
     }
-    if ((f->flags & FL_ERROR) && value != 0) {
+    if (((f->flags & FL_ERROR) && value != 0) || ((f->flags & FL_NAMED) && value >= 0)) {
         w->fallback = 1;
         return -1;
     }

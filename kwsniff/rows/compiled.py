@@ -61,7 +61,7 @@ _SKIP, _UUID, _STRING, _BYTES, _RECORDS, _STRUCT, _ARRAY_STRUCT, _ARRAY_FIXED, _
 )
 _FIXED_SIZES = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint16": 2, "uint32": 4, "bool": 1}
 _SIZES = {**_FIXED_SIZES, "float64": 8, "uuid": 16}
-_NULLABLE, _ERROR, _TOPIC_NAME, _TOPIC_ID, _PARTITION, _ROOT = 1, 2, 4, 8, 16, 32
+_NULLABLE, _ERROR, _TOPIC_NAME, _TOPIC_ID, _PARTITION, _ROOT, _NAMED = 1, 2, 4, 8, 16, 32, 64
 _OTHER, _ROOT_ROLE, _TOPIC, _PART = 0, 1, 2, 3
 _INT_KINDS = frozenset({"int8", "int16", "int32", "int64", "uint16", "uint32"})
 
@@ -108,10 +108,25 @@ class _Planner:
                 if name.endswith("error_code"):
                     raise _Unsupported("a tagged error code")
                 entry = self.field(field, _OTHER, None, set(), [])
+                if role == _PART and kind == "struct" and self.renames.get(name):
+                    # A Fetch v12+ partition's current leader (KIP-595), a fact when it names one:
+                    # any id >= 0 in it sends the body to the Python path (-1, none, is skipped).
+                    entry = self.named(entry)
                 tagged.append((int(tag), entry))
                 continue
             plan.append(self.field(field, role, pkey, columns, topic_names))
         return role, tuple(plan), None if role == _ROOT_ROLE and self.root_tags_matter else tuple(tagged)
+
+    @staticmethod
+    def named(entry: tuple[int, int, int, str | None, Any]) -> tuple[int, int, int, str | None, Any]:
+        """A struct entry whose int32 fields (node ids, epochs) send the body to the Python path when
+        >= 0."""
+        code, flags, size, column, (role, fields, tagged) = entry
+        marked = tuple(
+            (c, f | _NAMED if c == _FIXED_CODES["int32"] else f, n, col, child)
+            for c, f, n, col, child in fields
+        )
+        return (code, flags, size, column, (role, marked, tagged))
 
     def field(
         self, field: Any, role: int, pkey: str | None, columns: set[str], topic_names: list[str]

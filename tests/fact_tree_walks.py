@@ -54,8 +54,14 @@ def partition_facts(
             for src, dst in fields.items():
                 if dst is not None:
                     v = item.get(src)
-                    if type(v) is int:
+                    if type(v) in (int, bool):
                         facts[dst] = v
+                    elif type(v) is list and all(type(b) is int for b in v):  # broker ids: an ISR
+                        facts[dst] = ",".join(map(str, v))
+                    elif type(v) is list and all(type(b) is dict and "broker_id" in b for b in v):
+                        facts[dst] = ",".join(str(b["broker_id"]) for b in v)  # NewIsrWithEpochs
+                    elif type(v) is dict and v.get("leader_id", -1) >= 0:  # a Fetch's CurrentLeader
+                        facts["leader_id"], facts["leader_epoch"] = v["leader_id"], v["leader_epoch"]
             if "records" in item:
                 _record_facts(facts, item["records"], api_key, options)
             elif api_key == LIST_OFFSETS and item.get("old_style_offsets"):

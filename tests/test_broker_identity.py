@@ -395,3 +395,33 @@ def test_rows_held_for_a_node_id_are_bounded_and_counted() -> None:
     assert sink.tables["requests"][-1]["broker_id"] is None and held.unresolved == 1
     held.add("connections", {"conn_id": 1})  # other tables pass through untouched
     assert sink.tables["connections"] == [{"conn_id": 1}]
+
+
+def test_a_broker_unnamed_after_its_per_broker_hold_is_written_without_an_id_until_named() -> None:
+    """A capture that began after its clients' Metadata: past MAX_HELD_PER_BROKER held rows, that
+    broker's rows are written at once (memory does not grow with the capture), in the order they
+    came, and counted; once a response names it, its rows carry the id again."""
+    from kwsniff.rows import ListSink
+    from kwsniff.rows.brokers import MAX_HELD_PER_BROKER, BrokerDirectory, BrokerIds
+
+    sink = ListSink()
+    held = BrokerIds(sink, BrokerDirectory())
+
+    def row(n: int, ip: str = "10.0.0.1") -> dict[str, Any]:
+        return {"correlation_id": n, "broker_ip": ip, "broker_port": 9092, "broker_id": None}
+
+    for n in range(MAX_HELD_PER_BROKER):
+        held.add("requests", row(n))
+    held.add("requests", row(-1, "10.0.0.2"))  # another broker's hold is its own
+    assert sink.tables.get("requests", []) == [] and held.held_count == MAX_HELD_PER_BROKER + 1
+    held.add("requests", row(MAX_HELD_PER_BROKER))
+    held.add("requests", row(MAX_HELD_PER_BROKER + 1))
+    written = [(r["correlation_id"], r["broker_id"]) for r in sink.tables["requests"]]
+    assert written == [(n, None) for n in range(MAX_HELD_PER_BROKER + 2)]
+    assert (held.held_overflow, held.held_count) == (MAX_HELD_PER_BROKER + 2, 1)
+    held.learn(3, {"brokers": [{"node_id": 4, "host": "10.0.0.1", "port": 9092}]}, ("10.0.0.9", 1))
+    held.add("requests", row(1000))
+    assert (sink.tables["requests"][-1]["correlation_id"], sink.tables["requests"][-1]["broker_id"]) == (
+        1000,
+        4,
+    )

@@ -30,6 +30,12 @@ BROKER_TABLES = frozenset({"requests", "partitions", "errors", "groups"})
 # Rows held for a node id, over all brokers of a capture; past it rows are written with a null id
 # and counted (a capture without a Metadata response would otherwise hold every row).
 MAX_HELD_BROKER_ROWS = 20_000
+# Rows held for one broker. The response naming a broker comes within a connection's first exchanges
+# (ApiVersions, SASL, then Metadata) or another connection's; a broker that has answered this many
+# rows unnamed was met by clients whose Metadata came before the capture began, and holding more
+# would only make memory grow with the capture: its rows are written without an id, and counted,
+# until a response names it.
+MAX_HELD_PER_BROKER = 256
 
 Endpoint = tuple[str, int]  # (address as kwsniff.net.format_ip writes it, port)
 
@@ -156,6 +162,7 @@ class BrokerIds:
         self.held: dict[Endpoint, list[tuple[str, Any]]] = {}
         self.held_count = 0
         self.held_overflow = 0  # rows written without a node id because the hold was full
+        self.given_up: set[Endpoint] = set()  # brokers past MAX_HELD_PER_BROKER held rows
         self.unresolved = 0  # held rows whose broker no response named by the end of the capture
 
     def add(self, table: str, row: dict[str, Any]) -> None:
@@ -164,9 +171,7 @@ class BrokerIds:
             endpoint = (row.get("broker_ip"), row.get("broker_port"))
             node = self.directory.node(endpoint)  # type: ignore[arg-type]
             if node is None and self.hold and endpoint[0] is not None:
-                if self.held_count < self.max_held:
-                    self.held.setdefault(endpoint, []).append((table, row))  # type: ignore[arg-type]
-                    self.held_count += 1
+                if self._held(endpoint, (table, row)):  # type: ignore[arg-type]
                     return
                 self.held_overflow += 1
             row["broker_id"] = node
@@ -179,13 +184,30 @@ class BrokerIds:
         if node is None:
             node = self.directory.node(endpoint)
             if node is None and self.hold:
-                if self.held_count < self.max_held:
-                    self.held.setdefault(endpoint, []).append((table, (values, at)))
-                    self.held_count += 1
+                if self._held(endpoint, (table, (values, at))):
                     return
                 self.held_overflow += 1
             values = (*values[:at], node, *values[at + 1 :])
         self.sink.add_values(table, values)
+
+    def _held(self, endpoint: Endpoint, entry: tuple[str, Any]) -> bool:
+        """Hold one row for ``endpoint``'s node id, if the holds have room. A broker whose hold
+        reaches MAX_HELD_PER_BROKER is given up: its held rows are written without an id (counted as
+        overflow), and so are its next ones until a response names it."""
+        if endpoint in self.given_up or self.held_count >= self.max_held:
+            return False
+        rows = self.held.setdefault(endpoint, [])
+        if len(rows) >= MAX_HELD_PER_BROKER:
+            self.given_up.add(endpoint)
+            del self.held[endpoint]
+            self.held_count -= len(rows)
+            self.held_overflow += len(rows)
+            for table, row in rows:
+                self._write(table, row, None)
+            return False
+        rows.append(entry)
+        self.held_count += 1
+        return True
 
     def _write(self, table: str, row: Any, node: int | None) -> None:
         """A held row with its node id: a row dict, or (values, broker_id's position) from add_values."""

@@ -24,8 +24,9 @@ group's commit dropped first).
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 PRODUCE, FETCH, OFFSET_COMMIT, OFFSET_FETCH = 0, 1, 8, 9
 MAX_BATCHES = 1024  # acknowledged batches held per partition to date committed offsets
@@ -61,18 +62,45 @@ class GroupLag:
 Key = tuple[str, str, int]  # group, topic, partition
 
 
-class LagTracker:
+L = TypeVar("L")
+K = TypeVar("K")
+
+
+class PartitionLogs(Generic[L, K]):
+    """What the live trackers share (LagTracker here, kwsniff.view.replication's ReplicationTracker):
+    one log per (topic, partition), made by ``new_log`` and bounded by ``max_partitions`` (new ones
+    past it are refused and counted in ``refused``), and the keys whose figures moved."""
+
+    def __init__(self, max_partitions: int, new_log: Callable[[str, int], L]) -> None:
+        self.max_partitions = max_partitions
+        self.new_log = new_log
+        self.logs: dict[tuple[str, int], L] = {}
+        self.changed: set[K] = set()
+        self.refused = 0  # rows of partitions past max_partitions
+
+    def take_changed(self) -> set[K]:
+        changed, self.changed = self.changed, set()
+        return changed
+
+    def _log(self, topic: str, partition: int) -> L | None:
+        log = self.logs.get((topic, partition))
+        if log is None:
+            if len(self.logs) >= self.max_partitions:
+                self.refused += 1
+                return None
+            log = self.logs[(topic, partition)] = self.new_log(topic, partition)
+        return log
+
+
+class LagTracker(PartitionLogs[PartitionLog, Key]):
     """Feed it `partitions` rows; :meth:`take_changed` gives the (group, topic, partition) whose
     figures moved. ``max_partitions`` bounds the partitions followed (new ones past it are refused
     and counted in ``refused``); the groups per partition are bounded by the caller's series cap."""
 
     def __init__(self, max_partitions: int, max_batches: int = MAX_BATCHES) -> None:
-        self.max_partitions = max_partitions
+        super().__init__(max_partitions, PartitionLog)
         self.max_batches = max_batches
-        self.logs: dict[tuple[str, int], PartitionLog] = {}
         self.lags: dict[Key, GroupLag] = {}
-        self.changed: set[Key] = set()
-        self.refused = 0  # rows of partitions past max_partitions
 
     def row(self, row: dict[str, Any]) -> None:
         get = row.get
@@ -107,20 +135,7 @@ class LagTracker:
         if log is not None:
             log.groups.discard(key[0])
 
-    def take_changed(self) -> set[Key]:
-        changed, self.changed = self.changed, set()
-        return changed
-
     # -- events --------------------------------------------------------------------------------------
-    def _log(self, topic: str, partition: int) -> PartitionLog | None:
-        log = self.logs.get((topic, partition))
-        if log is None:
-            if len(self.logs) >= self.max_partitions:
-                self.refused += 1
-                return None
-            log = self.logs[(topic, partition)] = PartitionLog(topic, partition)
-        return log
-
     def _batch(self, log: PartitionLog, first: int, last: int, ts: int) -> None:
         batches = log.batches
         bisect.insort(batches, (first, last, ts))

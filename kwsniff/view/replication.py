@@ -23,6 +23,8 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
+from kwsniff.view.lag import PartitionLogs
+
 PRODUCE, FETCH = 0, 1
 MAX_BATCHES = 1024  # acknowledged Produce batches held per partition
 MAX_STEPS = 1024  # rises of the high watermark held per partition
@@ -55,7 +57,7 @@ class FollowerFetch:
 Key = tuple[int, str, int]  # replica id, topic, partition
 
 
-class ReplicationTracker:
+class ReplicationTracker(PartitionLogs[LeaderLog, Key]):
     """Feed it `partitions` rows; :meth:`take_changed` gives the (replica id, topic, partition) whose
     figures moved. ``max_partitions`` bounds the partitions followed (new ones past it are refused and
     counted in ``refused``)."""
@@ -63,13 +65,10 @@ class ReplicationTracker:
     def __init__(
         self, max_partitions: int, max_batches: int = MAX_BATCHES, max_steps: int = MAX_STEPS
     ) -> None:
-        self.max_partitions = max_partitions
+        super().__init__(max_partitions, lambda _topic, _partition: LeaderLog())
         self.max_batches = max_batches
         self.max_steps = max_steps
-        self.logs: dict[tuple[str, int], LeaderLog] = {}
         self.fetches: dict[Key, FollowerFetch] = {}
-        self.changed: set[Key] = set()
-        self.refused = 0
 
     def row(self, row: dict[str, Any]) -> None:
         get = row.get
@@ -93,20 +92,7 @@ class ReplicationTracker:
             if hwm is not None and hwm >= 0 and ts_response is not None and not error:
                 self._watermark(log, hwm, ts_response)
 
-    def take_changed(self) -> set[Key]:
-        changed, self.changed = self.changed, set()
-        return changed
-
     # -- events --------------------------------------------------------------------------------------
-    def _log(self, topic: str, partition: int) -> LeaderLog | None:
-        log = self.logs.get((topic, partition))
-        if log is None:
-            if len(self.logs) >= self.max_partitions:
-                self.refused += 1
-                return None
-            log = self.logs[(topic, partition)] = LeaderLog()
-        return log
-
     def _batch(self, log: LeaderLog, topic: str, partition: int, first: int, last: int, ts: int) -> None:
         bisect.insort(log.batches, (first, last, ts))
         if len(log.batches) > self.max_batches:

@@ -32,9 +32,10 @@ from kio.serial import entity_writer
 from kio.static import primitive
 from kio.static.primitive import i16, i32
 from realparts import free_port, run_kwsniff, tcpdump_capture
+from report_engines import answer_sections
 
 from kwsniff.cli import main
-from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
+from kwsniff.report.engines import DuckEngine, Filters
 from kwsniff.report.run import answer
 from kwsniff.report.sections import BY_NAME
 
@@ -262,16 +263,7 @@ def test_report_counts_only_the_consumer_fetches(
     sent: tuple[Path, list[tuple[str, int, int, str]]], engine_name: str, request: pytest.FixtureRequest
 ) -> None:
     out, _truth = sent
-    sections = [BY_NAME["long_polls"], BY_NAME["inventory"]]
-    if engine_name == "spark":
-        engine = SparkEngine(out, Filters(), request.getfixturevalue("spark"))
-        try:
-            rows = answer(engine, Filters(), sections)
-        finally:
-            engine.close()
-    else:
-        with DuckEngine(out, Filters()) as duck:
-            rows = answer(duck, Filters(), sections)
+    rows = answer_sections(out, ["long_polls", "inventory"], engine_name, request)
     polls = [(r["api_name"], r["client_id"], r["polls"], r["wait_ms"]) for r in rows["long_polls"]]
     assert polls == [("Fetch", "consumer-1", len(VERSIONS), MAX_WAIT_MS)]
     # Inventory names topics: orders by name up to v12 (v4, v11, v12), ids unnamed by any Metadata.

@@ -29,12 +29,10 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeader1
 from kio.static.primitive import i16, i32
 from realparts import free_port, run_kwsniff, tcpdump_capture
+from report_engines import answer_sections
 from test_fetchers import build, encoded, read_frame
 
 from kwsniff.cli import main
-from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
-from kwsniff.report.run import answer
-from kwsniff.report.sections import BY_NAME
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_ID = uuid.UUID("00000000-0000-0000-0000-000000000001")  # the metadata log's fixed id
@@ -712,15 +710,7 @@ def expected_controller() -> list[tuple[Any, ...]]:
 def run_sections(
     tables: Path, engine_name: str, request: pytest.FixtureRequest
 ) -> dict[str, list[dict[str, Any]]]:
-    sections = [BY_NAME["isr_changes"], BY_NAME["controller"]]
-    if engine_name == "spark":
-        engine = SparkEngine(tables, Filters(), request.getfixturevalue("spark"))
-        try:
-            return answer(engine, Filters(), sections)
-        finally:
-            engine.close()
-    with DuckEngine(tables, Filters()) as duck:
-        return answer(duck, Filters(), sections)
+    return answer_sections(tables, ["isr_changes", "controller"], engine_name, request)
 
 
 ISR_KEYS = ("source", "node_id", "api_version", "topic", "topic_id", "partition", "leader_id", "leader_epoch", "partition_epoch",

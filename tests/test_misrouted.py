@@ -24,12 +24,10 @@ from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.response_header.v1.header import ResponseHeader
 from kio.static.primitive import i16, i32
 from realparts import free_ports, tcpdump_capture
+from report_engines import answer_sections
 from test_fetchers import build, encoded, read_frame
 
 from kwsniff.cli import main
-from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
-from kwsniff.report.run import answer
-from kwsniff.report.sections import BY_NAME
 
 API_VERSIONS, METADATA, DESCRIBE_CLUSTER = 18, 3, 60
 REAL_CLUSTER, REAL_NODE, OTHER_CLUSTER, OTHER_NODE = "cluster-real", 3, "cluster-other", 9
@@ -225,16 +223,7 @@ def test_misrouted_lists_each_connection_whose_intent_differs_from_what_its_brok
     captured: tuple[Path, list[tuple[Any, ...]]], engine_name: str, request: pytest.FixtureRequest
 ) -> None:
     out, expected = captured
-    sections = [BY_NAME["misrouted"]]
-    if engine_name == "spark":
-        engine = SparkEngine(out, Filters(), request.getfixturevalue("spark"))
-        try:
-            rows = answer(engine, Filters(), sections)
-        finally:
-            engine.close()
-    else:
-        with DuckEngine(out, Filters()) as duck:
-            rows = answer(duck, Filters(), sections)
+    rows = answer_sections(out, ["misrouted"], engine_name, request)
     got = [
         (
             r["client_id"],

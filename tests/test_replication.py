@@ -40,6 +40,7 @@ from realparts import (
     start_broker,
     tcpdump_capture,
 )
+from report_engines import answer_sections
 from test_fetchers import build, encoded, read_frame
 
 from kwsniff.capture.live import CaptureCounters
@@ -47,7 +48,7 @@ from kwsniff.cli import main
 from kwsniff.pipeline.live_worker import RowRelay
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
-from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
+from kwsniff.report.engines import DuckEngine, Filters
 from kwsniff.report.run import answer
 from kwsniff.report.sections import BY_NAME
 from kwsniff.rows import ListSink
@@ -377,15 +378,7 @@ REPLICATION_COLUMNS = (
 
 
 def report(out: Path, engine_name: str, request: pytest.FixtureRequest) -> dict[str, list[Any]]:
-    sections = [BY_NAME["brokers"], BY_NAME["replication"]]
-    if engine_name == "spark":
-        engine = SparkEngine(out, Filters(), request.getfixturevalue("spark"))
-        try:
-            return answer(engine, Filters(), sections)
-        finally:
-            engine.close()
-    with DuckEngine(out, Filters()) as duck:
-        return answer(duck, Filters(), sections)
+    return answer_sections(out, ["brokers", "replication"], engine_name, request)
 
 
 def _plain(value: Any) -> Any:

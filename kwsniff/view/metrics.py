@@ -164,20 +164,8 @@ class Metrics:
                 )
                 records_of.labels(topic).inc(records)
                 bytes_of.labels(topic).inc(record_bytes)
-        for (group, topic, partition), offset_lag, lag_s in lags:
-            labels = (group, topic, str(partition))
-            if self._allowed("lag", labels):
-                if offset_lag is not None:
-                    self.lag_records.labels(*labels).set(offset_lag)
-                if lag_s is not None:
-                    self.lag_seconds.labels(*labels).set(lag_s)
-        for (replica, topic, partition), lag_records, lag_s in replication:
-            labels = (str(replica), topic, str(partition))
-            if self._allowed("replication", labels):
-                if lag_records is not None:
-                    self.replication_records.labels(*labels).set(lag_records)
-                if lag_s is not None:
-                    self.replication_seconds.labels(*labels).set(lag_s)
+        self._lags("lag", lags, self.lag_records, self.lag_seconds)
+        self._lags("replication", replication, self.replication_records, self.replication_seconds)
         for group, members, ts_us in joins:
             # The latest join by its time: a worker's rows may come after another's later ones.
             if ts_us >= self._rebalanced.get(group, ts_us) and self._allowed("group", (group,)):
@@ -185,6 +173,17 @@ class Metrics:
                 self.group_members.labels(group).set(members)
                 self.group_rebalanced.labels(group).set(ts_us / 1e6)
         self.connections.set(open_connections)
+
+    def _lags(self, metric: str, rows: Any, records: Gauge, seconds: Gauge) -> None:
+        """Each row's lag in records and in seconds (either unknown: None) into the two gauges of
+        ``metric``, labelled by its key (group or follower, topic, partition)."""
+        for (who, topic, partition), lag_records, lag_s in rows:
+            labels = (str(who), topic, str(partition))
+            if self._allowed(metric, labels):
+                if lag_records is not None:
+                    records.labels(*labels).set(lag_records)
+                if lag_s is not None:
+                    seconds.labels(*labels).set(lag_s)
 
     def _allowed(self, metric: str, labels: tuple[str, ...]) -> bool:
         """Whether the series of ``labels`` exists or may be made under max_series (else counted)."""

@@ -77,7 +77,7 @@ def scraped(metrics: Metrics) -> dict[str, float]:
     return {
         line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
         for line in generate_latest(metrics.registry).decode().splitlines()
-        if line.startswith("kwsniff_") and not line.startswith("kwsniff_broker_request_latency")
+        if line.startswith("kwsniff_")
     }
 
 
@@ -101,6 +101,25 @@ def test_rows_reach_the_lag_gauges_and_the_topic_counters() -> None:
     assert values['kwsniff_fetched_records_total{topic="t"}'] == 4.0
     assert values['kwsniff_fetched_bytes_total{topic="t"}'] == 300.0
     assert values["kwsniff_metrics_series_dropped_total"] == 0.0
+
+
+def test_a_requests_broker_label_is_its_own_broker_end_whenever_its_row_comes() -> None:
+    # A row held for its broker's node id may come after its connection closed: the label is read
+    # from the row, not from the open connections (a Produce once went unlabelled that way).
+    stats = LiveStats(collect_pending=True)
+    for ip, port, latency_ms in (("10.0.0.1", 9092, 2.0), ("10.0.0.1", 9092, 4.0), ("::1", 9093, 1.0)):
+        stats.row(
+            "requests",
+            {"api_name": "Produce", "broker_ip": ip, "broker_port": port, "latency_ms": latency_ms},
+        )
+    stats.row("requests", {"api_name": "Produce", "latency_ms": 3.0})  # no broker end: no broker series
+    metrics = Metrics()
+    metrics.update(CaptureCounters(), stats.take_pending(), 0)
+    values = scraped(metrics)
+    count = 'kwsniff_broker_request_latency_seconds_count{{api="Produce",broker="{}"}}'
+    assert values[count.format("10.0.0.1:9092")] == 2.0
+    assert values[count.format("::1:9093")] == 1.0
+    assert values['kwsniff_request_latency_seconds_count{api="Produce"}'] == 4.0
 
 
 def test_series_past_the_cap_are_not_made_and_their_updates_counted() -> None:
@@ -159,15 +178,23 @@ def test_a_worker_relays_the_rows_only_the_metrics_count_only_when_metrics_are_s
 
     offset_commit = {**commit(5, 13 * S), "api_name": "OffsetCommit"}
     join = {"api_key": 11, "group_id": "g", "members": 2, "error_code": 0, "ts_response": 14 * S}
-    request = {"api_name": "Produce", "api_key": 0, "conn_id": 3, "latency_ms": 1.5}
+    request = {
+        "api_name": "Produce",
+        "api_key": 0,
+        "broker_ip": "10.0.0.1",
+        "broker_port": 9092,
+        "latency_ms": 1.5,
+    }
     relayed = {}
     for metrics in (False, True):
         relay = RowRelay(metrics)
-        relay.broker_of = {3: "10.0.0.1:9092"}.get
         for table, row in (("partitions", offset_commit), ("groups", join), ("requests", request)):
             relay.row(table, row)
-        relayed[metrics] = [(table, row.get("broker")) for table, row in relay.take_rows()]
+        relayed[metrics] = [
+            (table, row.get("broker_ip"), row.get("broker_port")) for table, row in relay.take_rows()
+        ]
+    # A request keeps its broker end (the metrics' broker label) with or without metrics.
     assert relayed == {
-        False: [("requests", None)],
-        True: [("partitions", None), ("groups", None), ("requests", "10.0.0.1:9092")],
+        False: [("requests", "10.0.0.1", 9092)],
+        True: [("partitions", None, None), ("groups", None, None), ("requests", "10.0.0.1", 9092)],
     }

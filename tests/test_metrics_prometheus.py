@@ -104,15 +104,17 @@ def start_prometheus(work: Path, port: int, metrics_port: int) -> subprocess.Pop
     return proc
 
 
-def query(port: int, promql: str) -> list[dict[str, Any]]:
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+def query(port: int, promql: str, at: float | None = None) -> list[dict[str, Any]]:
+    """An instant query, evaluated at ``at`` (seconds since the epoch) when given."""
+    params = {"query": promql} | ({} if at is None else {"time": f"{at:.3f}"})
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode(params)
     answer = json.loads(urllib.request.urlopen(url, timeout=5).read())
     assert answer["status"] == "success", answer
     return answer["data"]["result"]
 
 
-def value_of(port: int, promql: str) -> float | None:
-    result = query(port, promql)
+def value_of(port: int, promql: str, at: float | None = None) -> float | None:
+    result = query(port, promql, at)
     return float(result[0]["value"][1]) if len(result) == 1 else None
 
 
@@ -152,12 +154,32 @@ def test_prometheus_scrapes_the_groups_lag_and_the_produced_records(tmp_path: Pa
             # the capture saw, at most what the test's clock says has passed since it produced them.
             seconds = value_of(prometheus_port, lag.replace("_records", "_seconds"))
             assert seconds is not None and 0 <= seconds <= time.time() - produced_at
-            # Every Produce request went to the one broker: its label is the broker's ip:port.
-            by_broker = value_of(
-                prometheus_port,
-                f'kwsniff_broker_request_latency_seconds_count{{api="Produce",broker="{broker.bootstrap}"}}',
+            # Every Produce request went to the one broker: its label is the broker's ip:port. Both
+            # counts are read at one evaluation time (one scrape): two queries could straddle the
+            # scrape that brought the last Produce answer.
+            by_broker_q = (
+                f'kwsniff_broker_request_latency_seconds_count{{api="Produce",broker="{broker.bootstrap}"}}'
             )
-            every = value_of(prometheus_port, 'kwsniff_request_latency_seconds_count{api="Produce"}')
+            every_q = 'kwsniff_request_latency_seconds_count{api="Produce"}'
+
+            def produce_counts() -> tuple[float | None, float | None]:
+                at = time.time()
+                return value_of(prometheus_port, by_broker_q, at), value_of(prometheus_port, every_q, at)
+
+            wait_until(
+                lambda: (
+                    print(
+                        produce_counts(),
+                        query(prometheus_port, "kwsniff_broker_request_latency_seconds_count"),
+                        flush=True,
+                    )
+                    or (n := produce_counts())[0] == n[1]
+                    and (n[0] or 0) >= 2
+                ),
+                "produce counts",
+                SCRAPE_TIMEOUT_S,
+            )
+            by_broker, every = produce_counts()
             assert by_broker is not None and by_broker == every and by_broker >= 2
             assert value_of(prometheus_port, "kwsniff_metrics_series_dropped_total") == 0.0
         finally:

@@ -50,7 +50,15 @@ PUBLISH_EVERY_S = 0.5  # how often a worker sends its counters and rows to the c
 START_TIMEOUT_S = 60.0  # a worker told nothing this long after it is ready gives up
 # The fields of each table's rows that LiveStats counts: all the view and metrics need.
 VIEW_FIELDS = {
-    "requests": ("api_name", "api_key", "latency_ms", "throttle_time_ms", "client_id"),
+    "requests": (
+        "api_name",
+        "api_key",
+        "latency_ms",
+        "throttle_time_ms",
+        "client_id",
+        "broker_ip",
+        "broker_port",
+    ),
     "errors": ("error_name", "error_code"),
     # Bytes and records per topic, and what the lag follows (kwsniff.view.lag).
     "partitions": (
@@ -131,9 +139,6 @@ class RowRelay(LiveStats):
         if table == "partitions" and not get("record_bytes") and not lag_row:
             return
         kept = {k: get(k) for k in fields}
-        if table == "requests" and self.metrics:
-            # Only this worker knows the connection's broker (the metrics' broker label).
-            kept["broker"] = self.broker_of(get("conn_id"))
         with self.lock:
             self.rows.append((table, kept))
 

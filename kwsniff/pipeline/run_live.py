@@ -68,7 +68,6 @@ class LiveDecoder:
             row_buffer_bytes=MemoryBudget(session_options.memory_limit).cap(ROWS),
         )
         self.session = Session(options.name, StatsSink(self.sink, stats), session_options)
-        stats.broker_of = self.session.rows.brokers.get  # the metrics' broker label of each request
         # A worker of `capture --workers N` writes one file per period instead (live_worker.py).
         self.pcap: PcapWriter | PeriodPcapWriter | None = (
             PcapWriter(options.write_pcap, capture.linktype, options.snaplen) if options.write_pcap else None

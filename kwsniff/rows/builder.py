@@ -171,9 +171,6 @@ class TableBuilder:
         self.budget = record_options.budget
         # Requests holding `records` rows for their response's offsets, oldest first (by id()).
         self.holding: dict[int, tuple[ExchangeRows, Request]] = {}
-        # The broker (ip:port) of each open connection, for the live metrics' broker label: the
-        # `connections` row, which names it, comes only when the connection closes.
-        self.brokers: dict[int, str] = {}
 
     def relieve_records(self) -> None:
         """The records pool is over its cap: the oldest requests waiting for a response write their
@@ -191,7 +188,6 @@ class TableBuilder:
         rows = ExchangeRows(
             self, conn.conn_id, format_ip(conn.client[0]), (format_ip(conn.broker[0]), conn.broker[1])
         )
-        self.brokers[conn.conn_id] = f"{format_ip(conn.broker[0])}:{conn.broker[1]}"
         if self.keep_messages:
             # `show` prints each exchange as it completes, long before the connection row exists.
             rows.endpoints = {
@@ -218,7 +214,6 @@ class TableBuilder:
                     row["encrypted_bytes_to_broker"] + row["encrypted_bytes_to_client"]
                 )
         self.sink.add("connections", {"capture": self.capture, "conn_id": conn_id, **row})
-        self.brokers.pop(conn_id, None)
 
     def finish(self, session: Any) -> None:
         """End of the capture: rows held for a topic name are written, named or not."""

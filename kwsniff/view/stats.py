@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -88,9 +87,6 @@ class LiveStats:
         self.lag = LagTracker(MAX_LAG_PARTITIONS) if collect_pending else None
         # Followers' replication lag (the metrics' replication gauges), the same bound on partitions.
         self.replication = ReplicationTracker(MAX_LAG_PARTITIONS) if collect_pending else None
-        # The broker (ip:port) of a request's connection, by conn_id (TableBuilder.brokers.get); a
-        # worker's rows come with theirs (live_worker.RowRelay).
-        self.broker_of: Callable[[Any], str | None] = _no_broker
 
     def row(self, table: str, row: dict[str, Any]) -> None:
         # Rows are read with .get: a table's rows carry only the columns known for that exchange
@@ -110,7 +106,9 @@ class LiveStats:
                 if throttle:
                     self.totals.throttled[get("client_id") or "?"] += 1
                 if self.collect_pending:
-                    broker = get("broker") or self.broker_of(get("conn_id"))
+                    # The metrics' broker label: the row's own broker end (ip:port).
+                    ip = get("broker_ip")
+                    broker = None if ip is None else f"{ip}:{get('broker_port')}"
                     self.pending.requests.append((api, broker, None if latency is None else latency / 1000))
         elif table == "errors":
             # Counted like the table counts them, so the view never disagrees with it.
@@ -173,10 +171,6 @@ class LiveStats:
                     for key in self.replication.take_changed()
                 )
         return pending
-
-
-def _no_broker(conn_id: Any) -> None:
-    return None
 
 
 class StatsSink:

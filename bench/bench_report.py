@@ -329,7 +329,15 @@ def main() -> None:
                 ["git", "-C", str(ROOT), "archive", args.before, "kwsniff"], capture_output=True, check=True
             )
             subprocess.run(["tar", "-x", "-C", str(before)], input=archive.stdout, check=True)
-        kwsniff("read", "-q", str(ROOT / "sample_pcaps/quickstart.pcap"), "--out", str(quick))
+        kwsniff(
+            "read",
+            "-q",
+            str(ROOT / "sample_pcaps/quickstart.pcap"),
+            "--out",
+            str(quick),
+            "--summaries",
+            "always",
+        )
         if before:
             same_answers(quick, before)
         timed(args.runs, quick, "quick start (target 5 s)", before)
@@ -348,7 +356,7 @@ def main() -> None:
         shape = "" if captures == CAPTURES else "-" + "-".join(c.stem for c in captures)
         where = args.tables or ROOT / f"bench/captures/report-tables-{args.gb:g}gb{shape}"
         if not reusable(where, args.gb, captures):
-            kwsniff("read", "-q", *map(str, captures), "--out", str(base))
+            kwsniff("read", "-q", *map(str, captures), "--out", str(base), "--summaries", "always")
         big, copies = cached_tables(args.gb, where, base, captures)
         rows = sum(
             pq.ParquetFile(p).metadata.num_rows

@@ -8,12 +8,12 @@ Each round runs, one right after the other in fresh child processes (so all see 
   python -c PYARROW_AS_READ                           (what writing Parquet costs at least: pyarrow
                                                        without numpy, and pyarrow._parquet)
   python -m kwsniff --help
-  python -m kwsniff read ONE.pcap --out TMP --overwrite   (one packet; every default table written)
-  python -c SUMMARIES_ONLY                            (the part of that `read` that writes the report's
-                                                       summaries: DuckDB's import and its 13 queries,
-                                                       on a copy of the one packet's tables)
-  python -c READ_WITHOUT_SUMMARIES ...                (that `read` with the summaries left out: the rest
-                                                       of its start-up and work)
+  python -m kwsniff read ONE.pcap --out TMP --overwrite   (one packet; every default table written,
+                                                       no summaries: `--summaries auto` skips them
+                                                       on a run this small)
+  python -m kwsniff read ... --summaries always       (the same with the report's summaries)
+  python -c SUMMARIES_ONLY                            (the summaries alone: DuckDB's import and its
+                                                       15 queries, on a copy of the one packet's tables)
 kwsniff is this checkout's (its directory first on PYTHONPATH), bytecode compiled first as `pip
 install` does. Printed: median and best wall time of each, and the median over bare Python (the
 goal of issue 19: ≤ 0.1 s). With --imports, the modules `read` imports that cost most
@@ -43,19 +43,12 @@ PYARROW_AS_READ = (
     "from kwsniff.entry import _pyarrow_without_numpy; _pyarrow_without_numpy(); import pyarrow._parquet"
 )
 
-# What `read` runs after decoding (kwsniff/commands/summarize.py), alone, on the tables in argv[1].
+# What `read --summaries always` runs after decoding (kwsniff/commands/summarize.py), alone, on the
+# tables in argv[1].
 SUMMARIES_ONLY = (
     "import sys; from kwsniff.entry import _pyarrow_without_numpy; _pyarrow_without_numpy();"
     " from pathlib import Path; from kwsniff.commands.summarize import summarize;"
-    " summarize(Path(sys.argv[1]), None)"
-)
-
-# `python -m kwsniff read ...` with kwsniff/commands/summarize.py's summarize doing nothing (patched
-# before kwsniff.commands.read imports it), so the two lines add up to `read`.
-READ_WITHOUT_SUMMARIES = (
-    "import sys; from kwsniff.entry import _pyarrow_without_numpy; _pyarrow_without_numpy();"
-    " import kwsniff.commands.summarize as s; s.summarize = lambda stage, limit: None;"
-    " sys.argv[0] = 'kwsniff'; from kwsniff.entry import run; run()"
+    " summarize(Path(sys.argv[1]), None, 'always')"
 )
 
 
@@ -111,12 +104,12 @@ def main() -> int:
         one_packet_capture(capture)
         out = str(Path(tmp) / "out")
         subprocess.run(
-            [py, "-m", "kwsniff", "read", str(capture), "--out", out, "-q"],
+            [py, "-m", "kwsniff", "read", str(capture), "--out", out, "-q", "--summaries", "never"],
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        tables = Path(tmp) / "tables"  # the tables `read` wrote, without their summaries
-        shutil.copytree(out, tables, ignore=shutil.ignore_patterns("summary_*"))
+        tables = Path(tmp) / "tables"  # the tables `read` wrote (without summaries)
+        shutil.copytree(out, tables)
         commands = {
             "python -c pass": [py, "-c", "pass"],
             "import pyarrow (as read)": [py, "-c", PYARROW_AS_READ],
@@ -132,18 +125,9 @@ def main() -> int:
                 "--overwrite",
             ],
         }
+        commands["read --summaries always"] = [*commands["kwsniff read (1 packet)"], "--summaries", "always"]
         summaries = "summaries alone (DuckDB)"
         commands[summaries] = [py, "-c", SUMMARIES_ONLY]
-        commands["read without summaries"] = [
-            py,
-            "-c",
-            READ_WITHOUT_SUMMARIES,
-            "read",
-            str(capture),
-            "--out",
-            str(Path(tmp) / "bare"),
-            "--overwrite",
-        ]
         times: dict[str, list[float]] = {name: [] for name in commands}
         cpu: dict[str, list[float]] = {name: [] for name in commands}
         load = os.getloadavg()
@@ -172,7 +156,7 @@ def main() -> int:
             )
         print(
             "seconds; `over bare`: minus `python -c pass` (issue 37's goal: ≤ 0.15 s for `read`);"
-            " the last two lines are the two parts of `read`"
+            " summaries alone include the interpreter's and pyarrow's start"
         )
         if args.imports:
             print("\n`kwsniff read` of one packet, top-level imports by cumulative time (one run):")

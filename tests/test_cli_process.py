@@ -151,9 +151,13 @@ def test_read_loads_neither_numpy_nor_pandas_and_writes_the_same_bytes(tmp_path:
     never imports pandas); the files are the very bytes pyarrow writes with numpy and pandas loaded."""
     captures = [str(p) for p in sorted((ROOT / "tests" / "data" / "captures").glob("*.pcap"))]
     alone, with_numpy = tmp_path / "alone", tmp_path / "with-numpy"
-    loaded, restored = _read_in_process("pass", [*captures, "--out", str(alone), "-q"])
+    loaded, restored = _read_in_process(
+        "pass", [*captures, "--out", str(alone), "-q", "--summaries", "always"]
+    )
     assert loaded == ["crc32c"] and restored
-    loaded, restored = _read_in_process("import numpy, pandas", [*captures, "--out", str(with_numpy), "-q"])
+    loaded, restored = _read_in_process(
+        "import numpy, pandas", [*captures, "--out", str(with_numpy), "-q", "--summaries", "always"]
+    )
     assert loaded == ["crc32c", "numpy", "pandas"] and restored
     written = _table_bytes(alone)
     # requests, connections, errors, partitions, groups, and the report's summaries

@@ -102,7 +102,7 @@ def test_overwrite_swaps_in_a_new_directory_and_keeps_what_is_not_a_table(tmp_pa
     (out / "notes.txt").write_text("mine")
     (out / "requests" / ".stale.parquet.tmp").write_bytes(b"left by an old kwsniff")
     inode = out.stat().st_ino
-    proc = kwsniff("read", str(KP), "-o", str(out), "--overwrite", "-q")
+    proc = kwsniff("read", str(KP), "-o", str(out), "--overwrite", "-q", "--summaries", "always")
     assert proc.returncode == 0, proc.stderr
     assert out.stat().st_ino != inode  # the staged directory took the old one's place
     assert version(out)["requests"][0] == 46

@@ -44,10 +44,10 @@ def dataset_files(out: Path) -> list[Path]:
 def test_api_tables_are_the_commands_parquet_byte_for_byte(tmp_path: Path, options: dict) -> None:
     inputs = [*CAPTURES, QUICKSTART]
     flags = ["--record-payloads"] if options else []
-    done = run_kwsniff("read", *inputs, "--out", tmp_path / "command", "-q", *flags)
+    done = run_kwsniff("read", *inputs, "--out", tmp_path / "command", "-q", "--summaries", "always", *flags)
     assert done.returncode == 0, done.stderr
     tables = kwsniff.read(inputs, **options)
-    assert tables.write(tmp_path / "api") == tmp_path / "api"
+    assert tables.write(tmp_path / "api", summaries="always") == tmp_path / "api"
 
     command, api = tmp_path / "command", tmp_path / "api"
     files = dataset_files(command)

@@ -103,7 +103,9 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Share-group deliveries (KIP-932), kio-encoded: test_share_wire.py tells their story.
     share = share_capture(tmp_path_factory.mktemp("share") / "share.pcap")
     inputs = [*map(str, CAPTURES), str(share)]
-    done = CliRunner().invoke(main, ["read", "-q", *inputs, "--out", str(out), "--overwrite"])
+    done = CliRunner().invoke(
+        main, ["read", "-q", *inputs, "--out", str(out), "--overwrite", "--summaries", "always"]
+    )
     assert done.exit_code == 0, done.output
     # Tables written before the contract's columns, and one capture's file with them: both read as
     # one table. Its summaries are written as `read` writes a capture's, after its table file.

@@ -1,6 +1,7 @@
 """The report's per-capture summaries (kwsniff.report.summaries): `read` and `spark` write them beside
-the tables, `report` reads them instead of the rows when they cover every capture, and the answers are
-the same as from the rows (on Spark too: tests/test_report_sections.py)."""
+the tables (`read` on runs of SUMMARIZE_MIN_ROWS rows or more, or with --summaries always), `report`
+reads them instead of the rows for the captures they cover and computes the others' parts from their
+rows, and the answers are the same as from the rows (on Spark too: tests/test_report_sections.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -22,9 +24,10 @@ from kwsniff.report.engines import DuckEngine, Filters
 from kwsniff.report.output import sort_rows
 from kwsniff.report.run import answer, answer_top, keep
 from kwsniff.report.sections import PARTS, SECTIONS
+from kwsniff.sinks import output_name
 from kwsniff.sinks.dataset import path_digest_of
 from kwsniff.spark.pipeline import decode, write
-from kwsniff.tables.names import SUMMARIES
+from kwsniff.tables.names import DEFAULT_TABLES, SUMMARIES, TABLES
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "sample_pcaps/quickstart.pcap"
@@ -33,8 +36,8 @@ CAPTURES = sorted((ROOT / "tests/data/captures").glob("*.pcap")) + [QUICKSTART]
 SUMMARIZED = [s for s in SECTIONS if "summary_" in s.sql]
 
 
-def read(out: Path, *inputs: Path, append: bool = False) -> Any:
-    args = ["read", "-q", *map(str, inputs), "--out", str(out)]
+def read(out: Path, *inputs: Path, append: bool = False, summaries: str = "always") -> Any:
+    args = ["read", "-q", *map(str, inputs), "--out", str(out), "--summaries", summaries]
     done = CliRunner().invoke(main, args + (["--append"] if append else []))
     assert done.exit_code == 0, done.output
     return done
@@ -214,7 +217,7 @@ def test_spark_writes_summaries_of_a_capture_split_into_flow_buckets_as_read_doe
     decoded = decode(spark, [str(QUICKSTART)], buckets=2)
     assert decoded.split_into == {"quickstart.pcap": 2}
     fleet = tmp_path / "fleet"
-    write(decoded, fleet, summarize=lambda stage: summarize(stage, 1 << 30))
+    write(decoded, fleet, summarize=lambda stage: summarize(stage, 1 << 30, "always"))
     # Its tables are files of Spark's names (one per flow bucket), its summaries one of the capture's.
     assert [p.name for p in (fleet / "summary_lag").iterdir()] == [
         f"quickstart.pcap-{path_digest_of('quickstart.pcap')}.parquet"
@@ -225,3 +228,83 @@ def test_spark_writes_summaries_of_a_capture_split_into_flow_buckets_as_read_doe
     single = tmp_path / "single"
     read(single, QUICKSTART)
     assert rows == from_rows_of(single)
+
+
+def rows_in(tables: Path) -> int:
+    """Every row of the dataset's tables (not its summaries), counted by pyarrow from the footers."""
+    return sum(pq.ParquetFile(p).metadata.num_rows for t in TABLES for p in (tables / t).glob("*.parquet"))
+
+
+def test_auto_writes_summaries_for_runs_of_at_least_the_minimum_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    never = tmp_path / "never"
+    read(never, *CAPTURES, summaries="never")
+    rows = rows_in(never)
+    assert rows == 922  # 357 requests, 475 partitions, 58 connections, 6 errors, 21 groups, 5 captures
+    assert sorted(p.name for p in never.iterdir()) == sorted(DEFAULT_TABLES)
+    for minimum, written in ((rows, True), (rows + 1, False)):
+        monkeypatch.setattr("kwsniff.commands.summarize.SUMMARIZE_MIN_ROWS", minimum)
+        out = tmp_path / f"auto-{minimum}"
+        read(out, *CAPTURES, summaries="auto")
+        assert sorted(p.name for p in out.iterdir()) == sorted(
+            DEFAULT_TABLES + (SUMMARIES if written else ())
+        ), minimum
+    # The default is auto, and the repository's captures are far below its minimum.
+    default = tmp_path / "default"
+    assert CliRunner().invoke(main, ["read", "-q", str(QUICKSTART), "--out", str(default)]).exit_code == 0
+    assert not any(p.name in SUMMARIES for p in default.iterdir())
+    # A small run added to a dataset that has summaries writes its own (the dataset stays read from
+    # its summaries), and one added to a dataset of many captures does too.
+    summarized = tmp_path / f"auto-{rows}"
+    read(summarized, QUICKSTART, append=True, summaries="auto")
+    assert duck_answer(summarized)[0]
+    monkeypatch.setattr("kwsniff.commands.summarize.SUMMARIZE_MIN_CAPTURES", 2)
+    few = tmp_path / "few"
+    read(few, QUICKSTART, summaries="never")
+    for adding, written in ((CAPTURES[0], False), (CAPTURES[1], True)):  # to 1 capture, then to 2
+        read(few, adding, append=True, summaries="auto")
+        assert (few / "summary_lag" / f"{output_name(adding)}.parquet").exists() is written
+
+
+def test_captures_without_summaries_have_their_parts_computed_beside_the_others_summaries(
+    out: Path, from_rows: dict, tmp_path: Path
+) -> None:
+    # A summarized dataset, and a capture appended without summaries: the report reads the
+    # summaries of the first and computes the parts of the second from its rows.
+    mixed = tmp_path / "mixed"
+    read(mixed, *CAPTURES[:-1])
+    read(mixed, QUICKSTART, append=True, summaries="never")
+    assert not (mixed / "summary_lag" / f"{output_name(QUICKSTART)}.parquet").exists()
+    summarized, rows = duck_answer(mixed)
+    assert not summarized  # not every part is read from the summaries alone
+    assert rows == from_rows
+    # The summarized captures' parts are read from their files: one changed by hand shows.
+    lagging = sorted({r["capture"] for r in rows["lag"]} - {QUICKSTART.name})
+    assert lagging == ["kafka_python.pcap", "produce_codecs.pcap"]
+    lag = mixed / "summary_lag" / f"{output_name(ROOT / 'tests/data/captures' / lagging[0])}.parquet"
+    table = pq.read_table(lag)
+    changed = table.set_column(
+        table.schema.get_field_index("group_id"),
+        "group_id",
+        pa.array(["changed"] * table.num_rows, pa.string()),
+    )
+    os.unlink(lag)  # a hard link of the module's dataset
+    pq.write_table(changed, lag)
+    os.utime(mixed / "summary_captures" / lag.name)  # not older than its tables
+    groups = {(r["capture"], r["group_id"]) for r in duck_answer(mixed)[1]["lag"]}
+    assert {g for c, g in groups if c == lagging[0]} == {"changed"}
+    assert {c for c, g in groups if g != "changed"} == {lagging[1], QUICKSTART.name}
+
+
+def test_a_capture_read_again_without_summaries_leaves_none_of_its_old_ones(tmp_path: Path) -> None:
+    out = tmp_path / "tables"
+    read(out, CAPTURES[0], QUICKSTART)
+    read(out, QUICKSTART, append=True, summaries="never")
+    name = f"{output_name(QUICKSTART)}.parquet"
+    for part in SUMMARIES:
+        assert sorted(p.name for p in (out / part).iterdir()) == [f"{output_name(CAPTURES[0])}.parquet"], part
+    summarized, rows = duck_answer(out)
+    assert not summarized
+    assert rows == duck_answer(without_summaries(out, tmp_path / "rows"))[1]
+    assert (out / "requests" / name).exists()

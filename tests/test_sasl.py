@@ -291,7 +291,7 @@ def test_unknown_tagged_fields_of_sasl_authenticate_are_redacted_everywhere(tmp_
     runner = CliRunner()
     text = runner.invoke(main, ["show", str(capture)])
     as_json = runner.invoke(main, ["show", "--json", str(capture)])
-    read = runner.invoke(main, ["read", str(capture), "--out", str(tmp_path / "t")])
+    read = runner.invoke(main, ["read", str(capture), "--out", str(tmp_path / "t"), "--summaries", "always"])
     assert (text.exit_code, as_json.exit_code, read.exit_code) == (0, 0, 0)
     auth = json.loads(as_json.output.splitlines()[1])
     assert (auth["api_name"], auth["status"]) == ("SaslAuthenticate", "ok")

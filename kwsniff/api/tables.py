@@ -106,10 +106,11 @@ class Tables(Mapping[str, "pa.Table"]):
     def __repr__(self) -> str:
         return "Tables(" + ", ".join(f"{n}: {self[n].num_rows} rows" for n in self._names) + ")"
 
-    def write(self, out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+    def write(self, out: str | os.PathLike[str], *, overwrite: bool = False, summaries: str = "auto") -> Path:
         """Write the tables to the Parquet dataset ``out`` as `kwsniff read --out OUT` does (the same
-        files, the same bytes, the report's summaries beside them), published in one step; a dataset
-        already there is refused (OutputError) unless ``overwrite``. Returns ``out``."""
+        files, the same bytes, the report's summaries beside them as ``summaries`` says: `read
+        --summaries`), published in one step; a dataset already there is refused (OutputError)
+        unless ``overwrite``. Returns ``out``."""
         from kwsniff.commands.read import _too_long
         from kwsniff.commands.summarize import summarize
         from kwsniff.sinks import ExistingOutput, Output, ParquetSink
@@ -128,7 +129,7 @@ class Tables(Mapping[str, "pa.Table"]):
                     for table in part.tables:
                         for batch in part.batches.get(table, []):
                             sink.write_batch(table, batch)
-            summarize(output.stage, self.memory_limit)
+            summarize(output.stage, self.memory_limit, summaries)
             output.commit()
         except DatasetError as exc:
             raise OutputError(str(exc)) from None

@@ -25,7 +25,7 @@ from kwsniff.commands.options import (
     idle_timeout_option,
     session_options,
 )
-from kwsniff.commands.summarize import summarize
+from kwsniff.commands.summarize import SUMMARIES_MODES, SUMMARIZE_MIN_ROWS, summarize
 from kwsniff.defaults import MAX_DECOMPRESSED, MAX_FRAME_SIZE
 from kwsniff.memory import ROWS, MemoryBudget
 from kwsniff.pipeline.run import (
@@ -115,6 +115,14 @@ if TYPE_CHECKING:
     "their first timestamps as one, TCP state carried across; a piece that overlaps the one before "
     "is refused.",
 )
+@click.option(
+    "--summaries",
+    type=click.Choice(SUMMARIES_MODES),
+    default="auto",
+    show_default=True,
+    help="Write the report's per-capture summaries beside the tables: auto does for runs of "
+    f"{SUMMARIZE_MIN_ROWS:,} rows or more (a report computes the others from their rows); docs/report.md.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 def read(
     captures: tuple[Path, ...],
@@ -131,6 +139,7 @@ def read(
     idle_timeout: float,
     strict: bool,
     continuous: bool,
+    summaries: str,
     quiet: bool,
 ) -> None:
     """Decode CAPTURES (pcap, pcapng, optionally gzipped; `-` for standard input) into Parquet tables
@@ -189,9 +198,11 @@ def read(
     try:
         with signals:
             if continuous:
-                code = _read_series(captures, output, tables, options, strict, quiet)
+                code = _read_series(captures, output, tables, options, strict, quiet, summaries)
             else:
-                code = _read_all(captures, output, tables, options, signals, strict, quiet, row_buffer_bytes)
+                code = _read_all(
+                    captures, output, tables, options, signals, strict, quiet, row_buffer_bytes, summaries
+                )
     finally:
         output.close()
     sys.exit(code)
@@ -263,6 +274,7 @@ def _read_all(
     strict: bool,
     quiet: bool,
     row_buffer_bytes: int,
+    summaries: str,
 ) -> int:
     """Decode every input into the staging directory, commit, and return the exit status. An input
     that fails (not a capture, or a decoder that raised) fails alone: a warning, a `captures` row
@@ -330,7 +342,7 @@ def _read_all(
         # A failed input leaves only its `captures` row, which says why.
         with ParquetSink(output.stage, names[path], ("captures",)) as failed_sink:
             failed_sink.add("captures", row)
-    summarize(output.stage, options.memory_limit)
+    summarize(output.stage, options.memory_limit, summaries, output.appending_to)
     try:
         output.commit()
     except OutputError as exc:
@@ -364,6 +376,7 @@ def _read_series(
     options: SessionOptions,
     strict: bool,
     quiet: bool,
+    summaries: str,
 ) -> int:
     """`read --continuous`: the inputs as one capture, one set of tables, committed in one step."""
     from kwsniff.pipeline.run import run_series
@@ -375,7 +388,7 @@ def _read_series(
             result = run_series(list(captures), sink, options)
             if "captures" in tables:
                 sink.add("captures", result_row(result))
-        summarize(output.stage, options.memory_limit)
+        summarize(output.stage, options.memory_limit, summaries, output.appending_to)
         output.commit()
     except CaptureError as exc:
         messages.error(str(exc))

@@ -182,7 +182,9 @@ def spark(
             )
             failed = decoded.failed()
             if len(failed) < len(paths):  # nothing decoded: nothing written, as `kwsniff read`
-                write(decoded, output, summarize=lambda stage: summarize(stage, decoding.memory_limit))
+                write(
+                    decoded, output, summarize=lambda stage: summarize(stage, decoding.memory_limit, "always")
+                )
     except OutputError as exc:
         messages.error(str(exc))
         sys.exit(1)

@@ -166,12 +166,26 @@ def written(con: Any, paths: dict[str, list[str]]) -> dict[str, tuple[set[str], 
     }
 
 
-def derived(parts: dict[str, list[str]] | None) -> dict[str, str]:
+# The captures whose parts a report computes from their rows, beside the others' summaries.
+UNSUMMARIZED = "_unsummarized"
+
+
+def derived(parts: dict[str, list[str]] | None, rest: bool = False) -> dict[str, str]:
     """The views sections share (views.DERIVED), then the sections' per-capture parts: their
-    summaries' files when ``parts`` gives them, else their queries over the rows."""
+    summaries' files when ``parts`` gives them, else their queries over the rows; with ``rest``, the
+    summaries' rows and the query's rows of the captures in the UNSUMMARIZED table (a part never
+    looks past one capture: each capture's rows are its own)."""
     out = dict(DERIVED)
     for name, sql in PARTS.items():
-        out[name] = f"SELECT * FROM read_parquet({parts[name]!r})" if parts else sql
+        if not parts:
+            out[name] = sql
+        elif not rest:
+            out[name] = f"SELECT * FROM read_parquet({parts[name]!r})"
+        else:
+            out[name] = (
+                f"SELECT * FROM read_parquet({parts[name]!r}) UNION ALL BY NAME SELECT * FROM ({sql}) AS p"
+                f" WHERE capture IN (SELECT capture FROM {UNSUMMARIZED})"
+            )
     return out
 
 
@@ -271,10 +285,15 @@ class DuckEngine:
         # The shared views; those in MATERIALIZED are computed once, when a section first reads them
         # (`--section latency` computes none of the lag ones). Then the sections' per-capture parts:
         # read from the summaries kept with the tables, or computed from the rows (report.summaries).
-        parts = stored(self.con, tables, paths, filters) if summaries else None
-        self.summarized = parts is not None
+        found_parts = stored(self.con, tables, paths, filters) if summaries else None
+        parts, rest = found_parts or (None, [])
+        # Every part read from the summaries alone (engines.top reads such answers in place).
+        self.summarized = parts is not None and not rest
+        if rest:
+            self.con.execute(f"CREATE TEMP TABLE {UNSUMMARIZED} (capture VARCHAR)")
+            self.con.executemany(f"INSERT INTO {UNSUMMARIZED} VALUES (?)", [[c] for c in rest])
         # An engine that writes summaries runs the parts' queries itself: no views of them.
-        self.derived = derived(parts) if summaries else dict(DERIVED)
+        self.derived = derived(parts, bool(rest)) if summaries else dict(DERIVED)
         if windowed(filters):
             self.derived.update(known_views(columns, found, filters))
         for name, sql in self.derived.items():
@@ -393,7 +412,9 @@ class SparkEngine:
         paths = {table: files(tables, table) for table in columns}
         with duckdb.connect() as footers:
             found = written(footers, paths)
-            parts = stored(footers, tables, paths, filters)
+            found_parts = stored(footers, tables, paths, filters)
+        # Spark reads the summaries only when they cover every capture (else every part from the rows).
+        parts = found_parts[0] if found_parts is not None and not found_parts[1] else None
         self.summarized = parts is not None
         for table, wanted in columns.items():
             # The schema given, not inferred: no job to merge file schemas, and columns a file

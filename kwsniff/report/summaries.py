@@ -11,11 +11,13 @@ capture and part, one file beside its tables, named like its table files
 (`OUT/summary_lag/<name>.parquet`, empty or not), and its `summary_captures` row (capture,
 VERSION). A capture read again (``--append``) replaces its summaries with its tables.
 
-`report` reads the summaries (:func:`stored`) when every capture of the tables has exactly one
+`report` reads the summaries (:func:`stored`) when every summarized capture has exactly one
 `summary_captures` row of this VERSION, every part has a file per `summary_captures` file, and
 neither --since nor --until cuts rows out of a capture (the parts would then be of the rows left).
-Otherwise every part is computed from the rows by the same query: the answers are the same either
-way (tests/test_report_summaries.py).
+A capture without summaries (`read` skips them on small runs, kwsniff.commands.summarize; a live
+capture's tables; an older kwsniff's) has its parts computed from its rows, beside the others read
+from their files. Otherwise every part is computed from the rows by the same query: the answers are
+the same either way (tests/test_report_summaries.py).
 """
 
 from __future__ import annotations
@@ -51,15 +53,17 @@ def _names(tables: Path, part: str, found: list[str]) -> set[str]:
 
 def stored(
     con: Any, tables: Path, paths: Mapping[str, list[str]], filters: Filters
-) -> dict[str, list[str]] | None:
-    """{part: its files} when the report can read the summaries of ``tables`` (whose tables' files are
-    ``paths``), else None; ``con`` is a DuckDB connection.
+) -> tuple[dict[str, list[str]], list[str]] | None:
+    """({part: its files}, the captures without summaries) when the report can read the summaries of
+    ``tables`` (whose tables' files are ``paths``), else None; ``con`` is a DuckDB connection.
 
     A table file named like a `summary_captures` file and not newer than it was written with those
     summaries (`read` writes both in one commit, and a capture read again replaces both). Any other
-    table file (`spark` names its files apart from its summaries; a live capture's; one added by
-    hand) is read: each capture in it must have a `summary_captures` row, and not one named like a
-    table file (that capture's rows would then be in files its summaries were not made from)."""
+    table file (`spark` names its files apart from its summaries; a live capture's; a small `read`'s;
+    one added by hand) is read: a capture in it with a `summary_captures` row is summarized (by
+    `spark`), one without is not (its parts are computed from its rows), and one whose row is named
+    like a table file makes every part computed from the rows (that capture's rows would then be in
+    files its summaries were not made from)."""
     from kwsniff.report.engines import files
 
     if filters.since is not None or filters.until is not None:
@@ -87,16 +91,18 @@ def stored(
         if unmatched
         else "SELECT 'x' AS capture WHERE false"
     )
-    ((missing, doubled, other),) = con.execute(
+    ((missing, split, doubled, other),) = con.execute(
         f"""WITH m AS (SELECT capture, version, filename FROM read_parquet({marker!r}, filename = true)),
         c AS ({covered})
-        SELECT (SELECT COUNT(*) FROM c WHERE capture NOT IN (SELECT capture FROM m)
-                  OR capture IN (SELECT capture FROM m WHERE filename IN (SELECT UNNEST(?)))),
+        SELECT (SELECT COALESCE(LIST(capture ORDER BY capture), []) FROM c
+                  WHERE capture NOT IN (SELECT capture FROM m)),
+               (SELECT COUNT(*) FROM c
+                  WHERE capture IN (SELECT capture FROM m WHERE filename IN (SELECT UNNEST(?)))),
                (SELECT COUNT(*) - COUNT(DISTINCT capture) FROM m),
                (SELECT COUNT(*) FROM m WHERE version <> {VERSION})""",
         [sorted(named)],
     ).fetchall()
-    return parts if missing == doubled == other == 0 else None
+    return (parts, list(missing)) if split == doubled == other == 0 else None
 
 
 def write(stage: Path, memory_limit: int | None = None, spill_limit: int | None = None) -> int:

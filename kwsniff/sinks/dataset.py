@@ -73,13 +73,14 @@ def _carry(src: Path, dst: Path) -> None:
         _link_or_copy(str(src), str(dst))
 
 
-def _carry_table(src: Path, dst: Path) -> None:
+def _carry_table(src: Path, dst: Path, dropped: frozenset[str] = frozenset()) -> None:
     """The entries of one table directory of OUT into the next OUT at ``dst``, but those staged
-    again (the staged file wins) and temporary files of a run killed before this design. One link
-    per file and no other call: a live capture's every commit carries all its earlier periods' files."""
+    again (the staged file wins), those named in ``dropped`` and temporary files of a run killed
+    before this design. One link per file and no other call: a live capture's every commit carries
+    all its earlier periods' files."""
     with os.scandir(src) as entries:
         for item in entries:
-            if item.name.endswith(TEMP_SUFFIX):
+            if item.name.endswith(TEMP_SUFFIX) or item.name in dropped:
                 continue
             target = os.path.join(dst, item.name)
             if item.is_dir(follow_symlinks=False):
@@ -160,6 +161,12 @@ class Output:
         assert self._staging is not None
         return self._staging.path
 
+    @property
+    def appending_to(self) -> Path | None:
+        """The dataset whose tables this run's are added to (`--append` to an OUT there), else None."""
+        keeps = self.existing is ExistingOutput.APPEND or self.commits > 0
+        return self.out if keeps and self.out.is_dir() else None
+
     def name_max(self) -> int:
         """The longest file name the filesystem of OUT takes (bytes)."""
         try:
@@ -210,6 +217,11 @@ class Output:
             held = [t for t in TABLES if _dataset_files(self.out / t)]
             if held:
                 raise OSError(f"another run wrote {', '.join(held)} meanwhile")
+        # A capture read again replaces its summaries with its tables: a run that wrote none
+        # (a small one, kwsniff.commands.summarize) leaves none of the old ones beside its tables.
+        restaged = frozenset(
+            f.name for table in TABLES if (stage / table).is_dir() for f in (stage / table).iterdir()
+        )
         for entry in self.out.iterdir():
             target = stage / entry.name
             if entry.name not in DATASET_DIRS or not entry.is_dir() or entry.is_symlink():
@@ -217,7 +229,7 @@ class Output:
                     _carry(entry, target)
             elif keep_tables:
                 target.mkdir(exist_ok=True)
-                _carry_table(entry, target)
+                _carry_table(entry, target, restaged if entry.name in SUMMARIES else frozenset())
 
     def close(self) -> None:
         if self._staging is not None:

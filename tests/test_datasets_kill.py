@@ -146,9 +146,9 @@ def test_sigkill_during_spark_overwrite_leaves_the_old_or_the_new_dataset(tmp_pa
     """The old dataset is `kwsniff read`'s of one capture, the new one Spark's of another (Spark's
     tables equal read's: tests/test_spark_pipeline.py), so each kill costs one Spark start, not two."""
     out, reference = tmp_path / "fleet", tmp_path / "reference"
-    run(["read", str(KP), "-o", str(reference), "-q"])
+    run(["read", str(KP), "-o", str(reference), "-q", "--summaries", "always"])  # as spark writes them
     new = spark_state(reference)
-    run(["read", str(ACKS), "-o", str(out), "-q"])
+    run(["read", str(ACKS), "-o", str(out), "-q", "--summaries", "always"])
     old = spark_state(out)
     assert old["requests"] == (103, ["acks_modes.pcap"]) and new["requests"] == (46, ["kafka_python.pcap"])
     spark = ["-o", str(out), "--master", "local[1]", "-q", "--overwrite"]

@@ -21,8 +21,11 @@ from kwsniff.capture.reader import CHUNK_SIZE, Readable
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 LZ4_MAGIC = b"\x04\x22\x4d\x18"
 XZ_MAGIC = b"\xfd\x37\x7a\x58"  # then "Z\0"
-# Bytes fed per decompress call: at zstd's worst ratio (32768:1) that is 32 MiB out per call.
-PIECE = 1024
+# Bytes fed per decompress call: at zstd's worst ratio (32768:1) that is 8 MiB out per call, held
+# with what a read joins of it, well inside the 64 MiB --memory-limit's share (at 1024, 32 MiB a call
+# took a read of 64 MiB zero records ~90 MiB over its baseline: tests/test_input_bounds.py). A call
+# costs ~1 µs: 4 s a GB of compressed input.
+PIECE = 256
 
 
 def compression_of(head: bytes) -> str | None:
@@ -58,7 +61,7 @@ class DecompressingReader:
         self._new, self._errors = _decompressor_factory(kind)
         self._input = memoryview(b"")
         self._pos = 0
-        # Decompressed bytes not yet handed on, as a view: a call that made 32 MiB hands them on a
+        # Decompressed bytes not yet handed on, as a view: a call that made 8 MiB hands them on a
         # read at a time without copying the rest on every read.
         self._output = memoryview(b"")
         self._frame: Any = None

@@ -945,6 +945,81 @@ static PyObject *merge_rows(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* record_totals(info, parts) -> True once info holds partitions.record_totals' answer (the sums of
+ * the partitions' record_count and record_bytes, or None for both where a count was cut), False where
+ * a value is not a small int or None: the Python function answers. */
+static PyObject *record_totals(PyObject *self, PyObject *args) {
+    PyObject *info, *parts;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyDict_Type, &info, &PyDict_Type, &parts))
+        return NULL;
+    long long count = 0, bytes = 0;
+    int counted = 0, cut = 0;
+    Py_ssize_t pos = 0;
+    PyObject *key, *facts;
+    while (PyDict_Next(parts, &pos, &key, &facts)) {
+        if (!PyDict_CheckExact(facts))
+            Py_RETURN_FALSE;
+        PyObject *c = PyDict_GetItemWithError(facts, S_record_count);
+        if (c == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            continue;
+        }
+        counted = 1;
+        if (c == Py_None) {
+            cut = 1;
+            continue;
+        }
+        if (!PyLong_CheckExact(c))
+            Py_RETURN_FALSE;
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(c, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred()) || x > (1LL << 53) || x < -(1LL << 53)) {
+            PyErr_Clear();
+            Py_RETURN_FALSE;
+        }
+        count += x;
+    }
+    if (!counted)
+        Py_RETURN_TRUE;
+    if (cut) {
+        if (PyDict_SetItem(info, S_record_count, Py_None) < 0 || PyDict_SetItem(info, S_record_bytes, Py_None) < 0)
+            return NULL;
+        Py_RETURN_TRUE;
+    }
+    pos = 0;
+    while (PyDict_Next(parts, &pos, &key, &facts)) {
+        PyObject *b = PyDict_GetItemWithError(facts, S_record_bytes);
+        if (b == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            continue;
+        }
+        if (!PyLong_CheckExact(b))
+            Py_RETURN_FALSE;
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(b, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred()) || x > (1LL << 53) || x < -(1LL << 53)) {
+            PyErr_Clear();
+            Py_RETURN_FALSE;
+        }
+        bytes += x;
+    }
+    PyObject *total = PyLong_FromLongLong(count);
+    if (total == NULL || PyDict_SetItem(info, S_record_count, total) < 0) {
+        Py_XDECREF(total);
+        return NULL;
+    }
+    Py_DECREF(total);
+    total = PyLong_FromLongLong(bytes);
+    if (total == NULL || PyDict_SetItem(info, S_record_bytes, total) < 0) {
+        Py_XDECREF(total);
+        return NULL;
+    }
+    Py_DECREF(total);
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"make_plan", make_plan, METH_VARARGS, "make_plan(root node, flexible, offsets) -> plan"},
     {"walk", walk, METH_VARARGS,
@@ -953,6 +1028,9 @@ static PyMethodDef methods[] = {
     {"merge_rows", merge_rows, METH_VARARGS,
      "merge_rows(index, base, context, request parts, response parts, produce, topic names, 'NONE') -> "
      "[row tuple in schema order, or None: the Python path builds that row]"},
+    {"record_totals", record_totals, METH_VARARGS,
+     "record_totals(info, parts) -> True once info holds the partitions' record totals, False: the Python "
+     "function answers"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -809,7 +809,37 @@ typedef struct {
     int topic, error_name, first_offset, last_offset, lag;
 } Slots;
 
-static PyObject *merge_one(PyObject *index, const Slots *slots, PyObject *base, PyObject *ctx, PyObject *rq,
+/* Column positions of the fact names met in one merge_rows call, by the names' addresses: the same
+ * few names (interned by the plan) come back in every partition's facts, and a pointer probe costs
+ * a fraction of a dict lookup. The names are the facts dicts' keys, alive for the whole call. */
+#define SLOT_CACHE 128
+typedef struct {
+    PyObject *index;
+    struct {
+        PyObject *key;
+        int slot;
+    } e[SLOT_CACHE];
+} SlotCache;
+
+static int cached_slot(SlotCache *cache, PyObject *key) {
+    size_t h = ((uintptr_t)key >> 4) & (SLOT_CACHE - 1);
+    for (int probe = 0; probe < SLOT_CACHE; probe++) {
+        size_t at = (h + probe) & (SLOT_CACHE - 1);
+        if (cache->e[at].key == key)
+            return cache->e[at].slot;
+        if (cache->e[at].key == NULL) {
+            int i = slot(cache->index, key);
+            if (i < 0 && PyErr_Occurred())
+                return -1;
+            cache->e[at].key = key;
+            cache->e[at].slot = i;
+            return i;
+        }
+    }
+    return slot(cache->index, key);
+}
+
+static PyObject *merge_one(SlotCache *index, const Slots *slots, PyObject *base, PyObject *ctx, PyObject *rq,
                            PyObject *rs, int produce, PyObject *names, PyObject *none_name) {
     if ((rq != NULL && PyDict_Contains(rq, S_records)) || (rs != NULL && PyDict_Contains(rs, S_records)) ||
         truthy_fact(rs, rq, S_crc_errors) || truthy_fact(rs, rq, S_capped_batches) ||
@@ -845,7 +875,7 @@ static PyObject *merge_one(PyObject *index, const Slots *slots, PyObject *base, 
         Py_ssize_t pos = 0;
         PyObject *k, *v;
         while (PyDict_Next(parts[j], &pos, &k, &v)) {
-            int i = slot(index, k);
+            int i = cached_slot(index, k);
             if (i < 0 && PyErr_Occurred())
                 goto fail;
             put(row, i, v);
@@ -912,6 +942,9 @@ static PyObject *merge_rows(PyObject *self, PyObject *args) {
     PyObject *out = PyList_New(0);
     if (out == NULL)
         return NULL;
+    SlotCache cache;
+    memset(&cache, 0, sizeof cache);
+    cache.index = index;
     for (int side = 0; side < 2; side++) {
         PyObject *keys = side == 0 ? req : resp;
         Py_ssize_t pos = 0;
@@ -933,7 +966,7 @@ static PyObject *merge_rows(PyObject *self, PyObject *args) {
                 Py_DECREF(out);
                 return NULL;
             }
-            PyObject *row = merge_one(index, &slots, base, ctx, rq, rs, produce, names, none_name);
+            PyObject *row = merge_one(&cache, &slots, base, ctx, rq, rs, produce, names, none_name);
             if (row == NULL || PyList_Append(out, row) < 0) {
                 Py_XDECREF(row);
                 Py_DECREF(out);

@@ -319,3 +319,28 @@ def test_a_damaged_body_gets_the_python_answer_or_none(data: st.DataObject) -> N
         assert fast == response_summary(api_key, version, msg)
     else:
         assert fast == request_summary(api_key, version, msg)
+
+
+def test_record_totals_sum_the_partitions_that_carry_records() -> None:
+    # requests.record_count/record_bytes (docs/tables.md): sums over the partitions with records facts;
+    # None for both once one partition's records were cut by a snap length; absent when none has any.
+    totals = compiled._partfacts.record_totals
+    info: dict[str, object] = {"acks": -1}
+    parts = {
+        ("a", 0): {"record_count": 3, "record_bytes": 300},
+        ("a", 1): {"fetch_offset": 7},
+        ("b", 0): {"record_count": 0, "record_bytes": 0},
+        ("b", 1): {"record_count": 2**40, "record_bytes": 5},
+    }
+    assert totals(info, parts) is True
+    assert info == {"acks": -1, "record_count": 3 + 2**40, "record_bytes": 305}
+    cut = {**parts, ("c", 0): {"record_count": None, "record_bytes": None}}
+    info = {}
+    assert totals(info, cut) is True
+    assert info == {"record_count": None, "record_bytes": None}
+    info = {}
+    assert totals(info, {("a", 1): {"fetch_offset": 7}}) is True
+    assert info == {}
+    # Not a small int: the Python function answers.
+    assert totals({}, {("a", 0): {"record_count": 2**60, "record_bytes": 1}}) is False
+    assert totals({}, {("a", 0): {"record_count": 1, "record_bytes": None}}) is False

@@ -93,6 +93,11 @@ if .venv/bin/python -c 'import kwsniff.rows._partfacts' 2>/dev/null; then
 else
   echo "install-test-deps: warning: the C extension kwsniff.rows._partfacts was not built: Produce and Fetch bodies take the Python path, and tests/test_partfacts.py fails" >&2
 fi
+if .venv/bin/python -c 'import kwsniff.sinks._columns' 2>/dev/null; then
+  step "compiled row-to-column conversion built (kwsniff/sinks/_columns.c)"
+else
+  echo "install-test-deps: warning: the C extension kwsniff.sinks._columns was not built: Arrow converts the row tuples itself, and tests/test_columns.py fails" >&2
+fi
 if .venv/bin/python -c 'import kwsniff.tls._records' 2>/dev/null; then
   step "compiled TLS record loop built (kwsniff/tls/_records.c, on libcrypto.so.3)"
 else

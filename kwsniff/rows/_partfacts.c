@@ -657,6 +657,9 @@ static int keep(Walk *w) {
     PyObject *key = PyTuple_Pack(3, Py_None, topic, w->partition);
     if (key == NULL)
         return -1;
+    /* None, a str and an int: no cycle through it, so the garbage collector need not count it (a
+     * Fetch of 1,200 partitions otherwise sets off a young collection or two) */
+    PyObject_GC_UnTrack(key);
     PyObject *had = PyDict_GetItemWithError(w->out, key);
     int rc;
     if (had != NULL)
@@ -809,7 +812,37 @@ typedef struct {
     int topic, error_name, first_offset, last_offset, lag;
 } Slots;
 
-static PyObject *merge_one(PyObject *index, const Slots *slots, PyObject *base, PyObject *ctx, PyObject *rq,
+/* Column positions of the fact names met in one merge_rows call, by the names' addresses: the same
+ * few names (interned by the plan) come back in every partition's facts, and a pointer probe costs
+ * a fraction of a dict lookup. The names are the facts dicts' keys, alive for the whole call. */
+#define SLOT_CACHE 128
+typedef struct {
+    PyObject *index;
+    struct {
+        PyObject *key;
+        int slot;
+    } e[SLOT_CACHE];
+} SlotCache;
+
+static int cached_slot(SlotCache *cache, PyObject *key) {
+    size_t h = ((uintptr_t)key >> 4) & (SLOT_CACHE - 1);
+    for (int probe = 0; probe < SLOT_CACHE; probe++) {
+        size_t at = (h + probe) & (SLOT_CACHE - 1);
+        if (cache->e[at].key == key)
+            return cache->e[at].slot;
+        if (cache->e[at].key == NULL) {
+            int i = slot(cache->index, key);
+            if (i < 0 && PyErr_Occurred())
+                return -1;
+            cache->e[at].key = key;
+            cache->e[at].slot = i;
+            return i;
+        }
+    }
+    return slot(cache->index, key);
+}
+
+static PyObject *merge_one(SlotCache *index, const Slots *slots, PyObject *base, PyObject *ctx, PyObject *rq,
                            PyObject *rs, int produce, PyObject *names, PyObject *none_name) {
     if ((rq != NULL && PyDict_Contains(rq, S_records)) || (rs != NULL && PyDict_Contains(rs, S_records)) ||
         truthy_fact(rs, rq, S_crc_errors) || truthy_fact(rs, rq, S_capped_batches) ||
@@ -845,7 +878,7 @@ static PyObject *merge_one(PyObject *index, const Slots *slots, PyObject *base, 
         Py_ssize_t pos = 0;
         PyObject *k, *v;
         while (PyDict_Next(parts[j], &pos, &k, &v)) {
-            int i = slot(index, k);
+            int i = cached_slot(index, k);
             if (i < 0 && PyErr_Occurred())
                 goto fail;
             put(row, i, v);
@@ -887,9 +920,12 @@ static PyObject *merge_one(PyObject *index, const Slots *slots, PyObject *base, 
     /* A row of ints, strings and None holds no reference cycle: untracked, the garbage collector
      * does not walk the 10,000 rows a table buffers at every collection (CPython untracks such
      * tuples itself, but only once a collection has visited them). */
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (PyObject_GC_IsTracked(PyTuple_GET_ITEM(row, i)))
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(row, i);
+        /* ints, strings, floats and None are of no GC type: a flag test, not a call */
+        if (PyType_IS_GC(Py_TYPE(item)) && PyObject_GC_IsTracked(item))
             return row;
+    }
     PyObject_GC_UnTrack(row);
     return row;
 fail:
@@ -912,6 +948,9 @@ static PyObject *merge_rows(PyObject *self, PyObject *args) {
     PyObject *out = PyList_New(0);
     if (out == NULL)
         return NULL;
+    SlotCache cache;
+    memset(&cache, 0, sizeof cache);
+    cache.index = index;
     for (int side = 0; side < 2; side++) {
         PyObject *keys = side == 0 ? req : resp;
         Py_ssize_t pos = 0;
@@ -933,7 +972,7 @@ static PyObject *merge_rows(PyObject *self, PyObject *args) {
                 Py_DECREF(out);
                 return NULL;
             }
-            PyObject *row = merge_one(index, &slots, base, ctx, rq, rs, produce, names, none_name);
+            PyObject *row = merge_one(&cache, &slots, base, ctx, rq, rs, produce, names, none_name);
             if (row == NULL || PyList_Append(out, row) < 0) {
                 Py_XDECREF(row);
                 Py_DECREF(out);
@@ -945,6 +984,81 @@ static PyObject *merge_rows(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* record_totals(info, parts) -> True once info holds partitions.record_totals' answer (the sums of
+ * the partitions' record_count and record_bytes, or None for both where a count was cut), False where
+ * a value is not a small int or None: the Python function answers. */
+static PyObject *record_totals(PyObject *self, PyObject *args) {
+    PyObject *info, *parts;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyDict_Type, &info, &PyDict_Type, &parts))
+        return NULL;
+    long long count = 0, bytes = 0;
+    int counted = 0, cut = 0;
+    Py_ssize_t pos = 0;
+    PyObject *key, *facts;
+    while (PyDict_Next(parts, &pos, &key, &facts)) {
+        if (!PyDict_CheckExact(facts))
+            Py_RETURN_FALSE;
+        PyObject *c = PyDict_GetItemWithError(facts, S_record_count);
+        if (c == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            continue;
+        }
+        counted = 1;
+        if (c == Py_None) {
+            cut = 1;
+            continue;
+        }
+        if (!PyLong_CheckExact(c))
+            Py_RETURN_FALSE;
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(c, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred()) || x > (1LL << 53) || x < -(1LL << 53)) {
+            PyErr_Clear();
+            Py_RETURN_FALSE;
+        }
+        count += x;
+    }
+    if (!counted)
+        Py_RETURN_TRUE;
+    if (cut) {
+        if (PyDict_SetItem(info, S_record_count, Py_None) < 0 || PyDict_SetItem(info, S_record_bytes, Py_None) < 0)
+            return NULL;
+        Py_RETURN_TRUE;
+    }
+    pos = 0;
+    while (PyDict_Next(parts, &pos, &key, &facts)) {
+        PyObject *b = PyDict_GetItemWithError(facts, S_record_bytes);
+        if (b == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            continue;
+        }
+        if (!PyLong_CheckExact(b))
+            Py_RETURN_FALSE;
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(b, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred()) || x > (1LL << 53) || x < -(1LL << 53)) {
+            PyErr_Clear();
+            Py_RETURN_FALSE;
+        }
+        bytes += x;
+    }
+    PyObject *total = PyLong_FromLongLong(count);
+    if (total == NULL || PyDict_SetItem(info, S_record_count, total) < 0) {
+        Py_XDECREF(total);
+        return NULL;
+    }
+    Py_DECREF(total);
+    total = PyLong_FromLongLong(bytes);
+    if (total == NULL || PyDict_SetItem(info, S_record_bytes, total) < 0) {
+        Py_XDECREF(total);
+        return NULL;
+    }
+    Py_DECREF(total);
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"make_plan", make_plan, METH_VARARGS, "make_plan(root node, flexible, offsets) -> plan"},
     {"walk", walk, METH_VARARGS,
@@ -953,6 +1067,9 @@ static PyMethodDef methods[] = {
     {"merge_rows", merge_rows, METH_VARARGS,
      "merge_rows(index, base, context, request parts, response parts, produce, topic names, 'NONE') -> "
      "[row tuple in schema order, or None: the Python path builds that row]"},
+    {"record_totals", record_totals, METH_VARARGS,
+     "record_totals(info, parts) -> True once info holds the partitions' record totals, False: the Python "
+     "function answers"},
     {NULL, NULL, 0, NULL},
 };
 

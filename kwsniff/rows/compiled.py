@@ -240,7 +240,8 @@ def request_info(api_key: int, version: int, body: Any) -> dict[str, Any] | None
         info = {"acks": root.get("acks")}
     if parts:
         info["partitions"] = parts
-        record_totals(info, parts)
+        if not _partfacts.record_totals(info, parts):
+            record_totals(info, parts)
     return info
 
 
@@ -258,7 +259,8 @@ def response_info(api_key: int, version: int, body: Any) -> dict[str, Any] | Non
     info = root  # throttle_time_ms and error_code where the version has them
     if parts:
         info["partitions"] = parts
-        record_totals(info, parts)
+        if not _partfacts.record_totals(info, parts):
+            record_totals(info, parts)
     return info
 
 

@@ -50,6 +50,24 @@ ROW_BUFFER_BYTES = int(DEFAULT_MEMORY_LIMIT * SHARES[ROWS])
 MIN_BATCH_ROWS = 64  # fewer rows per row group would make files mostly footers
 TEMP_SUFFIX = ".tmp"
 
+# The compiled conversion of row tuples to Arrow column buffers (_columns.c), unless
+# KWSNIFF_PURE_PYTHON=1 asks for Arrow's own, or it was not built: the same arrays either way.
+_columns: Any = None
+if os.environ.get("KWSNIFF_PURE_PYTHON", "") != "1":
+    with contextlib.suppress(ImportError):
+        from kwsniff.sinks import _columns  # type: ignore[attr-defined,no-redef]
+# Each column type _columns.columns() builds, as its one-character kind (timestamps are int µs).
+_KINDS = {
+    pa.int64(): "q",
+    pa.timestamp("us", tz="UTC"): "q",
+    pa.int32(): "i",
+    pa.int16(): "h",
+    pa.float64(): "d",
+    pa.bool_(): "?",
+    pa.string(): "s",
+    pa.binary(): "y",
+}
+
 # What `pyarrow.parquet.ParquetWriter(path, schema, compression="zstd")` asks of pyarrow's own
 # writer (pyarrow/parquet/core.py, pyarrow 14-26): its defaults, spelled out because the compiled
 # writer has defaults of its own. The tables are the same bytes (tools/golden_tables.py), and `read`
@@ -106,6 +124,34 @@ def safe_file_stem(name: str) -> str:
     return stem or "capture"
 
 
+def _kinds(schema: pa.Schema) -> str | None:
+    """The schema's column kinds for _columns.columns(), or None: not built, or a type it does not build."""
+    if _columns is None or any(field.type not in _KINDS for field in schema):
+        return None
+    return "".join(_KINDS[field.type] for field in schema)
+
+
+def column_batch(rows: list[tuple[Any, ...]], schema: pa.Schema, kinds: str) -> pa.RecordBatch | None:
+    """Row tuples in ``schema``'s order as one record batch built from _columns.c's column buffers
+    (Arrow's layout, handed over without a copy), or None where it does not take every value."""
+    built = _columns.columns(rows, kinds)
+    if built is None:
+        return None
+    n = len(rows)
+    arrays = [
+        pa.Array.from_buffers(
+            field.type,
+            n,
+            [None if valid is None else pa.py_buffer(valid)]
+            + ([] if offsets is None else [pa.py_buffer(offsets)])
+            + [pa.py_buffer(data)],
+            null_count,
+        )
+        for field, (null_count, valid, data, offsets) in zip(schema, built, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
 class ParquetSink:
     """One Parquet file per table under ``out_dir/<table>/<name>.parquet``.
 
@@ -134,6 +180,8 @@ class ParquetSink:
         self.rows: dict[str, list[tuple[Any, ...]]] = {t: [] for t in self.tables}
         self.names = {t: tuple(SCHEMAS[t].names) for t in self.tables}
         self.structs = {t: pa.struct(list(SCHEMAS[t])) for t in self.tables}
+        # Each table's column kinds for _columns.columns(), or None: a type it does not build.
+        self.kinds = {t: _kinds(SCHEMAS[t]) for t in self.tables}
         # Row groups are bounded by bytes as well as rows: every table's buffer together stays
         # within ``row_buffer_bytes`` (the memory budget's rows pool, docs/memory.md).
         per_table = max(MIN_BATCH_ROWS, row_buffer_bytes // (len(self.tables) * ROW_COST))
@@ -196,17 +244,26 @@ class ParquetSink:
     def _flush(self, table: str) -> None:
         rows = self.rows[table]
         if rows:
-            # One conversion of the row tuples as a struct array, its children the columns: Arrow
-            # reads each tuple once in C, where transposing them first (zip) and converting each
-            # column apart cost 10-40 % more on `partitions` batches.
-            struct = pa.array(rows, type=self.structs[table])
-            columns = struct.flatten()
-            batch = pa.RecordBatch.from_arrays(columns, schema=SCHEMAS[table])
+            batch = self._batch(table, rows)
             self.write_batch(table, batch)
             self.counts[table] += len(rows)
             rows.clear()
             if table == "records":
                 self.payload_bytes = 0
+
+    def _batch(self, table: str, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+        """The rows as one record batch: from the column buffers _columns.c builds when it takes
+        every value, else by Arrow's conversion of the tuples."""
+        schema = SCHEMAS[table]
+        kinds = self.kinds[table]
+        batch = column_batch(rows, schema, kinds) if kinds is not None else None
+        if batch is None:
+            # One conversion of the row tuples as a struct array, its children the columns: Arrow
+            # reads each tuple once in C, where transposing them first (zip) and converting each
+            # column apart cost 10-40 % more on `partitions` batches.
+            struct = pa.array(rows, type=self.structs[table])
+            batch = pa.RecordBatch.from_arrays(struct.flatten(), schema=schema)
+        return batch
 
     def write_batch(self, table: str, batch: pa.RecordBatch) -> None:
         """Write one record batch of ``table`` as one row group."""

@@ -5,6 +5,7 @@ the kernel's fanout hash kept each connection, both directions, in one worker.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import subprocess
@@ -242,6 +243,7 @@ def test_a_worker_relays_the_views_rows_and_shares_the_brokers_it_learns(tmp_pat
     control: queue.Queue[Any] = queue.Queue()
     elsewhere = (bytes([10, 0, 0, 9]), 19999)
     control.put(("brokers", [elsewhere]))
+    control.put(("finish",))  # the coordinator's, once every worker is drained: none other here
     tables = (*(t for t in DEFAULT_TABLES if t != "captures"), "capture_stats")
     live = LiveOptions(tmp_path / "spool", "fake", tables, float("inf"), 0.0, worker=1)
     decoder = WorkerDecoder(capture, options, live, RowRelay(), index=1, events=events, control=control)  # type: ignore[arg-type]
@@ -282,6 +284,7 @@ def test_a_worker_shares_the_node_ids_it_learns_and_names_held_rows_with_those_o
     control: queue.Queue[Any] = queue.Queue()
     elsewhere = ("10.0.0.9", 19999)
     control.put(("node_ids", [(elsewhere, 7)]))
+    control.put(("finish",))
     tables = (*(t for t in DEFAULT_TABLES if t != "captures"), "capture_stats")
     live = LiveOptions(tmp_path / "spool", "fake", tables, float("inf"), 0.0, worker=1)
     decoder = WorkerDecoder(capture, options, live, RowRelay(), index=1, events=events, control=control)  # type: ignore[arg-type]
@@ -301,3 +304,63 @@ def test_a_worker_shares_the_node_ids_it_learns_and_names_held_rows_with_those_o
     assert sink.tables["requests"] == []
     held.share([(elsewhere, 7)])
     assert [r["broker_id"] for r in sink.tables["requests"]] == [7]
+
+
+def test_a_drained_worker_takes_the_node_ids_the_coordinator_sends_before_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stopped worker, every packet decoded, sends what it learned and says it is drained; ids the
+    coordinator relays then are taken before its session ends (and writes the rows still held)."""
+    monkeypatch.setattr("kwsniff.pipeline.live_worker.FINISH_WAIT_S", 600.0)  # finish alone ends the wait
+    sample = ROOT / "tests" / "data" / "captures" / "kafka_python.pcap"
+    options = SessionOptions(broker_ports=frozenset({19103}))
+    events: queue.Queue[Any] = queue.Queue()
+    control: queue.Queue[Any] = queue.Queue()
+    tables = (*(t for t in DEFAULT_TABLES if t != "captures"), "capture_stats")
+    live = LiveOptions(tmp_path / "spool", "fake", tables, float("inf"), 0.0, worker=1)
+    capture = ReplayedBatches(sample)
+    decoder = WorkerDecoder(capture, options, live, RowRelay(), index=1, events=events, control=control)  # type: ignore[arg-type]
+    decoder.start()
+    sent = []
+    for _ in range(10_000):  # bounded: the sample's stats are a few messages
+        message = events.get(timeout=60)
+        sent.append(message)
+        if message[0] == "drained":
+            break
+    assert sent[-1] == ("drained", 1)
+    # Its own ids went out before it said so: the sample's broker, named by its Metadata.
+    assert [pair for m in sent if m[0] == "stats" for pair in m[6]] == [(("127.0.0.1", 19103), 111)]
+    assert decoder.running  # waiting for `finish`
+    elsewhere = ("10.0.0.9", 19999)
+    control.put(("node_ids", [(elsewhere, 7)]))
+    control.put(("finish",))
+    decoder.join(60)
+    assert not decoder.running and decoder.error is None
+    assert decoder.session.rows.node_ids.directory.learned[elsewhere] == 7
+
+
+def test_the_coordinator_tells_workers_to_finish_once_every_one_is_drained(tmp_path: Path) -> None:
+    """`finish` goes to each worker once all not done are drained, after the ids the others sent."""
+    from types import SimpleNamespace
+
+    from kwsniff.pipeline.run_workers import WorkerPool
+
+    specs = [SimpleNamespace(index=i, run=SimpleNamespace(write_pcap=None)) for i in (0, 1)]
+    pool = WorkerPool(specs, None, float("inf"), LiveStats())  # type: ignore[arg-type]
+    ids = [(("10.0.0.1", 9092), 3)]
+
+    def told(index: int) -> list[tuple[Any, ...]]:
+        out = []
+        with contextlib.suppress(queue.Empty):
+            for _ in range(100):
+                out.append(pool.controls[index].get(timeout=1))
+        return out
+
+    pool._handle(("stats", 0, CaptureCounters(), 0, [], [], ids))
+    pool._handle(("drained", 0))
+    assert told(0) == [] and told(1) == [("node_ids", ids)]  # worker 1 still runs: nobody finishes
+    pool._handle(("stats", 1, CaptureCounters(), 0, [], [], []))
+    pool._handle(("drained", 1))
+    assert told(0) == [("finish",)] and told(1) == [("finish",)]
+    pool._handle(("drained", 1))  # said again (never, but): not told twice
+    assert told(1) == []

@@ -10,17 +10,22 @@ dataset's stage, so every worker's rows of a period are committed together.
 Messages to the coordinator (one queue shared by the workers), each a tuple starting with the kind
 and the worker's number: ``ready``, ``error`` (one line), ``stats`` (counters, open connections and
 the few fields of the rows the live view and metrics count), ``period`` (files of a closed period,
-and the `--write-pcap` files closed: (period, path)), ``done`` (the last files, row counts, the
-worker's :class:`CaptureResult` and its last `--write-pcap` files). From the coordinator
-(one queue per worker): ``("start", now)``, ``("rotate", now)``, ``("brokers", endpoints)`` and
-``("node_ids", [((address, port), node id), ...])``.
+and the `--write-pcap` files closed: (period, path)), ``drained`` (every packet decoded, its last
+stats sent), ``done`` (the last files, row counts, the worker's :class:`CaptureResult` and its last
+`--write-pcap` files). From the coordinator (one queue per worker): ``("start", now)``,
+``("rotate", now)``, ``("brokers", endpoints)``, ``("node_ids", [((address, port), node id), ...])``
+and ``("finish",)``.
 
 Brokers a worker learns (`read`'s auto-detection: an endpoint whose connection proved Kafka) go to
 the coordinator with its stats and from there to the other workers, so a connection to that
 endpoint hashed to another worker is trusted there too, mid-stream ones included. Node ids a worker
 learns for broker addresses (kwsniff.rows.brokers) travel the same way, so rows of a connection
 whose Metadata went to another worker are named too (once the id arrives). SIGTERM, sent to the worker's PID,
-stops it; SIGINT is ignored (Ctrl-C reaches the whole process group, the coordinator decides).
+stops it; SIGINT is ignored (Ctrl-C reaches the whole process group, the coordinator decides). A
+stopped worker, its packets decoded, says it is drained and waits (at most FINISH_WAIT_S) for the
+coordinator's ``finish``, sent once every worker is drained and after every id they learned, before
+its session writes the rows still held for a node id: a capture stopped right after a Metadata names
+the rows of every worker alike.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from kwsniff.view.stats import LAG_APIS, LiveStats
 
 PUBLISH_EVERY_S = 0.5  # how often a worker sends its counters and rows to the coordinator
 START_TIMEOUT_S = 60.0  # a worker told nothing this long after it is ready gives up
+FINISH_WAIT_S = 10.0  # how long a drained worker waits for the others' node ids (`finish`)
 # The fields of each table's rows that LiveStats counts: all the view and metrics need.
 VIEW_FIELDS = {
     "requests": (
@@ -161,6 +167,7 @@ class WorkerDecoder(LiveDecoder):
         self.pcaps_reported = 0  # of the period pcaps closed, those sent
         self.shared: set[tuple[bytes, int]] = set()  # learned brokers the other workers were told of
         self.shared_ids: dict[tuple[str, int], int] = {}  # node ids of broker addresses, likewise
+        self.told_to_finish = False  # the coordinator's `finish`: every worker is drained
 
     def _publish(self) -> None:
         while True:
@@ -168,23 +175,41 @@ class WorkerDecoder(LiveDecoder):
                 message = self.control.get_nowait()
             except queue.Empty:
                 break
-            if message[0] == "rotate":
-                files = self.sink.rotate(message[1])
-                self.reported = len(self.sink.files)
-                if isinstance(self.pcap, PeriodPcapWriter):
-                    self.pcap.rotate(message[1])
-                self.events.put(("period", self.index, [str(f) for f in files], self.closed_pcaps()))
-            elif message[0] == "brokers":  # learned by another worker from its connections
-                for endpoint in message[1]:
-                    self.session.learn_broker(endpoint)
-                    self.shared.add(endpoint)
-            elif message[0] == "node_ids":  # node ids of broker addresses another worker learned
-                self.shared_ids.update(message[1])
-                self.session.rows.node_ids.share(message[1])
+            self._apply(message)
         now = time.monotonic()
         if now - self._last_sent >= PUBLISH_EVERY_S:
             self._last_sent = now
             self.send_stats()
+
+    def before_finish(self) -> None:
+        """Every packet decoded: the last stats (every node id this worker learned) go out, then the
+        worker waits for the coordinator's ``finish``, which comes after the others' ids."""
+        self.send_stats()
+        self.events.put(("drained", self.index))
+        deadline = time.monotonic() + FINISH_WAIT_S
+        while not self.told_to_finish and time.monotonic() < deadline:
+            try:
+                self._apply(self.control.get(timeout=0.1))
+            except queue.Empty:
+                continue
+
+    def _apply(self, message: tuple[Any, ...]) -> None:
+        """One message of the coordinator's."""
+        if message[0] == "finish":
+            self.told_to_finish = True
+        elif message[0] == "rotate":
+            files = self.sink.rotate(message[1])
+            self.reported = len(self.sink.files)
+            if isinstance(self.pcap, PeriodPcapWriter):
+                self.pcap.rotate(message[1])
+            self.events.put(("period", self.index, [str(f) for f in files], self.closed_pcaps()))
+        elif message[0] == "brokers":  # learned by another worker from its connections
+            for endpoint in message[1]:
+                self.session.learn_broker(endpoint)
+                self.shared.add(endpoint)
+        elif message[0] == "node_ids":  # node ids of broker addresses another worker learned
+            self.shared_ids.update(message[1])
+            self.session.rows.node_ids.share(message[1])
 
     def closed_pcaps(self) -> list[tuple[int, str]]:
         """(period, path) of this worker's `--write-pcap` files closed since the last call."""

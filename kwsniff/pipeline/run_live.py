@@ -99,6 +99,7 @@ class LiveDecoder:
         gc.freeze()
         try:
             self._loop()
+            self.before_finish()
             self.result = self.session.finish()
             self._publish()
             self.sink.close(self.clock())
@@ -117,6 +118,10 @@ class LiveDecoder:
             if self.pcap is not None:
                 self.pcap.close()
             gc.unfreeze()
+
+    def before_finish(self) -> None:
+        """Called once every packet is decoded, before the session ends (a worker waits there for
+        what the other workers learned: kwsniff.pipeline.live_worker)."""
 
     def _loop(self) -> None:
         feed = self.session.packet

@@ -10,6 +10,9 @@ fanout group, then starts them all at once. A thread of its own reads their mess
 - every ``rotate_s`` it asks each worker to close its period; once all have answered, their files
   are moved from the spool into the dataset's stage and committed together (docs/datasets.md), so a
   reader sees every worker's rows of a period or none of them;
+- ``drained`` (a stopped worker's packets are decoded): once every worker not done is drained, each
+  is told to ``finish`` (after the node ids the others learned: rows held for one are named alike
+  in every worker);
 - ``done`` (after :meth:`WorkerPool.stop` sent SIGTERM to each worker's PID): the last files, row
   counts and each worker's result, merged for the summary; then the last commit;
 - `--write-pcap`: the workers' files of each period, once all are in, are merged into one file in
@@ -91,6 +94,8 @@ class WorkerPool:
         self.seq = 0  # periods committed
         self.started = 0.0  # clock() when the workers were told to start
         self._done: set[int] = set()
+        self._drained: set[int] = set()  # workers waiting for `finish`
+        self._finished: set[int] = set()  # told to finish
         self._stopping = False
         self._rotating = False  # a rotation was asked for and is not yet committed
         self._awaiting: set[int] = set()  # workers yet to answer the current rotation
@@ -241,6 +246,9 @@ class WorkerPool:
             self._add_pcaps(rest[1])
             self._awaiting.discard(index)
             self._answered.add(index)
+        elif kind == "drained":
+            self._drained.add(index)
+            self._finish_drained()
         elif kind == "done":
             files, counts, result, pcaps = rest
             self._stage(files)
@@ -264,6 +272,15 @@ class WorkerPool:
                 if index not in self._done:
                     self.errors.append(f"worker {index} exited with status {process.exitcode}")
                     self._done.add(index)
+                    self._finish_drained()
+
+    def _finish_drained(self) -> None:
+        """Once every worker not done is drained, each is told to finish: its control queue then
+        holds every node id the others sent before (a worker's stats come before its `drained`)."""
+        if set(range(len(self.processes))) - self._done <= self._drained:
+            for index in self._drained - self._done - self._finished:
+                self.controls[index].put(("finish",))
+                self._finished.add(index)
 
     def _stage(self, files: list[str]) -> None:
         """A worker's closed files into the stage of the next commit (same filesystem: renames)."""

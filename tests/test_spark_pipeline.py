@@ -103,6 +103,71 @@ def test_spark_tables_equal_read_tables(
         assert n == (len(expected[t]), len({days[r["capture"]] for r in expected[t]}))
 
 
+@pytest.mark.parametrize("buckets", [1, 3])
+def test_without_records_spark_writes_the_compiled_partitions_rows_as_read_does(
+    spark: Any, tmp_path: Path, buckets: int
+) -> None:
+    """Without --records, Produce and Fetch `partitions` rows come from the compiled walker as values
+    in schema order (kwsniff/rows/compiled.py) into each task's Parquet writer (TaskSink.add_values),
+    in flow buckets with their conn_ids made capture-wide: the same rows as read's."""
+    tables = tuple(t for t in DEFAULT_TABLES if t != "captures")
+    import pyarrow as pa
+
+    expected: dict[str, list[dict[str, Any]]] = {t: [] for t in tables}
+    for path in CAPTURES:
+        sink = ListSink()
+        run_capture(path, sink, SessionOptions())
+        for t in tables:
+            expected[t] += pa.Table.from_pylist(sink.tables[t], schema=SCHEMAS[t]).to_pylist()
+    decoded = decode(
+        spark, [str(p) for p in CAPTURES], buckets=buckets, options=SessionOptions(), tables=tables
+    )
+    assert decoded.notes == []
+    write(decoded, tmp_path)
+    for t in tables:
+        rows = ds.dataset(tmp_path / t, partitioning="hive").to_table().drop_columns(["date"]).to_pylist()
+        assert sorted(rows, key=_key) == sorted(expected[t], key=_key), t
+    assert len(expected["partitions"]) == 475
+
+
+def test_a_task_sink_keeps_rows_given_as_values_as_it_keeps_row_dicts(tmp_path: Path) -> None:
+    from kwsniff.spark.tasks import TaskSink
+
+    columns = SCHEMAS["partitions"].names
+    rows = [
+        {
+            **dict.fromkeys(columns),
+            "conn_id": 1,
+            "topic": "t",
+            "topic_id": "AAAAAAAAAAAAAAAAAAAAAA",
+            "partition": 0,
+        },
+        {
+            **dict.fromkeys(columns),
+            "conn_id": 2,
+            "topic": None,
+            "topic_id": "BBBBBBBBBBBBBBBBBBBBBB",
+            "partition": 5,
+        },
+    ]
+    sinks = {}
+    for way in ("dicts", "values"):
+        sink = TaskSink(str(tmp_path / way), ("partitions",), conn_ids={1: 100, 2: 7})
+        assert sink.columns("partitions") == tuple(columns)
+        if way == "dicts":
+            for row in rows:
+                sink.add("partitions", dict(row))
+        else:
+            sink.add_values("partitions", tuple(rows[0][c] for c in columns))
+            sink.add_many_values("partitions", [tuple(rows[1][c] for c in columns)])
+        assert sink.close() == {"partitions": 2}
+        sinks[way] = sink
+    got = {way: ds.dataset(tmp_path / way / "partitions").to_table().to_pylist() for way in sinks}
+    assert got["values"] == got["dicts"]
+    assert [(r["conn_id"], r["partition"]) for r in got["values"]] == [(100, 0), (7, 5)]
+    assert sinks["values"].topic_names == sinks["dicts"].topic_names == {"AAAAAAAAAAAAAAAAAAAAAA": "t"}
+
+
 def test_flow_bucket_keeps_both_directions_together() -> None:
     from kwsniff.capture import open_capture
 

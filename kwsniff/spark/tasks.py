@@ -205,6 +205,14 @@ class TaskSink:
         self.parquet = ParquetSink(folder, TASK_FILE, tables)
         self.conn_ids = conn_ids
         self.topic_names: dict[str, str] = {}
+        # Rows as values in schema order (kwsniff.rows.builder: compiled `partitions` rows) go to
+        # the Parquet writer as `read`'s do; the columns each bucketed row has changed or read.
+        self.names = self.parquet.names
+        self._at = {
+            t: (names.index("conn_id"), names.index("topic"), names.index("topic_id"))
+            for t, names in self.names.items()
+            if {"conn_id", "topic", "topic_id"} <= set(names)
+        }
 
     def add(self, table: str, row: dict[str, Any]) -> None:
         if table not in self.tables:
@@ -216,6 +224,31 @@ class TaskSink:
                 if topic is not None and topic_id is not None:
                     self.topic_names.setdefault(topic_id, topic)
         self.parquet.add(table, row)
+
+    def columns(self, table: str) -> tuple[str, ...]:
+        return self.parquet.columns(table)
+
+    def add_values(self, table: str, values: tuple[Any, ...]) -> None:
+        """:meth:`add` for a row already in schema order (ParquetSink.add_values)."""
+        if table in self.tables:
+            self.parquet.add_values(table, self._bucketed(table, values))
+
+    def add_many_values(self, table: str, many: list[tuple[Any, ...]]) -> None:
+        if table in self.tables:
+            self.parquet.add_many_values(table, [self._bucketed(table, v) for v in many])
+
+    def _bucketed(self, table: str, values: tuple[Any, ...]) -> tuple[Any, ...]:
+        """``values`` as :meth:`add` keeps a row: in bucketed mode its conn_id made capture-wide and
+        the topic id it names kept."""
+        if self.conn_ids is None:
+            return values
+        conn_at, topic_at, topic_id_at = self._at[table]
+        topic, topic_id = values[topic_at], values[topic_id_at]
+        if table == "partitions" and topic is not None and topic_id is not None:
+            self.topic_names.setdefault(topic_id, topic)
+        out = list(values)
+        out[conn_at] = self.conn_ids[values[conn_at]]
+        return tuple(out)
 
     def close(self) -> dict[str, int]:
         """Writes every file and returns the rows of each table."""

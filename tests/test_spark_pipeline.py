@@ -36,15 +36,17 @@ def _key(row: dict[str, Any]) -> tuple[str, ...]:
     return tuple(repr(row[k]) for k in sorted(row))
 
 
-def read_rows() -> dict[str, list[dict[str, Any]]]:
-    """What `kwsniff read --records` writes, normalised through the tables' Arrow schemas."""
+def read_rows(
+    options: SessionOptions = OPTIONS, tables: tuple[str, ...] = TABLES
+) -> dict[str, list[dict[str, Any]]]:
+    """What `kwsniff read --records` (or ``options``) writes, normalised through the tables' Arrow schemas."""
     import pyarrow as pa
 
-    found: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
+    found: dict[str, list[dict[str, Any]]] = {t: [] for t in tables}
     for path in CAPTURES:
         sink = ListSink()
-        run_capture(path, sink, OPTIONS)
-        for t in TABLES:
+        run_capture(path, sink, options)
+        for t in tables:
             found[t] += pa.Table.from_pylist(sink.tables[t], schema=SCHEMAS[t]).to_pylist()
     return {t: sorted(rows, key=_key) for t, rows in found.items()}
 
@@ -111,14 +113,7 @@ def test_without_records_spark_writes_the_compiled_partitions_rows_as_read_does(
     in schema order (kwsniff/rows/compiled.py) into each task's Parquet writer (TaskSink.add_values),
     in flow buckets with their conn_ids made capture-wide: the same rows as read's."""
     tables = tuple(t for t in DEFAULT_TABLES if t != "captures")
-    import pyarrow as pa
-
-    expected: dict[str, list[dict[str, Any]]] = {t: [] for t in tables}
-    for path in CAPTURES:
-        sink = ListSink()
-        run_capture(path, sink, SessionOptions())
-        for t in tables:
-            expected[t] += pa.Table.from_pylist(sink.tables[t], schema=SCHEMAS[t]).to_pylist()
+    expected = read_rows(SessionOptions(), tables)
     decoded = decode(
         spark, [str(p) for p in CAPTURES], buckets=buckets, options=SessionOptions(), tables=tables
     )
@@ -126,7 +121,7 @@ def test_without_records_spark_writes_the_compiled_partitions_rows_as_read_does(
     write(decoded, tmp_path)
     for t in tables:
         rows = ds.dataset(tmp_path / t, partitioning="hive").to_table().drop_columns(["date"]).to_pylist()
-        assert sorted(rows, key=_key) == sorted(expected[t], key=_key), t
+        assert sorted(rows, key=_key) == expected[t], t
     assert len(expected["partitions"]) == 475
 
 

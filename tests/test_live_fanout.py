@@ -225,6 +225,16 @@ class ReplayedBatches:
         return CaptureCounters(captured=len(self.packets))
 
 
+def worker_decoder(
+    tmp_path: Path, capture: Any, options: SessionOptions, events: queue.Queue[Any], control: queue.Queue[Any]
+) -> WorkerDecoder:
+    """Worker 1 of a live capture fed ``capture``'s packets, talking to a coordinator through
+    ``events`` and ``control`` (the test plays the coordinator)."""
+    tables = (*(t for t in DEFAULT_TABLES if t != "captures"), "capture_stats")
+    live = LiveOptions(tmp_path / "spool", "fake", tables, float("inf"), 0.0, worker=1)
+    return WorkerDecoder(capture, options, live, RowRelay(), index=1, events=events, control=control)
+
+
 def test_a_worker_relays_the_views_rows_and_shares_the_brokers_it_learns(tmp_path: Path) -> None:
     """What a worker sends its coordinator gives the live view the totals a single process has, and
     the brokers it learned (no --broker-port matches: learned from the handshakes) go out once,
@@ -244,9 +254,7 @@ def test_a_worker_relays_the_views_rows_and_shares_the_brokers_it_learns(tmp_pat
     elsewhere = (bytes([10, 0, 0, 9]), 19999)
     control.put(("brokers", [elsewhere]))
     control.put(("finish",))  # the coordinator's, once every worker is drained: none other here
-    tables = (*(t for t in DEFAULT_TABLES if t != "captures"), "capture_stats")
-    live = LiveOptions(tmp_path / "spool", "fake", tables, float("inf"), 0.0, worker=1)
-    decoder = WorkerDecoder(capture, options, live, RowRelay(), index=1, events=events, control=control)  # type: ignore[arg-type]
+    decoder = worker_decoder(tmp_path, capture, options, events, control)
     decoder.start()
     decoder.join(60)
     assert decoder.error is None
@@ -285,9 +293,7 @@ def test_a_worker_shares_the_node_ids_it_learns_and_names_held_rows_with_those_o
     elsewhere = ("10.0.0.9", 19999)
     control.put(("node_ids", [(elsewhere, 7)]))
     control.put(("finish",))
-    tables = (*(t for t in DEFAULT_TABLES if t != "captures"), "capture_stats")
-    live = LiveOptions(tmp_path / "spool", "fake", tables, float("inf"), 0.0, worker=1)
-    decoder = WorkerDecoder(capture, options, live, RowRelay(), index=1, events=events, control=control)  # type: ignore[arg-type]
+    decoder = worker_decoder(tmp_path, capture, options, events, control)
     decoder.start()
     decoder.join(60)
     assert decoder.error is None
@@ -316,10 +322,7 @@ def test_a_drained_worker_takes_the_node_ids_the_coordinator_sends_before_finish
     options = SessionOptions(broker_ports=frozenset({19103}))
     events: queue.Queue[Any] = queue.Queue()
     control: queue.Queue[Any] = queue.Queue()
-    tables = (*(t for t in DEFAULT_TABLES if t != "captures"), "capture_stats")
-    live = LiveOptions(tmp_path / "spool", "fake", tables, float("inf"), 0.0, worker=1)
-    capture = ReplayedBatches(sample)
-    decoder = WorkerDecoder(capture, options, live, RowRelay(), index=1, events=events, control=control)  # type: ignore[arg-type]
+    decoder = worker_decoder(tmp_path, ReplayedBatches(sample), options, events, control)
     decoder.start()
     sent = []
     for _ in range(10_000):  # bounded: the sample's stats are a few messages

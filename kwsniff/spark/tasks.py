@@ -31,6 +31,7 @@ from kwsniff.pipeline.run import Series, failure_reason, file_size
 from kwsniff.pipeline.session import Session, SessionOptions
 from kwsniff.sinks.parquet import ParquetSink
 from kwsniff.spark.inputs import is_uri, open_input, shown
+from kwsniff.tables.schemas import SCHEMAS
 
 # The name of a task's files in its folder (`<folder>/<table>/part.parquet`, ParquetSink's layout).
 TASK_FILE = "part"
@@ -205,14 +206,11 @@ class TaskSink:
         self.parquet = ParquetSink(folder, TASK_FILE, tables)
         self.conn_ids = conn_ids
         self.topic_names: dict[str, str] = {}
-        # Rows as values in schema order (kwsniff.rows.builder: compiled `partitions` rows) go to
-        # the Parquet writer as `read`'s do; the columns each bucketed row has changed or read.
+        # `partitions` rows as values in schema order (kwsniff.rows.builder: the compiled ones) go to
+        # the Parquet writer as `read`'s do; where a bucketed one's conn_id, topic and topic_id are.
         self.names = self.parquet.names
-        self._at = {
-            t: (names.index("conn_id"), names.index("topic"), names.index("topic_id"))
-            for t, names in self.names.items()
-            if {"conn_id", "topic", "topic_id"} <= set(names)
-        }
+        columns = SCHEMAS["partitions"].names
+        self._at = (columns.index("conn_id"), columns.index("topic"), columns.index("topic_id"))
 
     def add(self, table: str, row: dict[str, Any]) -> None:
         if table not in self.tables:
@@ -220,32 +218,32 @@ class TaskSink:
         if self.conn_ids is not None:
             row["conn_id"] = self.conn_ids[row["conn_id"]]
             if table == "partitions":
-                topic, topic_id = row.get("topic"), row.get("topic_id")
-                if topic is not None and topic_id is not None:
-                    self.topic_names.setdefault(topic_id, topic)
+                self._name_topic(row.get("topic"), row.get("topic_id"))
         self.parquet.add(table, row)
+
+    def _name_topic(self, topic: str | None, topic_id: str | None) -> None:
+        if topic is not None and topic_id is not None:
+            self.topic_names.setdefault(topic_id, topic)
 
     def columns(self, table: str) -> tuple[str, ...]:
         return self.parquet.columns(table)
 
     def add_values(self, table: str, values: tuple[Any, ...]) -> None:
-        """:meth:`add` for a row already in schema order (ParquetSink.add_values)."""
+        """:meth:`add` for a `partitions` row already in schema order (ParquetSink.add_values)."""
         if table in self.tables:
-            self.parquet.add_values(table, self._bucketed(table, values))
+            self.parquet.add_values(table, self._bucketed(values))
 
     def add_many_values(self, table: str, many: list[tuple[Any, ...]]) -> None:
         if table in self.tables:
-            self.parquet.add_many_values(table, [self._bucketed(table, v) for v in many])
+            self.parquet.add_many_values(table, [self._bucketed(v) for v in many])
 
-    def _bucketed(self, table: str, values: tuple[Any, ...]) -> tuple[Any, ...]:
-        """``values`` as :meth:`add` keeps a row: in bucketed mode its conn_id made capture-wide and
-        the topic id it names kept."""
+    def _bucketed(self, values: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A `partitions` row's ``values`` as :meth:`add` keeps it: in bucketed mode its conn_id made
+        capture-wide and the topic id it names kept."""
         if self.conn_ids is None:
             return values
-        conn_at, topic_at, topic_id_at = self._at[table]
-        topic, topic_id = values[topic_at], values[topic_id_at]
-        if table == "partitions" and topic is not None and topic_id is not None:
-            self.topic_names.setdefault(topic_id, topic)
+        conn_at, topic_at, topic_id_at = self._at
+        self._name_topic(values[topic_at], values[topic_id_at])
         out = list(values)
         out[conn_at] = self.conn_ids[values[conn_at]]
         return tuple(out)

@@ -344,3 +344,57 @@ def test_record_totals_sum_the_partitions_that_carry_records() -> None:
     # Not a small int: the Python function answers.
     assert totals({}, {("a", 0): {"record_count": 2**60, "record_bytes": 1}}) is False
     assert totals({}, {("a", 0): {"record_count": 1, "record_bytes": None}}) is False
+
+
+# -- the walker's own CRC32C, against the crc32c package ------------------------------------------
+
+
+def test_the_hardware_crc32c_is_the_crc32c_packages() -> None:
+    import crc32c
+
+    from kwsniff.records import _crc
+
+    pf = compiled._partfacts
+    assert pf.HARDWARE_CRC32C == 1  # x86-64 with SSE4.2: every machine CI runs on
+    assert _crc.crc32c is pf.crc32c  # the Python record readers take it too
+    # RFC 3720's check values (iSCSI, B.4): 32 zero bytes, 32 0xff bytes, 0..31 ascending
+    assert pf.crc32c(bytes(32)) == 0x8A9136AA
+    assert pf.crc32c(b"\xff" * 32) == 0x62A8AB43
+    assert pf.crc32c(bytes(range(32))) == 0x46DD794E
+    assert pf.crc32c(b"123456789") == 0xE3069283
+    # every length around the three-stream step (3 x 2,048 bytes) and the 8-byte words, any alignment
+    data = bytes((i * 131 + 7) % 251 for i in range(3 * 6144 + 64))
+    for length in [*range(0, 70), *range(6130, 6160), *range(12280, 12300), 3 * 6144 + 17]:
+        for start in (0, 3):
+            piece = memoryview(data)[start : start + length]
+            assert pf.crc32c(piece) == crc32c.crc32c(piece), (start, length)
+    assert pf.crc32c(bytearray(b"kafka")) == crc32c.crc32c(b"kafka")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=20_000))
+def test_the_hardware_crc32c_agrees_on_any_bytes(data: bytes) -> None:
+    import crc32c
+
+    assert compiled._partfacts.crc32c(data) == crc32c.crc32c(data)
+
+
+def test_a_walk_that_gives_up_leaves_the_callers_dict_empty() -> None:
+    plan = compiled._plan(FETCH, 11, compiled.RESPONSE)
+    good = fetch_v11_response([(0, 0, 1, None), (1, 0, 1, None)])
+    parts: dict[object, object] = {}
+    from kwsniff.records import _crc
+
+    assert compiled._partfacts.walk(plan, good, parts, _crc.crc32c, None, None) is not None
+    assert sorted(parts) == [(None, "orders", 0), (None, "orders", 1)]
+    # the second partition's error code sends it to the Python path after the first was kept
+    failed = fetch_v11_response([(0, 0, 1, None), (1, 3, 1, None)])
+    parts = {}
+    assert compiled._partfacts.walk(plan, failed, parts, _crc.crc32c, None, None) is None
+    assert parts == {}
+    # a dict that already holds partitions is merged into at the end, and left alone on giving up
+    held = {("x",): {"kept": 1}}
+    assert compiled._partfacts.walk(plan, failed, held, _crc.crc32c, None, None) is None
+    assert held == {("x",): {"kept": 1}}
+    assert compiled._partfacts.walk(plan, good, held, _crc.crc32c, None, None) is not None
+    assert set(held) == {(None, "orders", 0), (None, "orders", 1), ("x",)}

@@ -34,6 +34,8 @@ if os.environ.get("KWSNIFF_PURE_PYTHON", "") != "1":
         _partfacts = None
 
 AVAILABLE = _partfacts is not None
+if AVAILABLE and _partfacts.HARDWARE_CRC32C:
+    _crc.use(_partfacts.crc32c)
 # The oldest versions whose records fields hold magic 2 batches (KIP-98): older ones would always fall
 # back, so they get no plan.
 FIRST_VERSION = {PRODUCE: 3, FETCH: 4}

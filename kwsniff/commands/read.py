@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -293,6 +294,9 @@ def _read_all(
     results: list[tuple[CaptureResult, dict[str, int]] | tuple[str, str]] = []
     failures: list[tuple[Path, dict[str, object]]] = []  # (input, its `captures` row)
     stdin_stopped = False  # a signal came while standard input was read: commit what was
+    # What exists before the first packet (modules, click's command tree) lives as long as the run:
+    # frozen, the cyclic collector's passes no longer walk it (as the live capture does, run_live).
+    gc.freeze()
     for path in captures:
         if signals.signum:
             break

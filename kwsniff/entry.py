@@ -39,9 +39,39 @@ def _pyarrow_without_numpy() -> None:
         sys.meta_path.remove(_RefuseNumpy)  # type: ignore[arg-type]
 
 
+# glibc's malloc (mallopt(3)): M_MMAP_THRESHOLD and M_TRIM_THRESHOLD.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD = 32 << 20  # glibc's own ceiling for the threshold it adjusts itself
+TRIM_THRESHOLD = 64 << 20  # twice that, as glibc sets it when it adjusts
+
+
+def _reuse_freed_blocks() -> None:
+    """Let glibc's malloc hand freed large blocks out again instead of returning them to the kernel.
+
+    By default a block of 128 KiB or more is a fresh mmap, unmapped when freed, and the heap's top
+    is trimmed past 128 KiB free; glibc raises both limits itself only as it meets larger frees. A
+    decoding run allocates and frees such blocks all the time (1 MiB reads of the capture, every
+    packet of a 64 KiB-MTU capture, each large frame joined), and each fresh one costs a page fault
+    and a zeroed page per 4 KiB: on a capture of 1 MB batches a fifth of `read`'s CPU
+    (docs/performance.md). Fixed at glibc's own ceilings, freed blocks stay in the heap for the next
+    read: at most 64 MiB of free heap is kept, and the peak, which the memory budget bounds, is
+    what it was. Nothing is done where the C library has no mallopt (it is not glibc)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+
+
 def run() -> None:
     """The console script: `kwsniff ...`."""
     if sys.argv[1:2] and sys.argv[1] in WRITERS_ONLY and not {"-h", "--help"} & set(sys.argv[2:]):
+        _reuse_freed_blocks()
         _pyarrow_without_numpy()
     from kwsniff.cli import main
 

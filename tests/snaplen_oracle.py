@@ -94,18 +94,34 @@ def _ip(link: int, buf: bytes) -> object:
     raise ValueError(f"link type {link}")
 
 
-def packet_times(path: Path) -> list[tuple[int, int, int]]:
-    """(time in microseconds, TCP sequence number, IP length) of every packet of a capture: two
-    tcpdumps of the same traffic see the same packets, each with its own time stamps."""
+def packet_times(path: Path) -> list[tuple[int, int, int, int, int, int]]:
+    """(time in microseconds, source port, destination port, TCP sequence and acknowledgement numbers,
+    IP length) of every packet of a capture: two tcpdumps of the same traffic see the same packets,
+    each with its own time stamps."""
     out = []
     with path.open("rb") as f:
         reader = dpkt.pcap.Reader(f)
         link = reader.datalink()
         for ts, buf in reader:
             ip = _ip(link, buf)
-            seq = ip.data.seq if isinstance(ip, dpkt.ip.IP) and isinstance(ip.data, dpkt.tcp.TCP) else -1
-            out.append((round(ts * 1_000_000), seq, ip.len if isinstance(ip, dpkt.ip.IP) else -1))
+            tcp = ip.data if isinstance(ip, dpkt.ip.IP) and isinstance(ip.data, dpkt.tcp.TCP) else None
+            ports = (tcp.sport, tcp.dport, tcp.seq, tcp.ack) if tcp is not None else (-1, -1, -1, -1)
+            out.append((round(ts * 1_000_000), *ports, ip.len if isinstance(ip, dpkt.ip.IP) else -1))
     return out
+
+
+def times_of(path: Path, times_from: Path) -> list[int]:
+    """The time stamps ``times_from`` (another tcpdump of the same traffic) gave each packet of
+    ``path``, in ``path``'s order. Two tcpdumps on loopback each get every packet, but two packets
+    of different connections that the kernel hands over at the same moment may reach them in either
+    order; a packet is matched by its ports, sequence and acknowledgement numbers and length."""
+    mine, theirs = packet_times(path), packet_times(times_from)
+    if sorted(p[1:] for p in mine) != sorted(p[1:] for p in theirs):
+        raise ValueError(f"{times_from} does not hold the packets of {path}")
+    stamps: dict[tuple[int, ...], list[int]] = {}
+    for p in reversed(theirs):
+        stamps.setdefault(p[1:], []).append(p[0])
+    return [stamps[p[1:]].pop() for p in mine]
 
 
 def _segments(
@@ -176,12 +192,7 @@ def exchanges(
 
     ``times_from``: a second capture of the same packets (another tcpdump at the same time) whose
     time stamps to use."""
-    times = None
-    if times_from is not None:
-        mine, theirs = packet_times(path), packet_times(times_from)
-        if [p[1:] for p in mine] != [p[1:] for p in theirs]:
-            raise ValueError(f"{times_from} does not hold the packets of {path}")
-        times = [p[0] for p in theirs]
+    times = None if times_from is None else times_of(path, times_from)
     flows = _segments(path, snaplen, times)
     out = []
     for key, segments in flows.items():

@@ -330,7 +330,7 @@ static uint32_t crc32c_of(const unsigned char *p, size_t n) {
 }
 #endif
 
-/* crc32c(data) -> int, the CRC32C of a bytes-like object; only where crc32c_available() */
+/* crc32c(data) -> int, the CRC32C of a bytes-like object; only where HARDWARE_CRC32C */
 static PyObject *crc32c_py(PyObject *self, PyObject *arg) {
     Py_buffer view;
     if (!crc32c_have) {
@@ -450,19 +450,25 @@ static const int FIXED_SIZE[] = {0, 1, 2, 4, 8, 2, 4, 1, 16};
 
 /* The facts of one records field, as kwsniff.rows.partitions._record_facts writes them from
  * kwsniff.records.counts_v2 (magic 2 batch headers, CRC checked). */
+/* A new dict of the current topic's name and id (those it has): the facts every partition of the
+ * topic starts from. */
+static PyObject *topic_facts(Walk *w) {
+    PyObject *t = PyDict_New();
+    if (t != NULL && ((w->topic != NULL && PyDict_SetItem(t, S_topic, w->topic) < 0) ||
+                      (w->topic_id != NULL && PyDict_SetItem(t, S_topic_id, w->topic_id) < 0)))
+        Py_CLEAR(t);
+    return t;
+}
+
 /* The facts every partition of the current topic starts from when its struct has a records field:
  * its topic and the facts of a null or empty records field (_NO_RECORDS, _NO_RECORDS_OFFSETS);
  * copying one dict is cheaper than filling a new one key by key. */
 static int make_template(Walk *w) {
-    PyObject *t = PyDict_New();
+    PyObject *t = topic_facts(w);
     if (t == NULL)
         return -1;
     PyObject *zero = PyLong_FromLong(0);
     int rc = zero == NULL ? -1 : 0;
-    if (rc == 0 && w->topic != NULL)
-        rc = PyDict_SetItem(t, S_topic, w->topic);
-    if (rc == 0 && w->topic_id != NULL)
-        rc = PyDict_SetItem(t, S_topic_id, w->topic_id);
     PyObject *zeros[] = {S_record_count, S_record_bytes, S_batch_count, S_crc_errors, S_partial_bytes,
                          S_control_batches, S_capped_batches, S_record_errors};
     for (size_t i = 0; rc == 0 && i < sizeof(zeros) / sizeof(zeros[0]); i++)
@@ -795,14 +801,8 @@ static int walk_struct(Walk *w, Node *node) {
                 return -1;
         } else {
             /* no records field: the topic's name and id alone, copied from a dict made once a topic */
-            if (w->plain == NULL) {
-                w->plain = PyDict_New();
-                if (w->plain == NULL)
-                    return -1;
-                if ((w->topic != NULL && PyDict_SetItem(w->plain, S_topic, w->topic) < 0) ||
-                    (w->topic_id != NULL && PyDict_SetItem(w->plain, S_topic_id, w->topic_id) < 0))
-                    return -1;
-            }
+            if (w->plain == NULL && (w->plain = topic_facts(w)) == NULL)
+                return -1;
             w->facts = PyDict_Copy(w->plain);
             if (w->facts == NULL)
                 return -1;
@@ -1105,6 +1105,20 @@ static PyObject *merge_rows(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* 1 and the value in *x where v is an exact int within +-2^53 (where sums stay exact as the Python
+ * function's), else 0 with no error set: that function answers. */
+static int small_int(PyObject *v, long long *x) {
+    if (!PyLong_CheckExact(v))
+        return 0;
+    int overflow = 0;
+    *x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (*x == -1 && PyErr_Occurred()) || *x > (1LL << 53) || *x < -(1LL << 53)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
 /* record_totals(info, parts) -> True once info holds partitions.record_totals' answer (the sums of
  * the partitions' record_count and record_bytes, or None for both where a count was cut), False where
  * a value is not a small int or None: the Python function answers. */
@@ -1130,14 +1144,9 @@ static PyObject *record_totals(PyObject *self, PyObject *args) {
             cut = 1;
             continue;
         }
-        if (!PyLong_CheckExact(c))
+        long long x;
+        if (!small_int(c, &x))
             Py_RETURN_FALSE;
-        int overflow = 0;
-        long long x = PyLong_AsLongLongAndOverflow(c, &overflow);
-        if (overflow || (x == -1 && PyErr_Occurred()) || x > (1LL << 53) || x < -(1LL << 53)) {
-            PyErr_Clear();
-            Py_RETURN_FALSE;
-        }
         count += x;
     }
     if (!counted)
@@ -1155,14 +1164,9 @@ static PyObject *record_totals(PyObject *self, PyObject *args) {
                 return NULL;
             continue;
         }
-        if (!PyLong_CheckExact(b))
+        long long x;
+        if (!small_int(b, &x))
             Py_RETURN_FALSE;
-        int overflow = 0;
-        long long x = PyLong_AsLongLongAndOverflow(b, &overflow);
-        if (overflow || (x == -1 && PyErr_Occurred()) || x > (1LL << 53) || x < -(1LL << 53)) {
-            PyErr_Clear();
-            Py_RETURN_FALSE;
-        }
         bytes += x;
     }
     PyObject *total = PyLong_FromLongLong(count);

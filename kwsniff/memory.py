@@ -19,9 +19,11 @@ ROWS = 3  # rows buffered per table before a Parquet row group is written
 QUEUE = 4  # packets captured live and not yet decoded
 SECRETS = 5  # TLS secrets from `--keylog` files and pcapng Decryption Secrets Blocks
 FRAGMENTS = 6  # IP fragments held for reassembly (`--fragment-memory` is at most this share)
-POOLS = ("flows", "reassembly", "records", "rows", "queue", "secrets", "fragments")
-# Shares of the limit, per pool. `read` leaves the queue's share unused: that sixteenth is headroom.
-SHARES = (0.25, 0.25, 0.25, 0.125, 0.0625, 0.03125, 0.03125)
+NAMES = 7  # what responses taught the run about names: topic ids to topic names
+VIEW = 8  # `capture` only: the live view's per-topic and per-client totals, the metrics' series
+POOLS = ("flows", "reassembly", "records", "rows", "queue", "secrets", "fragments", "names", "view")
+# Shares of the limit, per pool. `read` leaves the queue's and the view's shares unused: headroom.
+SHARES = (0.25, 0.25, 0.25, 0.125, 1 / 32, 1 / 64, 1 / 32, 1 / 64, 1 / 32)
 
 DEFAULT_MEMORY_LIMIT = 1024 * 1024 * 1024  # 1 GiB
 # Bytes one followed connection costs (Connection, two reassemblers, a Conversation, the flow
@@ -35,6 +37,14 @@ ROW_COST = 2048
 # Bytes one TLS secret costs besides its own bytes: its client random and label as dict keys, the
 # per-connection dict (tracemalloc over 100k distinct client randoms: 444 B with a 48-byte secret).
 SECRET_COST = 400
+# Bytes one topic name costs besides its two strings (sys.getsizeof of the id and the name): its
+# dict entry and the index's share (tracemalloc over 100k names: about 40 B, twice that just after
+# the table grows, rounded up).
+TOPIC_NAME_COST = 100
+# Bytes one entry of a live total (a topic's record bytes, a client's throttled responses) costs
+# besides its key string: its counter slot and int (tracemalloc over 100k keys: about 70 B, rounded
+# up for the table's growth).
+TOTAL_COST = 128
 
 
 # One capture record (a pcap record, a pcapng block) may be at most this part of the limit, and never

@@ -12,23 +12,25 @@ import subprocess
 import sys
 import textwrap
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
 import zstandard
 from click.testing import CliRunner
-from kafkawire import Flow, request, response, write_pcap
+from kafkawire import Flow, cstring, request, response, uvarint, write_pcap
 from scapy.layers.inet import IP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from kwsniff.cli import main
-from kwsniff.memory import SECRET_COST, SECRETS, MemoryBudget, record_limit
+from kwsniff.memory import NAMES, SECRET_COST, SECRETS, TOPIC_NAME_COST, MemoryBudget, record_limit
 from kwsniff.net.fragments import FRAGMENT_OVERHEAD
 from kwsniff.net.linktypes import ETHERNET
 from kwsniff.pipeline.keylogs import load_keylog
 from kwsniff.pipeline.session import Session, SessionOptions
 from kwsniff.rows import ListSink
+from kwsniff.rows.partitions import TopicNames
 from kwsniff.tls import KeyLog
 from kwsniff.view.summary import human_size
 
@@ -348,3 +350,89 @@ def test_a_fragment_flood_is_held_within_the_fragments_share_whatever_is_asked()
     stats = session.finish()
     held = 2 * MIB // (1000 + FRAGMENT_OVERHEAD)
     assert (stats.fragments["evicted"], stats.fragments["held_bytes_peak"]) == (4_000 - held, held * 1064)
+
+
+# -- topic names (issue 45, goal 2) -------------------------------------------------------------------
+def metadata_v12_frames(corr: int, topics: list[tuple[uuid.UUID, str]]) -> tuple[bytes, bytes]:
+    """A Metadata v12 request for every topic and its response naming ``topics`` (id, name), with no
+    partitions (so no `partitions` rows): header v2 and v1, compact strings, empty tagged fields."""
+    head = struct.pack(">hhih", 3, 12, corr, 1) + b"t\0"
+    req = head + b"\0\x01\0\0"  # topics null, allow auto-creation, no authorized operations, no tags
+    listed = b"".join(
+        struct.pack(">h", 0)
+        + cstring(name)
+        + tid.bytes
+        + b"\0"
+        + b"\x01"
+        + struct.pack(">i", -(2**31))
+        + b"\0"
+        for tid, name in topics
+    )
+    body = (
+        struct.pack(">i", 0)
+        + b"\x01"
+        + b"\0"
+        + struct.pack(">i", -1)
+        + uvarint(len(topics) + 1)
+        + listed
+        + b"\0"
+    )
+    resp = struct.pack(">i", corr) + b"\0" + body
+    return struct.pack(">i", len(req)) + req, struct.pack(">i", len(resp)) + resp
+
+
+def topic_id(i: int) -> uuid.UUID:
+    return uuid.UUID(int=(0x01A2043C << 96) | (i + 1))
+
+
+def test_topic_names_past_their_share_evict_the_oldest_and_count_them() -> None:
+    # 1,000 names of 1 KB against a 16 MiB limit (names share: 512 KiB): the oldest go, counted, and
+    # a row of a forgotten id has no topic (null, never another topic's name).
+    sink = ListSink()
+    names = TopicNames(sink, budget=(budget := MemoryBudget(LIMIT)))
+    cost = sys.getsizeof(str(topic_id(0))) + sys.getsizeof("x" * 1024) + TOPIC_NAME_COST
+    for i in range(1_000):
+        names.learn({str(topic_id(i)): f"{i:04d}" + "x" * 1020})
+    cap = budget.cap(NAMES)
+    assert names.held_bytes == budget.used(NAMES) == len(names.names) * cost <= cap
+    assert (names.evicted, names.evicted_bytes) == (
+        1_000 - len(names.names),
+        (1_000 - len(names.names)) * cost,
+    )
+    assert min(names.names.values())[:4] == f"{names.evicted:04d}"  # the oldest went first
+    names.add("partitions", [{"topic_id": str(topic_id(0)), "n": 0}], None, str(topic_id(0)))
+    names.add("partitions", [{"topic_id": str(topic_id(999)), "n": 1}], None, str(topic_id(999)))
+    names.finish()
+    assert [(r["n"], r["topic"]) for r in sink.tables["partitions"]] == [(1, "0999" + "x" * 1020), (0, None)]
+    assert names.unresolved == 1
+    names.release()
+    assert budget.used(NAMES) == 0
+
+
+def test_twenty_thousand_long_topic_names_stay_within_the_limit(baseline: int, tmp_path: Path) -> None:
+    # The issue's attack scaled to a 16 MiB limit: 4,608 topic ids named with 30 KB names (8 times
+    # the limit), 32 a Metadata response. Before, every name was kept (683 MB at 20,000).
+    n, per = 4_608, 32
+    flow = Flow(client=(bytes([10, 0, 0, 9]), 40009)).handshake()
+    for corr, first in enumerate(range(0, n, per), 1):
+        req, resp = metadata_v12_frames(
+            corr, [(topic_id(i), f"{i:05d}" + "t" * 30_000) for i in range(first, first + per)]
+        )
+        flow.send(0, req, mss=60_000)
+        flow.send(1, resp, mss=60_000)
+    flow.close()
+    path = write_pcap(tmp_path / "names.pcap", flow.packets)
+    assert path.stat().st_size > 8 * LIMIT
+    code, peak, out, err = peak_run(
+        ["read", str(path), "-o", str(tmp_path / "t"), "--memory-limit", str(LIMIT)]
+    )
+    assert (code, err) == (0, "")
+    print(f"topic names: limit {LIMIT}, baseline {baseline}, peak {peak}")
+    assert peak < baseline + LIMIT, f"peak {peak / MIB:.0f} MiB, baseline {baseline / MIB:.0f} MiB"
+    cost = sys.getsizeof(str(topic_id(0))) + sys.getsizeof("0" * 30_005) + TOPIC_NAME_COST
+    cap = MemoryBudget(LIMIT).cap(NAMES)
+    assert f"requests {n // per}: ok {n // per}," in out
+    line = next(x for x in out.splitlines() if "evicted:" in x)
+    assert " topic names (" in line
+    evicted = int(line.split("evicted: ")[1].split(" topic names")[0].replace(",", ""))
+    assert n - cap // cost <= evicted < n

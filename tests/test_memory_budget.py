@@ -69,7 +69,7 @@ def traced_run(path: Path, options: SessionOptions) -> tuple[CountingSink, Any, 
 # -- the budget itself ------------------------------------------------------------------------------
 def test_the_limit_is_shared_out_in_fixed_shares() -> None:
     budget = MemoryBudget(64 * MIB)
-    assert budget.caps == [16 * MIB, 16 * MIB, 16 * MIB, 8 * MIB, 4 * MIB, 2 * MIB, 2 * MIB]
+    assert budget.caps == [16 * MIB, 16 * MIB, 16 * MIB, 8 * MIB, 2 * MIB, MIB, 2 * MIB, MIB, 2 * MIB]
     budget.charge(RECORDS, 16 * MIB)
     assert not budget.over(RECORDS) and not budget.pressure
     budget.charge(RECORDS, 1)
@@ -83,6 +83,8 @@ def test_the_limit_is_shared_out_in_fixed_shares() -> None:
         "queue": 0,
         "secrets": 0,
         "fragments": 0,
+        "names": 0,
+        "view": 0,
     }
 
 
@@ -302,9 +304,9 @@ def test_the_queue_is_bounded_in_bytes() -> None:
 
 
 def test_live_frames_of_90_mib_wait_in_the_queue_only_up_to_its_share() -> None:
-    # A 2 GiB limit gives the queue 128 MiB: one batch of 90 MiB waits, the four that come while
+    # A 4 GiB limit gives the queue 128 MiB: one batch of 90 MiB waits, the four that come while
     # the decoder is busy are dropped and counted, packet by packet.
-    share = MemoryBudget(2 * 1024 * MIB).cap(QUEUE)
+    share = MemoryBudget(4 * 1024 * MIB).cap(QUEUE)
     live = LiveCapture(FramesHandle(5), queue_bytes=share)
     packets = 90 * MIB // FramesHandle.PACKET
     live.start()

@@ -38,7 +38,14 @@ from kwsniff.rows.groups import (
     topic_ids_of,
 )
 from kwsniff.rows.metadata_log import metadata_log_rows
-from kwsniff.rows.partitions import COUNTS_ONLY, RecordOptions, TopicNames, merged_rows, records_of
+from kwsniff.rows.partitions import (
+    COUNTS_ONLY,
+    MAX_HELD_ROWS,
+    RecordOptions,
+    TopicNames,
+    merged_rows,
+    records_of,
+)
 
 API_VERSIONS = 18
 # Record-level damage columns of `partitions` rows: batches that failed their CRC, were not
@@ -165,7 +172,8 @@ class TableBuilder:
         )
         # Topic ids to names (KIP-516) and the partitions/records rows waiting for a name; named rows
         # go on to the node ids.
-        self.topics = TopicNames(self.node_ids)
+        budget = record_options.budget
+        self.topics = TopicNames(self.node_ids, held_topic_rows(budget), budget)
         self.topic_names: dict[Any, str] = self.topics.names
         self.totals = Counter[str]()
         self.budget = record_options.budget
@@ -221,6 +229,9 @@ class TableBuilder:
         topics.finish()
         self.totals["held_rows_overflow"] = topics.held_overflow
         self.totals["unresolved_topic_rows"] = topics.unresolved
+        self.totals["topic_names_evicted"] = topics.evicted
+        self.totals["topic_names_evicted_bytes"] = topics.evicted_bytes
+        topics.release()
         node_ids = self.node_ids
         node_ids.finish()
         self.totals["broker_held_rows_overflow"] = node_ids.held_overflow
@@ -233,6 +244,14 @@ def held_broker_rows(budget: Any) -> int:
     if budget is None:
         return MAX_HELD_BROKER_ROWS
     return max(1_000, min(MAX_HELD_BROKER_ROWS, budget.cap(ROWS) // ROW_COST // 4))
+
+
+def held_topic_rows(budget: Any) -> int:
+    """Rows a capture may hold for their topic's name: another quarter of the row buffers' share of
+    --memory-limit at ROW_COST a row (16,384 at the default 1 GiB), at most MAX_HELD_ROWS."""
+    if budget is None:
+        return MAX_HELD_ROWS
+    return max(1_000, min(MAX_HELD_ROWS, budget.cap(ROWS) // ROW_COST // 4))
 
 
 class ExchangeRows(ConversationHandler):

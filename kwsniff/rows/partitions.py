@@ -10,11 +10,12 @@ field means what, and that is the short table of renames below.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kwsniff.memory import MemoryBudget
+from kwsniff.memory import NAMES, TOPIC_NAME_COST, MemoryBudget
 from kwsniff.protocol import error_name, magic_removed_in, message_fields
 from kwsniff.protocol.partial import CutRecords
 from kwsniff.records import RecordInfo, counts_from_headers, counts_v2, summarize_records
@@ -291,14 +292,23 @@ def records_of(api_key: int, row: dict[str, Any], context: dict[str, Any]) -> li
 MAX_HELD_ROWS = 100_000
 
 
+def _name_cost(topic_id: str, name: str) -> int:
+    """What one known name costs in the names pool: both strings (a name of non-ASCII characters
+    takes up to 4 bytes each) and their dict entry."""
+    return sys.getsizeof(topic_id) + sys.getsizeof(name) + TOPIC_NAME_COST
+
+
 class TopicNames:
     """Topic ids to names for one capture, and the rows waiting for a name.
 
     Names come from responses seen on any connection; a row whose id is not known yet is held until
     a later response names it or the capture ends (bounded: past ``max_held`` rows, rows are written
-    with the id only and counted as ``held_overflow``)."""
+    with the id only and counted as ``held_overflow``). The names are charged to the budget's names
+    pool: past its cap the names learned longest ago are forgotten and counted (``evicted``), and a
+    later row of a forgotten id is written with its id only, unless a response names it again
+    (docs/memory.md)."""
 
-    def __init__(self, sink: Any, max_held: int = MAX_HELD_ROWS) -> None:
+    def __init__(self, sink: Any, max_held: int = MAX_HELD_ROWS, budget: MemoryBudget | None = None) -> None:
         self.sink = sink
         self.names: dict[Any, str] = {}
         self.held: list[tuple[str, dict[str, Any]]] = []
@@ -307,12 +317,27 @@ class TopicNames:
         self.unresolved = 0
         # Rows naming several topic ids (a group member's assignment): (table, row, ids, spell).
         self.spelling: list[tuple[str, dict[str, Any], set[str], Any]] = []
+        self.pool = budget.cell(NAMES) if budget is not None else [0]
+        self.cap = budget.cap(NAMES) if budget is not None else None
+        self.held_bytes = 0  # what this map charged to the pool
+        self.evicted = 0  # names forgotten to stay under the cap
+        self.evicted_bytes = 0
 
     def learn(self, ids: dict[str, str]) -> None:
         names = self.names
         if not ids or all(names.get(k) == v for k, v in ids.items()):
             return
-        names.update(ids)
+        charged = 0
+        for k, v in ids.items():
+            old = names.pop(k, None)  # pop: named again, it is the newest and the last to go
+            if old is not None:
+                charged -= _name_cost(k, old)
+            names[k] = v
+            charged += _name_cost(k, v)
+        self.held_bytes += charged
+        self.pool[0] += charged
+        if self.cap is not None and self.held_bytes > self.cap:
+            self._evict(self.cap)
         if self.held:
             waiting = []
             for table, row in self.held:
@@ -325,6 +350,28 @@ class TopicNames:
             self.held = waiting
         if self.spelling:
             self.spelling = [entry for entry in self.spelling if not self._spelled(entry)]
+
+    def _evict(self, cap: int) -> None:
+        """The oldest names go until the map holds 7/8 of ``cap`` (one scan, not one per name)."""
+        names = self.names
+        target = cap - cap // 8
+        victims, freed = [], 0
+        for k, v in names.items():
+            if self.held_bytes - freed <= target:
+                break
+            victims.append(k)
+            freed += _name_cost(k, v)
+        for k in victims:
+            del names[k]
+        self.held_bytes -= freed
+        self.pool[0] -= freed
+        self.evicted += len(victims)
+        self.evicted_bytes += freed
+
+    def release(self) -> None:
+        """The capture is over: what the map charged goes back to the pool."""
+        self.pool[0] -= self.held_bytes
+        self.held_bytes = 0
 
     def add_spelled(self, table: str, row: dict[str, Any], ids: set[str], spell: Any) -> None:
         """Write a row that names several topic ids once every id has a name: ``spell(row, names)``

@@ -109,6 +109,11 @@ def memory_line(r: CaptureResult) -> str:
         parts.append(f"{st.forgotten_early:,} closed connections forgotten early")
     if getattr(st, "secrets_evicted", 0):
         parts.append(f"{st.secrets_evicted:,} TLS secrets ({human_size(st.secrets_evicted_bytes)} held)")
+    if t["topic_names_evicted"]:
+        parts.append(
+            f"{t['topic_names_evicted']:,} topic names ({human_size(t['topic_names_evicted_bytes'])} held;"
+            " later rows of their ids have no topic unless a response names them again)"
+        )
     line = ("evicted: " + ", ".join(parts)) if parts else ""
     if idle:
         line += ("   " if line else "") + f"idle connections expired: {idle:,}"

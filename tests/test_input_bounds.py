@@ -7,24 +7,27 @@ small limit, and peak memory is read from the kernel (VmHWM of a child process),
 from __future__ import annotations
 
 import os
+import signal
 import struct
 import subprocess
 import sys
 import textwrap
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import zstandard
 from click.testing import CliRunner
-from kafkawire import Flow, cstring, request, response, uvarint, write_pcap
+from kafkawire import Flow, cstring, i16, i32, request, response, string, uvarint, write_pcap
+from memory_captures import batch_v2, record
 from scapy.layers.inet import IP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from kwsniff.cli import main
-from kwsniff.memory import NAMES, SECRET_COST, SECRETS, TOPIC_NAME_COST, MemoryBudget, record_limit
+from kwsniff.memory import NAMES, SECRET_COST, SECRETS, TOPIC_NAME_COST, VIEW, MemoryBudget, record_limit
 from kwsniff.net.fragments import FRAGMENT_OVERHEAD
 from kwsniff.net.linktypes import ETHERNET
 from kwsniff.pipeline.keylogs import load_keylog
@@ -32,7 +35,18 @@ from kwsniff.pipeline.session import Session, SessionOptions
 from kwsniff.rows import ListSink
 from kwsniff.rows.partitions import TopicNames
 from kwsniff.tls import KeyLog
+from kwsniff.view.metrics import CUT_TO, MAX_LABEL
 from kwsniff.view.summary import human_size
+from tests.realparts import (
+    CAPTURE_STOP_TIMEOUT_S,
+    ReplayNet,
+    free_port,
+    netns_prefix,
+    replay_namespace,
+    stop_process,
+    tcpreplay,
+    wait_until,
+)
 
 MIB = 1024 * 1024
 SECRET = bytes(range(48))  # a TLS 1.2 master secret's length
@@ -436,3 +450,151 @@ def test_twenty_thousand_long_topic_names_stay_within_the_limit(baseline: int, t
     assert " topic names (" in line
     evicted = int(line.split("evicted: ")[1].split(" topic names")[0].replace(",", ""))
     assert n - cap // cost <= evicted < n
+
+
+# -- a live capture's view and metrics (issue 45, goal 2) ---------------------------------------------
+# `kwsniff capture` on a veth in a namespace of its own, fed by tcpreplay, run by PEAK: its VmHWM is
+# printed when it exits. Its kernel ring is 4 MiB (--buffer-mb) in every run, baseline included.
+LIVE_LIMIT = 64 * MIB
+LIVE_PPS = 5_000
+ETHER = b"\x02\0\0\0\0\x02" + b"\x02\0\0\0\0\x01" + b"\x08\x00"
+
+
+def ethernet_pcap(path: Path, packets: list[tuple[int, bytes]]) -> Path:
+    return write_pcap(path, [(ts, ETHER + data) for ts, data in packets], linktype=ETHERNET)
+
+
+def produce_exchange(flow: Flow, corr: int, topic: str) -> None:
+    """A Produce v3 request (acks 1) of one record to partition 0 of ``topic``, and its response
+    naming no topic (the request's row carries the record bytes)."""
+    batch = batch_v2(record(b"v"), 1)
+    body = i16(-1) + i16(1) + i32(30_000) + i32(1) + string(topic) + i32(1) + i32(0) + i32(len(batch)) + batch
+    flow.send(0, request(0, 3, corr, body), mss=8_000)
+    flow.send(1, response(corr, i32(0) + i32(0)))
+
+
+def live_peak(net: ReplayNet, pcap: Path, tmp_path: Path, *extra: str) -> tuple[int, int, str, str, str]:
+    """(exit status, peak RSS, stdout, stderr, /metrics page once every packet was decoded) of
+    `kwsniff capture` with LIVE_LIMIT and metrics while ``pcap`` is replayed, stopped by SIGINT."""
+    port, err_path = free_port(), tmp_path / "capture.err"
+    args = ["capture", net.capture, "--out", str(tmp_path / "live"), "--workers", "1", "--buffer-mb", "4"]
+    args += ["--memory-limit", str(LIVE_LIMIT), "--metrics-port", str(port), *extra]
+    with err_path.open("wb") as err:
+        proc = subprocess.Popen(
+            [*netns_prefix(net.netns), sys.executable, "-c", PEAK, *args], stdout=subprocess.PIPE, stderr=err
+        )
+    try:
+        wait_until(
+            lambda: b"kwsniff: capturing on" in err_path.read_bytes() or proc.poll() is not None, "start", 60
+        )
+        assert proc.poll() is None, err_path.read_text()
+        sent = tcpreplay(net, pcap, pps=LIVE_PPS).packets
+        # Every packet sent was decoded or dropped (and counted) before the page is read.
+        wait_until(
+            lambda: seen(scrape(net, port)) >= sent, f"{sent} packets decoded or dropped", 60, poll_s=0.5
+        )
+        page = scrape(net, port)
+    finally:
+        stop_process(proc, signal.SIGINT, timeout_s=CAPTURE_STOP_TIMEOUT_S)  # type: ignore[arg-type]
+    out = proc.stdout.read().decode() if proc.stdout else ""
+    *lines, last = err_path.read_text().splitlines()
+    code, peak = last.split()
+    return int(code), int(peak), out, "".join(line + "\n" for line in lines), page
+
+
+SCRAPE = (
+    "import sys, urllib.request\n"
+    "sys.stdout.buffer.write(urllib.request.urlopen(f'http://127.0.0.1:{sys.argv[1]}/metrics', timeout=30).read())\n"
+)
+
+
+def scrape(net: ReplayNet, port: int) -> str:
+    """The /metrics page of the capture in ``net`` ("" while it does not answer)."""
+    done = subprocess.run(
+        [*netns_prefix(net.netns), sys.executable, "-c", SCRAPE, str(port)], capture_output=True, timeout=60
+    )
+    return done.stdout.decode(errors="replace")
+
+
+def seen(page: str) -> float:
+    """Packets captured plus those dropped by the kernel or the queue, as the page says."""
+    names = ("kwsniff_packets_total", "kwsniff_kernel_drops_total", "kwsniff_queue_drops_total")
+    return sum(float(line.split()[-1]) for line in page.splitlines() if line.split(" ")[0] in names)
+
+
+@pytest.fixture(scope="module")
+def live_net() -> Iterator[ReplayNet]:
+    with replay_namespace("bounds") as net:
+        yield net
+
+
+@pytest.fixture(scope="module")
+def live_baseline(live_net: ReplayNet, tmp_path_factory: pytest.TempPathFactory) -> int:
+    """Peak RSS of the same capture of one small Produce request."""
+    folder = tmp_path_factory.mktemp("live-base")
+    flow = Flow().handshake()
+    produce_exchange(flow, 1, "t")
+    code, peak, _, err, _ = live_peak(live_net, ethernet_pcap(folder / "one.pcap", flow.packets), folder)
+    assert code == 0, err
+    return peak
+
+
+def test_live_totals_of_long_topic_names_stay_within_the_limit(
+    live_net: ReplayNet, live_baseline: int, tmp_path: Path
+) -> None:
+    # The issue's 40,000 topics of 30 KB at 256 MiB, scaled: 32,768 topics of 4 KB (twice the
+    # limit; shorter names keep the `partitions` rows' own cost small). The metrics make one topic
+    # series (the totals are what is measured); before, the view's totals kept every topic name.
+    n = 32_768
+    flow = Flow().handshake()
+    for i in range(n):
+        produce_exchange(flow, i + 1, f"{i:05d}" + "t" * 4_096)
+    pcap = ethernet_pcap(tmp_path / "topics.pcap", flow.packets)
+    code, peak, out, err, _ = live_peak(live_net, pcap, tmp_path, "--metrics-max-series", "1")
+    print(f"live totals: limit {LIVE_LIMIT}, baseline {live_baseline}, peak {peak}")
+    assert code == 0, err
+    assert peak < live_baseline + LIVE_LIMIT, (
+        f"peak {peak / MIB:.0f} MiB, baseline {live_baseline / MIB:.0f} MiB"
+    )
+    line = next(x for x in out.splitlines() if "evicted:" in x)
+    assert " live view totals of topics or clients, the smallest (" in line
+
+
+def test_metric_labels_from_the_wire_stay_within_the_limit_and_a_small_scrape(
+    live_net: ReplayNet, live_baseline: int, tmp_path: Path
+) -> None:
+    # The issue's 12,000 topics of 8 KB (a 322 MB scrape at 1.49 GB), 3,000 unknown APIs and
+    # 20,000 unknown error codes, scaled: 4,000 topics of 4 KB, 3,000 of each, interleaved. Before,
+    # every topic label was whole (a scrape of about 70 MB) and nothing but the count bounded them.
+    flow = Flow().handshake()
+    for i in range(4_000):
+        produce_exchange(flow, 10_000 + i, f"{i:05d}" + "t" * 4_096)
+        if i < 3_000:
+            flow.send(0, request(18, 0, 2 * i))  # ApiVersions, answered with an error no Kafka defines
+            flow.send(1, response(2 * i, i16(1_000 + i) + i32(0)))
+            flow.send(0, request(1_000 + i, 0, 2 * i + 1))  # an API no Kafka defines
+            flow.send(1, response(2 * i + 1))
+    pcap = ethernet_pcap(tmp_path / "labels.pcap", flow.packets)
+    code, peak, _, err, page = live_peak(live_net, pcap, tmp_path)
+    print(f"metric labels: limit {LIVE_LIMIT}, baseline {live_baseline}, peak {peak}, scrape {len(page)}")
+    assert code == 0, err
+    assert peak < live_baseline + LIVE_LIMIT, (
+        f"peak {peak / MIB:.0f} MiB, baseline {live_baseline / MIB:.0f} MiB"
+    )
+    assert len(page.encode()) < MemoryBudget(LIVE_LIMIT).cap(VIEW)
+    lines = page.splitlines()
+
+    def labels(prefix: str) -> set[str]:
+        return {x.split('"')[1] for x in lines if x.startswith(prefix)}
+
+    topics = labels("kwsniff_produced_bytes_total{")
+    assert topics and {len(t) for t in topics} == {MAX_LABEL} and all(t[CUT_TO] == "…" for t in topics)
+    assert labels('kwsniff_requests_total{api="Unknown(') and labels(
+        'kwsniff_errors_total{error="UNKNOWN_ERROR_CODE('
+    )
+
+    def value(name: str) -> float:
+        return float(next(x for x in lines if x.startswith(name + " ")).split()[-1])
+
+    assert value("kwsniff_metrics_series_dropped_total") > 0
+    assert value("kwsniff_metrics_labels_cut_total") == len(topics)

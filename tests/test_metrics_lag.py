@@ -4,17 +4,20 @@ definition (docs/report.md "Lag in seconds") gives, worked out by hand, and the 
 from __future__ import annotations
 
 import json
+import sys
+from collections import Counter
 from pathlib import Path
 
 from prometheus_client import generate_latest
 
 from kwsniff.capture.live import CaptureCounters
+from kwsniff.memory import TOTAL_COST, VIEW, MemoryBudget
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
 from kwsniff.view.lag import LagTracker
-from kwsniff.view.metrics import Metrics
-from kwsniff.view.stats import LiveStats, StatsSink
+from kwsniff.view.metrics import CUT_TO, MAX_LABEL, Metrics, bounded_label
+from kwsniff.view.stats import LiveStats, StatsSink, add_view_evictions
 
 CAPTURES = Path(__file__).parent / "data" / "captures"
 
@@ -197,4 +200,62 @@ def test_a_worker_relays_the_rows_only_the_metrics_count_only_when_metrics_are_s
     assert relayed == {
         False: [("requests", "10.0.0.1", 9092)],
         True: [("partitions", None, None), ("groups", None, None), ("requests", "10.0.0.1", 9092)],
+    }
+
+
+def test_api_and_error_labels_the_wire_names_by_number_are_under_the_series_cap() -> None:
+    # 3,000 API keys and 3,000 error codes no Kafka defines (the issue's attack) against a cap of 100:
+    # known APIs and errors are a fixed set and always counted; the others share the cap with topics.
+    metrics = Metrics(max_series=100)
+    requests = [(f"Unknown({1_000 + i})", "10.0.0.1:9092", 0.001) for i in range(3_000)]
+    requests.append(("Produce", "10.0.0.1:9092", 0.001))
+    errors = [f"UNKNOWN_ERROR_CODE({1_000 + i})" for i in range(3_000)] + ["NOT_LEADER_OR_FOLLOWER"]
+    metrics.update(CaptureCounters(), (requests, errors, [], [], [], []), 0)
+    values = scraped(metrics)
+    apis = {k for k in values if k.startswith('kwsniff_requests_total{api="Unknown(')}
+    codes = {k for k in values if k.startswith('kwsniff_errors_total{error="UNKNOWN_ERROR_CODE(')}
+    brokers = {k for k in values if k.startswith("kwsniff_broker_request_latency_seconds_count{")}
+    # Each unknown API makes its own series, then its broker's: 50 of each fill the cap, and Produce's
+    # broker series finds it full.
+    assert (len(apis), len(brokers), len(codes)) == (50, 50, 0)
+    assert values['kwsniff_requests_total{api="Produce"}'] == 1.0
+    assert values['kwsniff_errors_total{error="NOT_LEADER_OR_FOLLOWER"}'] == 1.0
+    assert values["kwsniff_metrics_series_dropped_total"] == 2_950 + 1 + 3_000
+
+
+def test_long_label_values_are_cut_marked_and_kept_apart() -> None:
+    metrics = Metrics()
+    long_a, long_b = "a" * 300 + "1", "a" * 300 + "2"
+    topics = [(long_a, "Produce", 1, 10), (long_b, "Produce", 2, 20), ("short", "Produce", 3, 30)]
+    metrics.update(CaptureCounters(), ([], [], topics, [], [], []), 0)
+    values = scraped(metrics)
+    made = {k.split('"')[1]: v for k, v in values.items() if k.startswith("kwsniff_produced_records_total{")}
+    assert made == {bounded_label(long_a): 1.0, bounded_label(long_b): 2.0, "short": 3.0}
+    assert bounded_label(long_a) != bounded_label(long_b)
+    assert all(
+        len(k) == MAX_LABEL and k[:CUT_TO] == "a" * CUT_TO and k[CUT_TO] == "…" for k in made if k != "short"
+    )
+    assert values["kwsniff_metrics_labels_cut_total"] == 2.0
+
+
+def test_live_totals_past_their_share_forget_the_smallest_and_count_them() -> None:
+    # A 16 MiB limit: the view pool is 512 KiB, the totals' quarter 128 KiB. 200 topics of 1 KB,
+    # topic i with i + 1 record bytes: the smallest go first, and the view's top topics stay.
+    budget = MemoryBudget(16 * 1024 * 1024)
+    stats = LiveStats(budget=budget)
+    cost = sys.getsizeof("x" * 1_024) + TOTAL_COST
+    for i in range(200):
+        stats.row(
+            "partitions", {"api_name": "Produce", "topic": f"{i:03d}" + "x" * 1_021, "record_bytes": i + 1}
+        )
+    totals = stats.totals
+    cap = budget.cap(VIEW) // 4
+    assert totals.held_bytes == budget.used(VIEW) == len(totals.produced_bytes) * cost <= cap
+    assert (totals.evicted, totals.evicted_bytes) == (200 - len(totals.produced_bytes), totals.evicted * cost)
+    assert sorted(totals.produced_bytes.values()) == list(range(totals.evicted + 1, 201))
+    result: Counter[str] = Counter()
+    add_view_evictions(result, stats)
+    assert result == {
+        "view_totals_evicted": totals.evicted,
+        "view_totals_evicted_bytes": totals.evicted_bytes,
     }

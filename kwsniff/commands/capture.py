@@ -32,7 +32,7 @@ from kwsniff.memory import QUEUE, MemoryBudget
 from kwsniff.pipeline.run import capture_result
 from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.view.screen import log_line, render
-from kwsniff.view.stats import LiveStats
+from kwsniff.view.stats import LiveStats, add_view_evictions
 from kwsniff.view.summary import print_capture_line, print_summary
 
 if TYPE_CHECKING:
@@ -189,9 +189,12 @@ def capture(
         sys.exit(1)
     # However the command ends (sys.exit included), what was staged and not committed is removed.
     click.get_current_context().call_on_close(output.close)
+    # The live view's totals and the metrics' series are held in the view pool of this budget; the
+    # sessions have budgets of their own, of the same limit (each worker's of its part of it).
+    budget = MemoryBudget(decoding.memory_limit)
     metrics = None
     if metrics_port is not None:
-        metrics = Metrics(metrics_max_series)
+        metrics = Metrics(metrics_max_series, budget)
         try:
             metrics.serve(metrics_port, metrics_addr)
         except OSError as err:
@@ -200,7 +203,6 @@ def capture(
             sys.exit(1)
     # Unique even for two captures started in the same second: `<iface>-<UTC time>-<random>`.
     name = stream_name(iface)
-    budget = MemoryBudget(decoding.memory_limit)
     if workers > 1:
         handle.close()  # it proved the interface and filter; each worker opens its own
         from kwsniff.commands.capture_workers import capture_with_workers
@@ -227,13 +229,14 @@ def capture(
             session,
             decoding.keylog,
             budget.cap(QUEUE) // workers,
+            budget,
             metrics,
             quiet,
             functools.partial(_watch, iface, duration=duration, quiet=quiet),
         )
         sys.exit(code)
     live = LiveCapture(handle, count or 0, queue_bytes=budget.cap(QUEUE))
-    stats = LiveStats(collect_pending=metrics is not None)
+    stats = LiveStats(collect_pending=metrics is not None, budget=budget)
     # Clients append a connection's secrets as it opens: the key log is followed as it grows.
     options = session_options(
         decoding,
@@ -285,7 +288,7 @@ def capture(
         messages.error(f"{iface}: decoding stopped: {type(failure).__name__}: {failure}")
         sys.exit(1)
     if not quiet:
-        _summary(name, live, decoder, out, time.monotonic() - started)
+        _summary(name, live, decoder, stats, out, time.monotonic() - started)
     sys.exit(1 if live.error else 0)
 
 
@@ -331,7 +334,9 @@ def _watch(
             live_view.stop()
 
 
-def _summary(name: str, live: LiveCapture, decoder: LiveDecoder, out: Path, seconds: float) -> None:
+def _summary(
+    name: str, live: LiveCapture, decoder: LiveDecoder, stats: LiveStats, out: Path, seconds: float
+) -> None:
     c = live.snapshot()
     assert decoder.result is not None
     result = capture_result(
@@ -343,5 +348,6 @@ def _summary(name: str, live: LiveCapture, decoder: LiveDecoder, out: Path, seco
         seconds=seconds,
         truncated=False,
     )
+    add_view_evictions(result.totals, stats)
     print_summary(result, out, decoder.sink.counts)
     print_capture_line(c, decoder.sink.seq)

@@ -12,13 +12,14 @@ import click
 
 from kwsniff.commands import messages
 from kwsniff.commands.signals import stop_on_signals
+from kwsniff.memory import MemoryBudget
 from kwsniff.pipeline.live_worker import WorkerRun, WorkerSpec
 from kwsniff.pipeline.run import CaptureResult
 from kwsniff.pipeline.run_workers import WorkerPool, fanout_group, merge_results
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.sinks.dataset import Output
 from kwsniff.view.metrics import Metrics
-from kwsniff.view.stats import LiveStats
+from kwsniff.view.stats import LiveStats, add_view_evictions
 from kwsniff.view.summary import print_capture_line, print_summary
 
 
@@ -31,6 +32,7 @@ def capture_with_workers(
     session: SessionOptions,
     keylog: tuple[Path, ...],
     queue_bytes: int,
+    budget: MemoryBudget,
     metrics: Metrics | None,
     quiet: bool,
     watch: Callable[..., None],
@@ -62,7 +64,7 @@ def capture_with_workers(
             )
             for i in range(workers)
         ]
-        stats = LiveStats(collect_pending=metrics is not None)
+        stats = LiveStats(collect_pending=metrics is not None, budget=budget)
         pool = WorkerPool(specs, output, run.rotate_s, stats, metrics)
         # Set before the workers start: a Ctrl-C while they open their sockets stops them cleanly.
         stop = stop_on_signals()
@@ -89,6 +91,7 @@ def capture_with_workers(
     if not pool.results or len(pool.results) < workers:
         return 1
     result = merge_results(pool.results, name, time.monotonic() - started)
+    add_view_evictions(result.totals, stats)
     if not quiet:
         _summary(result, pool, output.shown)
     return 1 if pool.errors else 0

@@ -13,7 +13,7 @@ from kwsniff.protocol.decode import (
     schema_triples,
 )
 from kwsniff.protocol.decode_error import DecodeError
-from kwsniff.protocol.error_codes import error_name, error_retriable
+from kwsniff.protocol.error_codes import error_name, error_names, error_retriable
 from kwsniff.protocol.headers import (
     api_name,
     api_names,
@@ -37,6 +37,7 @@ __all__ = [
     "decode_response_view",
     "decode_response",
     "error_name",
+    "error_names",
     "error_retriable",
     "is_flexible",
     "is_plausible_request_version",

@@ -31,6 +31,11 @@ def error_name(code: int) -> str:
     return name if name is not None else f"UNKNOWN_ERROR_CODE({code})"
 
 
+def error_names() -> list[str]:
+    """The name of every error code this Kafka knows."""
+    return list(_NAMES.values())
+
+
 def error_retriable(code: int) -> bool:
     """Whether Kafka marks the error retriable (unknown codes are not)."""
     return code in _RETRIABLE

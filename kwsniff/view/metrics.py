@@ -3,33 +3,83 @@
 Names follow Prometheus conventions: base units, `_total` counters, `_seconds` histograms. Labels
 are the API, the error name, the broker (ip:port), the topic and the consumer group with its
 partition, the follower broker's replica id: never client ports or addresses, whose cardinality is
-unbounded. Series whose labels come from the wire (broker, topic, group, partition, follower) are
-capped by ``max_series`` (`--metrics-max-series`): a new one past the cap is not made, and counted
-in kwsniff_metrics_series_dropped_total (docs/live-capture.md "Metrics").
+unbounded. Series whose labels come from the wire (broker, topic, group, partition, follower, and an
+API or error the wire names by number) are capped by ``max_series`` (`--metrics-max-series`) and by
+bytes (three quarters of the view pool of --memory-limit): a new one past either is not made, and
+counted in kwsniff_metrics_series_dropped_total. A label value longer than MAX_LABEL characters is
+cut, marked and told apart by a hash (docs/live-capture.md "Metrics"), so a scrape stays small.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from kwsniff.capture.live import CaptureCounters
 from kwsniff.defaults import DEFAULT_METRICS_MAX_SERIES
+from kwsniff.memory import VIEW, MemoryBudget
+from kwsniff.protocol import api_names, error_names
 from kwsniff.view.stats import Pending
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Longest label value kept whole: Kafka's topic names are at most 249 characters (its Topic.java),
+# group ids and client ids have no limit. A longer one keeps its first CUT_TO characters, then "…"
+# and 8 hex digits of its hash (two long values stay two series).
+MAX_LABEL = 256
+CUT_TO = MAX_LABEL - 9
+# What one series costs, per family of metrics it belongs to: (bytes of its objects in
+# prometheus_client, lines it adds to a scrape, each repeating its labels). Objects measured with
+# tracemalloc over 10k series: a counter 0.6 KB, a gauge 0.7 KB, a histogram of LATENCY_BUCKETS_S
+# 3.9 KB; a line is about LINE_COST bytes besides its labels.
+_SHAPES = {
+    "api": (4_600, 20),  # a counter and a histogram
+    "error": (700, 2),
+    "broker_latency": (4_000, 18),
+    "topic_io": (2_600, 8),  # produced and fetched records and bytes: four counters
+    "lag": (1_500, 2),  # two gauges
+    "replication": (1_500, 2),
+    "group": (1_500, 2),
+}
+LINE_COST = 100
+# API and error names a Kafka release defines: a fixed set, always made. Names made of a number the
+# wire gave (`Unknown(99)`, `UNKNOWN_ERROR_CODE(1234)`) are labels from the wire like a topic.
+_KNOWN_APIS = frozenset(api_names().values())
+_KNOWN_ERRORS = frozenset(error_names())
+
+
+def bounded_label(value: str) -> str:
+    """``value``, or its first CUT_TO characters, "…" and 8 hex digits of its hash when longer than
+    MAX_LABEL."""
+    if len(value) <= MAX_LABEL:
+        return value
+    digest = hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest()
+    return f"{value[:CUT_TO]}…{digest}"
 
 
 class Metrics:
-    def __init__(self, max_series: int = DEFAULT_METRICS_MAX_SERIES) -> None:
+    def __init__(
+        self, max_series: int = DEFAULT_METRICS_MAX_SERIES, budget: MemoryBudget | None = None
+    ) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.max_series = max_series
+        budget = budget if budget is not None else MemoryBudget()
+        self.pool = budget.cell(VIEW)
+        self.byte_cap = budget.cap(VIEW) - budget.cap(VIEW) // 4  # LiveStats holds the other quarter
+        self.held_bytes = 0  # what the series made so far cost, as _SHAPES counts
         self._series: set[tuple[str, tuple[str, ...]]] = set()
         self.series_dropped = Counter(
             "kwsniff_metrics_series_dropped",
-            "Updates not made because their series would pass --metrics-max-series",
+            "Updates not made because their series would pass --metrics-max-series or the metrics' share"
+            " of --memory-limit",
+            registry=r,
+        )
+        self.labels_cut = Counter(
+            "kwsniff_metrics_labels_cut",
+            f"Series made with a label value cut to {CUT_TO} characters, a marker and a hash"
+            f" (longer than {MAX_LABEL})",
             registry=r,
         )
         group_labels = ["group", "topic", "partition"]
@@ -147,16 +197,23 @@ class Metrics:
         self.queue_drops.inc(counters.queue_drops - last.queue_drops)
         self._last = counters
         requests, errors, topics, lags, joins, replication = pending
+        allowed = self._allowed
         for api, broker, latency_s in requests:
+            if api not in _KNOWN_APIS:
+                api = bounded_label(api)
+                if not allowed("api", (api,)):
+                    continue
             self.requests.labels(api).inc()
             if latency_s is not None:
                 self.latency.labels(api).observe(latency_s)
-                if broker is not None and self._allowed("broker_latency", (api, broker)):
+                if broker is not None and allowed("broker_latency", (api, broker)):
                     self.broker_latency.labels(api, broker).observe(latency_s)
         for error in errors:
-            self.errors.labels(error).inc()
+            if error in _KNOWN_ERRORS or allowed("error", (error := bounded_label(error),)):
+                self.errors.labels(error).inc()
         for topic, api, records, record_bytes in topics:
-            if self._allowed("topic_io", (topic,)):
+            topic = bounded_label(topic)
+            if allowed("topic_io", (topic,)):
                 records_of, bytes_of = (
                     (self.produced_records, self.produced_bytes)
                     if api == "Produce"
@@ -167,6 +224,7 @@ class Metrics:
         self._lags("lag", lags, self.lag_records, self.lag_seconds)
         self._lags("replication", replication, self.replication_records, self.replication_seconds)
         for group, members, ts_us in joins:
+            group = bounded_label(group)
             # The latest join by its time: a worker's rows may come after another's later ones.
             if ts_us >= self._rebalanced.get(group, ts_us) and self._allowed("group", (group,)):
                 self._rebalanced[group] = ts_us
@@ -178,7 +236,7 @@ class Metrics:
         """Each row's lag in records and in seconds (either unknown: None) into the two gauges of
         ``metric``, labelled by its key (group or follower, topic, partition)."""
         for (who, topic, partition), lag_records, lag_s in rows:
-            labels = (str(who), topic, str(partition))
+            labels = (bounded_label(str(who)), bounded_label(topic), str(partition))
             if self._allowed(metric, labels):
                 if lag_records is not None:
                     records.labels(*labels).set(lag_records)
@@ -186,14 +244,21 @@ class Metrics:
                     seconds.labels(*labels).set(lag_s)
 
     def _allowed(self, metric: str, labels: tuple[str, ...]) -> bool:
-        """Whether the series of ``labels`` exists or may be made under max_series (else counted)."""
+        """Whether the series of ``labels`` (already bounded) exists or may be made under max_series
+        and the byte cap (else counted)."""
         key = (metric, labels)
         if key in self._series:
             return True
-        if len(self._series) >= self.max_series:
+        objects, lines = _SHAPES[metric]
+        cost = objects + lines * (LINE_COST + sum(len(v.encode("utf-8", "surrogatepass")) for v in labels))
+        if len(self._series) >= self.max_series or self.held_bytes + cost > self.byte_cap:
             self.series_dropped.inc()
             return False
         self._series.add(key)
+        self.held_bytes += cost
+        self.pool[0] += cost
+        if any(len(v) == MAX_LABEL and v[CUT_TO] == "…" for v in labels):
+            self.labels_cut.inc()
         return True
 
     def update_workers(self, workers: list[CaptureCounters]) -> None:

@@ -7,11 +7,13 @@ the view thread takes :meth:`LiveStats.take_window` snapshots under a lock.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from kwsniff.memory import TOTAL_COST, VIEW, MemoryBudget
 from kwsniff.rows import RowSink
 from kwsniff.view.lag import LagTracker
 from kwsniff.view.replication import ReplicationTracker
@@ -42,6 +44,11 @@ class Totals:
     connections_closed: int = 0  # rows of the `connections` table
     gaps: int = 0  # of closed connections: holes in their TCP streams (the capture lost the bytes)
     gap_bytes: int = 0
+    # The three keyed by the wire (topic, client id) are held within their share of the view pool:
+    # what they hold, and the entries forgotten to stay there (the smallest first).
+    held_bytes: int = 0
+    evicted: int = 0
+    evicted_bytes: int = 0
 
 
 class Pending(NamedTuple):
@@ -74,13 +81,20 @@ MAX_LAG_PARTITIONS = 100_000  # partitions whose log the lag follows; past it th
 
 
 class LiveStats:
-    """Counters fed from rows (decode thread), read by the view and the metrics (other threads)."""
+    """Counters fed from rows (decode thread), read by the view and the metrics (other threads).
 
-    def __init__(self, collect_pending: bool = False) -> None:
+    The totals keyed by what the wire says (topics, client ids) are charged to a quarter of the
+    budget's view pool (the metrics take the rest): past it the entries with the smallest counts are
+    forgotten until they hold 7/8 of it, and counted (docs/memory.md). The view ranks the largest,
+    which stay."""
+
+    def __init__(self, collect_pending: bool = False, budget: MemoryBudget | None = None) -> None:
         self.lock = threading.Lock()
         self.collect_pending = collect_pending
         self.window = Window()
         self.totals = Totals()
+        self.pool = budget.cell(VIEW) if budget is not None else [0]
+        self.cap = budget.cap(VIEW) // 4 if budget is not None else None
         # Per-batch deltas for the metrics.
         self.pending = no_pending()
         # Consumer-group lag as the rows come (the metrics' lag gauges), when metrics are served.
@@ -104,7 +118,7 @@ class LiveStats:
                     if len(kept) < MAX_LATENCIES:
                         kept.append(latency)
                 if throttle:
-                    self.totals.throttled[get("client_id") or "?"] += 1
+                    self._add(self.totals.throttled, get("client_id") or "?", 1)
                 if self.collect_pending:
                     # The metrics' broker label: the row's own broker end (ip:port).
                     ip = get("broker_ip")
@@ -123,9 +137,12 @@ class LiveStats:
             if record_bytes and api in ("Produce", "Fetch"):
                 topic = get("topic") or get("topic_id") or "?"
                 with self.lock:
-                    (self.totals.produced_bytes if api == "Produce" else self.totals.fetched_bytes)[
-                        topic
-                    ] += record_bytes
+                    totals = self.totals
+                    self._add(
+                        totals.produced_bytes if api == "Produce" else totals.fetched_bytes,
+                        topic,
+                        record_bytes,
+                    )
                     if self.collect_pending:
                         self.pending.topics.append((topic, api, get("record_count") or 0, record_bytes))
             if self.lag is not None and get("api_key") in LAG_APIS:
@@ -151,6 +168,40 @@ class LiveStats:
                 self.totals.gaps += get("gaps") or 0
                 self.totals.gap_bytes += get("gap_bytes") or 0
 
+    def _add(self, counts: Counter[str], key: str, n: int) -> None:
+        """``counts[key] += n``, a new key charged to the pool (under the lock)."""
+        if key in counts:
+            counts[key] += n
+            return
+        counts[key] = n
+        cost = sys.getsizeof(key) + TOTAL_COST
+        totals = self.totals
+        totals.held_bytes += cost
+        self.pool[0] += cost
+        if self.cap is not None and totals.held_bytes > self.cap:
+            self._evict(self.cap)
+
+    def _evict(self, cap: int) -> None:
+        """The entries with the smallest counts go until the totals hold 7/8 of ``cap``."""
+        totals = self.totals
+        entries = sorted(
+            (n, i, key)
+            for i, counts in enumerate((totals.produced_bytes, totals.fetched_bytes, totals.throttled))
+            for key, n in counts.items()
+        )
+        by_index = (totals.produced_bytes, totals.fetched_bytes, totals.throttled)
+        target, freed, evicted = cap - cap // 8, 0, 0
+        for _n, i, key in entries:
+            if totals.held_bytes - freed <= target:
+                break
+            del by_index[i][key]
+            freed += sys.getsizeof(key) + TOTAL_COST
+            evicted += 1
+        totals.held_bytes -= freed
+        self.pool[0] -= freed
+        totals.evicted += evicted
+        totals.evicted_bytes += freed
+
     def take_window(self) -> Window:
         with self.lock:
             window, self.window = self.window, Window()
@@ -171,6 +222,12 @@ class LiveStats:
                     for key in self.replication.take_changed()
                 )
         return pending
+
+
+def add_view_evictions(totals: Counter[str], stats: LiveStats) -> None:
+    """What the live view's totals forgot, into a capture result's totals (its summary's memory line)."""
+    totals["view_totals_evicted"] += stats.totals.evicted
+    totals["view_totals_evicted_bytes"] += stats.totals.evicted_bytes
 
 
 class StatsSink:

@@ -114,6 +114,11 @@ def memory_line(r: CaptureResult) -> str:
             f"{t['topic_names_evicted']:,} topic names ({human_size(t['topic_names_evicted_bytes'])} held;"
             " later rows of their ids have no topic unless a response names them again)"
         )
+    if t["view_totals_evicted"]:
+        parts.append(
+            f"{t['view_totals_evicted']:,} live view totals of topics or clients, the smallest"
+            f" ({human_size(t['view_totals_evicted_bytes'])} held)"
+        )
     line = ("evicted: " + ", ".join(parts)) if parts else ""
     if idle:
         line += ("   " if line else "") + f"idle connections expired: {idle:,}"

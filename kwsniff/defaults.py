@@ -16,6 +16,7 @@ MAX_RANGE_SIZE = 1024 * 1024 * 1024
 # damage (a broker refuses such record timestamps: message.timestamp.difference.max.ms).
 TS_MIN_US = -62_135_596_800_000_000
 TS_MAX_US = 253_402_300_799_999_999
-# `capture --metrics-max-series`: metric series whose labels come from the wire (broker, topic, group
-# and partition), over all such metrics; past it updates are dropped and counted.
+# `capture --metrics-max-series`: metric series whose labels come from the wire (broker, topic, group,
+# partition, an API or error code no Kafka release names), over all such metrics; past it updates are
+# dropped and counted.
 DEFAULT_METRICS_MAX_SERIES = 10_000

@@ -349,7 +349,9 @@ class ExchangeRows(ConversationHandler):
         context = self._context(req)
         group_id = req.info.get("group_id") if isinstance(req.info, dict) else None
         errors = error_rows(req.api_key, req.api_version, msg, group_id, self.tables.topic_names)
-        info["error_count"] = len(errors)
+        # A count over the response: unknown unless the whole body was read (an error may lie past
+        # a snap length's cut), never the count of what was kept.
+        info["error_count"] = None if resp.missing else len(errors)
         if errors:
             info["first_error_code"] = errors[0]["error_code"]
             info["first_error_name"] = errors[0]["error_name"]

@@ -57,6 +57,7 @@ def keyed_tables(tables: dict[str, list[dict[str, Any]]]) -> dict[str, dict[Any,
             if table == "partitions":
                 key += (row.get("topic_id") or row.get("topic"), row.get("partition"))
             out[table].setdefault(key, []).append(row)
+    out["connections"] = {ends[c["conn_id"]]: [c] for c in tables["connections"]}
     return out
 
 
@@ -330,6 +331,9 @@ def compare(pcap: Path, snaplen: int, tmp: Path) -> Tally:
                 tally.nulls += sum(
                     row.get(c) is None and v is not None for c, v in full_row.items() if c not in NOT_VALUES
                 )
+    for key, (conn,) in rows["connections"].items():
+        # The client id a connection row names is the full capture's (its first request's).
+        assert conn.get("client_id") in (None, whole["connections"][key][0].get("client_id")), (where, key)
     for key, (row,) in rows["requests"].items():
         ex = at_n[key]
         assert agrees(row["status"], row["reason"]), (where, key, row["status"], row["reason"])

@@ -361,6 +361,9 @@ class ExchangeRows(ConversationHandler):
             node_ids.add("errors", {**context, **row, **exchange, **self._broker()})
 
     def exchange(self, req: Request, resp: Response | None, status: str) -> None:
+        if self.client_id is None:
+            # A request whose body was never read (a snap length cut its header) still names its client.
+            self.client_id = req.client_id
         tables = self.tables
         tables.status[status] += 1
         if tables.holding:

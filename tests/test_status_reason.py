@@ -7,7 +7,7 @@ test per pairing the code makes, each from bytes the test assembles.
 | no_response_expected | null |
 | unanswered | null, or `request cut by the end of the connection or capture after N of M bytes` |
 | response_cut | `response cut by the end of the connection or capture after N of M bytes` |
-| decode_error | `request: ...` or `response: ...`: what could not be read |
+| decode_error | `request: ...`, `response: ...` (or `rows: ...`): what could not be read |
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ AGREES = {
     "no_response_expected": r"(?!)",  # never a reason
     "unanswered": "request " + CUT_BY_END,
     "response_cut": "response " + CUT_BY_END,
-    "decode_error": r"(request|response): .+",
+    # What could not be read: the request, the response, or (issue 44 goal 3) the rows built of them.
+    "decode_error": r"(request|response|rows): .+",
 }
 
 

@@ -10,6 +10,7 @@ cut capture against this.
 
 from __future__ import annotations
 
+import bisect
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,8 +152,8 @@ def _frames(segments: list[_Segment]) -> list[Frame]:
     """The direction's frames: segments in sequence order (the first copy of a byte wins)."""
     base = min(s.seq for s in segments)
     stream = bytearray()
-    owner: list[_Segment] = []  # the segment each stream byte came from
-    kept_at: list[bool] = []
+    # The stream's pieces: (first stream byte, end, the segment they came from, payload bytes skipped).
+    pieces: list[tuple[int, int, _Segment, int]] = []
     for s in sorted(segments, key=lambda s: ((s.seq - base) & 0xFFFFFFFF, s.ts)):
         start = (s.seq - base) & 0xFFFFFFFF
         if start + len(s.payload) <= len(stream):
@@ -160,9 +161,13 @@ def _frames(segments: list[_Segment]) -> list[Frame]:
         skip = len(stream) - start
         if skip < 0:
             raise ValueError("the full capture has a hole: not a reference")
+        pieces.append((len(stream), start + len(s.payload), s, skip))
         stream += s.payload[skip:]
-        owner += [s] * (len(s.payload) - skip)
-        kept_at += [i < s.kept for i in range(skip, len(s.payload))]
+    starts = [p[0] for p in pieces]
+
+    def piece(i: int) -> int:
+        return bisect.bisect_right(starts, i) - 1
+
     frames = []
     pos = 0
     while pos + 4 <= len(stream):
@@ -170,16 +175,17 @@ def _frames(segments: list[_Segment]) -> list[Frame]:
         end = pos + 4 + size
         if size < 0 or end > len(stream):
             break
-        frame = Frame(pos, 4 + size, owner[pos].ts, owner[end - 1].ts, bytes(stream[pos:end]))
-        run = None
-        for i in range(pos, end):
-            if kept_at[i] and run is None:
-                run = i - pos
-            elif not kept_at[i] and run is not None:
-                frame.kept.append((run, i - pos))
-                run = None
-        if run is not None:
-            frame.kept.append((run, end - pos))
+        first, last = pieces[piece(pos)][2], pieces[piece(end - 1)][2]
+        frame = Frame(pos, 4 + size, first.ts, last.ts, bytes(stream[pos:end]))
+        for lo_, hi_, seg, skip in pieces[piece(pos) : piece(end - 1) + 1]:
+            # A segment keeps its first `kept` payload bytes; the piece holds its bytes from `skip` on.
+            lo, hi = max(lo_, pos), min(hi_, lo_ + max(0, seg.kept - skip), end)
+            if hi <= lo:
+                continue
+            if frame.kept and frame.kept[-1][1] == lo - pos:
+                frame.kept[-1] = (frame.kept[-1][0], hi - pos)
+            else:
+                frame.kept.append((lo - pos, hi - pos))
         frames.append(frame)
         pos = end
     return frames

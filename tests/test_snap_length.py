@@ -138,6 +138,8 @@ def check_against_full_capture(
     assert len(wanted) == len(exchanges)  # every exchange of these captures, at these lengths
     _, tables = read(cut_pcap)
     rows = by_exchange(tables)
+    # Every row is one of the full capture's exchanges: none is made of bytes read out of step.
+    assert set(rows) == {(ex.conn[1], ex.correlation_id) for ex in exchanges}
     got = {(ex.conn[1], ex.correlation_id): got_row(rows[(ex.conn[1], ex.correlation_id)]) for ex in wanted}
     assert got == {(ex.conn[1], ex.correlation_id): expected_row(ex) for ex in wanted}
     # A top-level error code read from a cut response is the one kio reads in the whole response.
@@ -277,6 +279,7 @@ def test_produce_partitions_and_record_counts_come_as_far_as_the_kept_bytes_go(
     # its index was kept, and counted (from its batch headers) when every batch header was kept;
     # otherwise its record_count is null, never 0.
     expected: dict[tuple[int, int, str, int], int | None] = {}
+    in_full: set[tuple[int, int, str, int]] = set()  # every partition of the whole requests
     cut_counts: dict[tuple[int, int], int | None] = {}
     for name in ("produce_codecs", "acks_modes"):
         full = CAPTURES / f"{name}.pcap"
@@ -286,6 +289,7 @@ def test_produce_partitions_and_record_counts_come_as_far_as_the_kept_bytes_go(
             kept = ex.request.kept_prefix()
             parts = snaplen_oracle.produced_partitions(ex)
             for part in parts:
+                in_full.add((ex.conn[1], ex.correlation_id, part.topic, part.partition))
                 if part.index_end <= kept:
                     whole = part.headers_end <= kept
                     expected[(ex.conn[1], ex.correlation_id, part.topic, part.partition)] = (
@@ -308,7 +312,9 @@ def test_produce_partitions_and_record_counts_come_as_far_as_the_kept_bytes_go(
         for r in tables["requests"]:
             if r["api_key"] == 0:
                 got_counts[(port[r["conn_id"]], r["correlation_id"])] = r["record_count"]
-    # Partitions named only by the response (a request cut before them) are the response's.
+    # Partitions named only by the response (a request cut before them) are the response's, and
+    # every one is a partition the whole request named.
+    assert set(got) <= in_full
     assert {k: v for k, v in got.items() if k in expected} == expected
     assert got_counts == cut_counts
     named, counted = len(expected), sum(v is not None for v in expected.values())

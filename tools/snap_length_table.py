@@ -1,7 +1,16 @@
 """Requests recovered per snap length: what `tcpdump -s N` leaves kwsniff of each test capture.
 
-    python tools/snap_length_table.py                        # the test captures, 64..512 bytes
+    python tools/snap_length_table.py                        # values per snap length, 60..600 bytes
+    python tools/snap_length_table.py --every-4              # the same, every 4 bytes from 60 to 600
+    python tools/snap_length_table.py --per-capture          # per capture, 64..512 bytes
     python tools/snap_length_table.py --make-java-capture tests/data/snaplen/java_client.pcap
+
+The first table sums over the captures, per snap length: the `requests` and `partitions` rows of the
+cut captures compared with the full capture's rows of the same request (connection endpoints,
+correlation id, API; topic and partition), the non-null values compared, the wrong ones (a value
+the full capture does not have, or a row it does not have: must be 0), the values the cut left null,
+and the recovered / recoverable requests (as below). tests/test_snap_length_values.py asserts the
+same every 4 bytes.
 
 For each capture and snap length N the capture is cut with `editcap -F pcap -s N`. "recoverable" are
 the requests whose request header (size, api key, version, correlation id) and response header (size,
@@ -21,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,6 +43,7 @@ from kwsniff.pipeline.session import SessionOptions  # noqa: E402
 from kwsniff.rows import ListSink  # noqa: E402
 
 SNAP_LENGTHS = (64, 96, 128, 160, 256, 512)
+VALUE_SNAP_LENGTHS = (60, 64, 68, 72, 76, 80, 84, 88, 92, 96, 100, 128, 160, 192, 256, 320, 384, 512, 600)
 
 
 def captures() -> list[Path]:
@@ -103,6 +114,55 @@ def table() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def values_table(snap_lengths: Sequence[int]) -> None:
+    from test_snap_length_values import NOT_VALUES, exchange_key, keyed_tables, wrong_values
+
+    print(
+        "| snap length | requests rows | partitions rows | values compared | wrong values | null values"
+        " | recovered / recoverable |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    tmp = Path(tempfile.mkdtemp(prefix="snaplen-"))
+    try:
+        fulls = {full: keyed_tables(tables(full)) for full in captures()}
+        for n in snap_lengths:
+            counts = dict.fromkeys(("requests", "partitions", "values", "wrong", "nulls", "ok", "want"), 0)
+            for full, whole in fulls.items():
+                cut = tmp / f"{full.stem}.s{n}.pcap"
+                subprocess.run(["editcap", "-F", "pcap", "-s", str(n), str(full), str(cut)], check=True)
+                got = keyed_tables(tables(cut))
+                for table in ("requests", "partitions"):
+                    for key, rows in got[table].items():
+                        for row in rows:
+                            counts[table] += 1
+                            counts["values"] += sum(
+                                v is not None for c, v in row.items() if c not in NOT_VALUES
+                            )
+                            if key not in whole[table] or len(rows) > 1:
+                                counts["wrong"] += sum(
+                                    v is not None for c, v in row.items() if c not in NOT_VALUES
+                                )
+                                continue
+                            (full_row,) = whole[table][key]
+                            counts["wrong"] += len(wrong_values(row, full_row))
+                            counts["nulls"] += sum(
+                                row.get(c) is None and v is not None
+                                for c, v in full_row.items()
+                                if c not in NOT_VALUES
+                            )
+                for ex in snaplen_oracle.exchanges(full, broker_port(full), n):
+                    if snaplen_oracle.header_kept(ex):
+                        counts["want"] += 1
+                        (row,) = got["requests"].get(exchange_key(ex), [None])
+                        counts["ok"] += recovered(ex, row)
+            print(
+                f"| {n} | {counts['requests']:,} | {counts['partitions']:,} | {counts['values']:,}"
+                f" | {counts['wrong']} | {counts['nulls']:,} | {counts['ok']:,} / {counts['want']:,} |"
+            )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def make_java_capture(out: Path) -> None:
     from snap_traffic import java_snap_traffic
 
@@ -118,11 +178,15 @@ def make_java_capture(out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--make-java-capture", type=Path, metavar="PCAP")
+    parser.add_argument("--per-capture", action="store_true", help="requests recovered per capture")
+    parser.add_argument("--every-4", action="store_true", help="every 4 bytes from 60 to 600")
     args = parser.parse_args()
     if args.make_java_capture:
         make_java_capture(args.make_java_capture)
-    else:
+    elif args.per_capture:
         table()
+    else:
+        values_table(range(60, 601, 4) if args.every_4 else VALUE_SNAP_LENGTHS)
 
 
 if __name__ == "__main__":

@@ -211,11 +211,11 @@ class Conversation:
         if old is not None:
             # Correlation ids are chosen by the client and may wrap or repeat; the older request lost
             # its chance to be answered (Kafka answers in order per connection).
-            self.handler.exchange(old, None, UNANSWERED)
+            self.handler.exchange(old, None, _unanswered(old))
         elif len(self.pending) >= MAX_PENDING:
             self.pending_overflows += 1
-            oldest = next(iter(self.pending))
-            self.handler.exchange(self.pending.pop(oldest), None, UNANSWERED)
+            oldest = self.pending.pop(next(iter(self.pending)))
+            self.handler.exchange(oldest, None, _unanswered(oldest))
         self.pending[corr] = req
 
     def _on_response_frame(self, frame: memoryview | bytes, ts_first: int, ts_last: int, offset: int) -> None:
@@ -241,6 +241,7 @@ class Conversation:
             self.handler.orphan_response(corr, ts_first, len(frame) + 4, offset)
             return
         self.responses += 1
+        _answered(req)
         try:
             corr, hlen = parse_response_header(frame, req.api_key, req.api_version)
         except DecodeError as exc:
@@ -263,9 +264,12 @@ class Conversation:
             return
         try:
             api_key, api_version, corr, client_id, hlen = parse_request_header(head)
-        except DecodeError:  # the header's end was cut: the fixed fields are still there
-            (api_key, api_version, corr), client_id, hlen = _KEY_VERSION_CORR.unpack_from(head), None, 8
-            client_id = _cut_client_id(head, api_key, api_version)
+            header_whole = True
+        except DecodeError:
+            # The header's end was cut: the fixed fields are still there, but where the body starts
+            # is not (what follows byte 8 is the client id), so no body is read (null facts).
+            (api_key, api_version, corr), hlen = _KEY_VERSION_CORR.unpack_from(head), 8
+            client_id, header_whole = _cut_client_id(head, api_key, api_version), False
         req = Request(
             hlen,
             ts_first,
@@ -280,7 +284,8 @@ class Conversation:
         if reason == NOT_CAPTURED:
             # What the snap length kept of the body still names topics and partitions.
             req.missing = size - got
-            self.handler.request(req, head[hlen:])
+            if header_whole:
+                self.handler.request(req, head[hlen:])
             req.error = f"request: {_not_captured(got, size)}"
         elif reason == TRUNCATED_AT_END:
             # The stream ended while the client was still sending: never answered in the capture.
@@ -292,7 +297,7 @@ class Conversation:
         self.requests += 1
         old = self.pending.pop(corr, None)
         if old is not None:
-            self.handler.exchange(old, None, UNANSWERED)
+            self.handler.exchange(old, None, _unanswered(old))
         self.pending[corr] = req
 
     def _on_response_cut(
@@ -310,6 +315,7 @@ class Conversation:
                 )
             return  # otherwise its bytes are counted as skipped; an orphan needs a whole frame to be sure
         self.responses += 1
+        _answered(req)
         resp = Response(4, ts_first, ts_last, size, offset, correlation_id=req.correlation_id)
         if reason == NOT_CAPTURED:
             resp.missing = size - got
@@ -367,9 +373,22 @@ class Conversation:
         self.client.finish(ts)
         self.broker.finish(ts)
         for req in self.pending.values():
-            status = NO_RESPONSE_EXPECTED if _expects_no_response(req) else UNANSWERED
-            self.handler.exchange(req, None, DECODE_ERROR if req.error else status)
+            self.handler.exchange(req, None, _unanswered(req))
         self.pending.clear()
+
+
+def _unanswered(req: Request) -> str:
+    """The status of a request that got no response: its reason (req.error, req.cut) must agree."""
+    if req.error:
+        return DECODE_ERROR
+    return NO_RESPONSE_EXPECTED if _expects_no_response(req) else UNANSWERED
+
+
+def _answered(req: Request) -> None:
+    """A response came for a request the stream ended inside: the capture, not the client, cut it
+    (a broker answers whole requests only), so its body is missing like a snap length's cut."""
+    if req.cut is not None:
+        req.error, req.cut = f"request: {req.cut.removeprefix('request ')}", None
 
 
 def _not_captured(got: int, size: int) -> str:

@@ -5,8 +5,10 @@ whole body; this reader walks the same schema fields one by one and stops at the
 bytes were not kept. What it gives has the shape of a whole message (every field present, defaults
 where nothing was read), so the tables' walkers read it as they read any message:
 
-- an array holds the elements whose first field was read (a topic with its name, a partition with
-  its index), the last one as far as its bytes go;
+- an array holds the elements whose first field and naming fields were read (a topic with its
+  name or id, a partition with its index), the last one as far as its bytes go;
+- a tagged field (KIP-482) is read where its struct's tagged section was kept, and unknown (None)
+  where it was not: its schema default would claim the tag was absent;
 - a `records` field the cut fell in is a :class:`CutRecords` (how much of it was kept): its record
   count is unknown, never 0.
 
@@ -73,25 +75,61 @@ class _Reader:
             return self.uvarint() - 1
         return int.from_bytes(self.take(4 if int32 else 2), "big", signed=True)
 
-    def tagged_fields(self) -> None:
+    def tagged_fields(self, fields: tuple[Any, ...], out: dict[str, Any]) -> None:
+        """A struct's tagged section: known tags decoded from their own bounded slice (as the
+        compiled decoder does), absent ones their schema default."""
+        tagged = {f[4]: f for f in fields if f[4] is not None}
+        seen: set[str] = set()
         for _ in range(self.uvarint()):
-            self.uvarint()
-            self.take(self.uvarint())
+            field = tagged.get(self.uvarint())
+            data = self.take(self.uvarint())
+            if field is not None:
+                sub = _Reader(data, self.flexible)
+                with contextlib.suppress(_Cut):  # a tag not fully inside its own size: unknown
+                    out[field[0]] = _value(sub, field[1], field[3] is not None, field[6])
+                    seen.add(field[0])
+        for field in tagged.values():
+            if field[0] not in seen:
+                out[field[0]] = _absent(field)
 
 
-def _default(field: tuple[Any, ...], tagged: bool = False) -> Any:
-    """What a field holds when its bytes were not kept: unknown (None), or no elements; a tagged
-    field (and what is inside one), which only the end of its struct could set, its schema default."""
-    kind, tag, default, children = field[1], field[4], field[5], field[6]
-    tagged = tagged or tag is not None
+# Fields that name what an array element is about (what a row is keyed on): an element the cut fell
+# in before one of them was read is dropped, not kept with a null name (a partition without index).
+_NAMING = frozenset(
+    {"name", "topic", "topic_name", "topic_id", "partition_index", "partition", "index", "partition_id"}
+)
+
+
+def _default(field: tuple[Any, ...]) -> Any:
+    """What a field holds when its bytes were not kept: unknown (None), or no elements. A tagged field
+    is unknown too, until its struct's tagged section is read (Reader.tagged_fields)."""
+    kind, tag, children = field[1], field[4], field[6]
+    if tag is not None:
+        return None
     if kind.startswith("[]"):
         return []
     if kind == "struct":
-        return {f[0]: _default(f, tagged) for f in children}
-    if tagged:
-        return uuid.UUID(default) if kind == "uuid" and isinstance(default, str) else default
+        return {f[0]: _default(f) for f in children}
     # Records not reached are not "no records" (null): their count is unknown too.
     return _NOT_READ if kind == "records" else None
+
+
+def _absent(field: tuple[Any, ...]) -> Any:
+    """What the decoder gives a tagged field (and what is inside one) its message left out: its
+    schema default."""
+    kind, default, children = field[1], field[5], field[6]
+    if kind.startswith("[]"):
+        return []
+    if kind == "struct":
+        return {f[0]: _absent(f) for f in children}
+    return uuid.UUID(default) if kind == "uuid" and isinstance(default, str) else default
+
+
+def _named(item: dict[str, Any], fields: tuple[Any, ...]) -> bool:
+    """Were the element's first field and every field naming it read?"""
+    return bool(item.get("_read")) and all(
+        item[f[0]] is not None for f in fields if f[0] in _NAMING and f[4] is None
+    )
 
 
 def _value(r: _Reader, kind: str, nullable: bool, children: tuple[Any, ...] | None) -> Any:
@@ -130,7 +168,7 @@ def _value(r: _Reader, kind: str, nullable: bool, children: tuple[Any, ...] | No
                 try:
                     _struct(r, children, item)
                 except _Cut:
-                    if item.get("_read"):  # its first field (a name, an index) was read
+                    if _named(item, children):
                         items.append(item)
                     r.short = r.short or len(items) < n
                     raise _CutValue(items) from None
@@ -171,7 +209,7 @@ def _struct(r: _Reader, fields: tuple[Any, ...], out: dict[str, Any]) -> None:
             out["_read"] = True
             first = False
     if r.flexible:
-        r.tagged_fields()
+        r.tagged_fields(fields, out)
 
 
 def _clean(value: Any) -> Any:

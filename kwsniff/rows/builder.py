@@ -368,7 +368,9 @@ class ExchangeRows(ConversationHandler):
         context = self._context(req)
         group_id = req.info.get("group_id") if isinstance(req.info, dict) else None
         errors = error_rows(req.api_key, req.api_version, msg, group_id, self.tables.topic_names)
-        info["error_count"] = len(errors)
+        # A count over the response: unknown unless the whole body was read (an error may lie past
+        # a snap length's cut), never the count of what was kept.
+        info["error_count"] = None if resp.missing else len(errors)
         if errors:
             info["first_error_code"] = errors[0]["error_code"]
             info["first_error_name"] = errors[0]["error_name"]
@@ -378,6 +380,9 @@ class ExchangeRows(ConversationHandler):
             node_ids.add("errors", {**context, **row, **exchange, **self._broker()})
 
     def exchange(self, req: Request, resp: Response | None, status: str) -> None:
+        if self.client_id is None:
+            # A request whose body was never read (a snap length cut its header) still names its client.
+            self.client_id = req.client_id
         tables = self.tables
         tables.status[status] += 1
         if tables.holding:

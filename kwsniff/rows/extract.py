@@ -120,8 +120,10 @@ def fetcher(api_version: int, msg: dict[str, Any]) -> dict[str, Any]:
     KIP-903; -1, a consumer's, when that tagged field is absent) and `metadata` (a fetch of the KRaft
     metadata log), `follower` (a broker replicating, replica id >= 0) or `consumer` (replica id < 0)."""
     if api_version >= 15:
-        state = msg.get("replica_state")
-        replica_id = state.get("replica_id", -1) if isinstance(state, dict) else -1
+        # A tagged field, at the message's end: None where a snap length cut it (unknown), else
+        # the decoder's (its default, -1, when absent; the compiled walker leaves an absent one out).
+        state = msg.get("replica_state", {})
+        replica_id = state.get("replica_id", -1) if isinstance(state, dict) else None
     else:
         replica_id = msg.get("replica_id", -1)
     topics: list[dict[str, Any]] = msg.get("topics") or []

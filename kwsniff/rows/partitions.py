@@ -131,7 +131,8 @@ def _record_facts(facts: dict[str, Any], data: Any, api_key: int, options: Recor
             facts.update(
                 record_count=count, record_bytes=size, batch_count=batches, compression=codec or None
             )
-            facts["control_batches"] = control
+            # The chain of headers ends where the field does: no batch is partial.
+            facts["control_batches"], facts["partial_bytes"] = control, 0
             if api_key != PRODUCE:
                 facts["first_offset"] = first
                 facts["last_offset"] = last
@@ -208,12 +209,9 @@ _NO_RECORDS: dict[str, Any] = {
     "record_error": None,
 }
 _NO_RECORDS_OFFSETS = {**_NO_RECORDS, "first_offset": None, "last_offset": None}
-_CUT_RECORDS: dict[str, Any] = {
-    **_NO_RECORDS,
-    "record_count": None,
-    "record_bytes": None,
-    "batch_count": None,
-}
+# A records field a snap length cut: every count over it unknown (its CRCs, covering bytes not kept,
+# are never checked), unless its batch headers give some.
+_CUT_RECORDS: dict[str, Any] = dict.fromkeys(_NO_RECORDS)
 _CUT_RECORDS_OFFSETS = {**_CUT_RECORDS, "first_offset": None, "last_offset": None}
 
 
@@ -264,7 +262,8 @@ def merged_rows(
                 row["first_offset"] = base
                 row["last_offset"] = base + row["record_count"] - 1 if row["record_count"] else None
         if "high_watermark" in row and "fetch_offset" in row:
-            row["lag"] = row["high_watermark"] - row["fetch_offset"]
+            hw, fo = row["high_watermark"], row["fetch_offset"]
+            row["lag"] = None if hw is None or fo is None else hw - fo  # None: cut by a snap length
         code = row.get("error_code")
         row["error_name"] = None if code is None else _ERROR_NAMES.get(code) or error_name(code)
         yield row

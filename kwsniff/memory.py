@@ -19,9 +19,11 @@ ROWS = 3  # rows buffered per table before a Parquet row group is written
 QUEUE = 4  # packets captured live and not yet decoded
 SECRETS = 5  # TLS secrets from `--keylog` files and pcapng Decryption Secrets Blocks
 FRAGMENTS = 6  # IP fragments held for reassembly (`--fragment-memory` is at most this share)
-POOLS = ("flows", "reassembly", "records", "rows", "queue", "secrets", "fragments")
-# Shares of the limit, per pool. `read` leaves the queue's share unused: that sixteenth is headroom.
-SHARES = (0.25, 0.25, 0.25, 0.125, 0.0625, 0.03125, 0.03125)
+BROKERS = 7  # the broker map: node ids learned for broker addresses, advertised names linked
+POOLS = ("flows", "reassembly", "records", "rows", "queue", "secrets", "fragments", "brokers")
+# Shares of the limit, per pool. `read` leaves the queue's share unused: that part is headroom. The
+# brokers' sixty-fourth comes out of the queue's sixteenth (a real cluster's map is kilobytes).
+SHARES = (0.25, 0.25, 0.25, 0.125, 0.046875, 0.03125, 0.03125, 0.015625)
 
 DEFAULT_MEMORY_LIMIT = 1024 * 1024 * 1024  # 1 GiB
 # Bytes one followed connection costs (Connection, two reassemblers, a Conversation, the flow

@@ -69,7 +69,7 @@ def traced_run(path: Path, options: SessionOptions) -> tuple[CountingSink, Any, 
 # -- the budget itself ------------------------------------------------------------------------------
 def test_the_limit_is_shared_out_in_fixed_shares() -> None:
     budget = MemoryBudget(64 * MIB)
-    assert budget.caps == [16 * MIB, 16 * MIB, 16 * MIB, 8 * MIB, 4 * MIB, 2 * MIB, 2 * MIB]
+    assert budget.caps == [16 * MIB, 16 * MIB, 16 * MIB, 8 * MIB, 3 * MIB, 2 * MIB, 2 * MIB, 1 * MIB]
     budget.charge(RECORDS, 16 * MIB)
     assert not budget.over(RECORDS) and not budget.pressure
     budget.charge(RECORDS, 1)
@@ -83,6 +83,7 @@ def test_the_limit_is_shared_out_in_fixed_shares() -> None:
         "queue": 0,
         "secrets": 0,
         "fragments": 0,
+        "brokers": 0,
     }
 
 

@@ -244,6 +244,35 @@ def test_the_broker_map_is_held_within_its_pool_and_another_hosts_claims_go_firs
     assert budget.used(BROKERS) == 0 and d.firm(own[0]) == 0
 
 
+def test_workers_conflicts_add_up_and_their_disputes_are_merged() -> None:
+    """`capture --workers`: each worker's session counts the claims it saw; the run's result adds
+    them and names each address once (kwsniff.pipeline.run_workers.merge_results)."""
+    from collections import Counter
+
+    from kwsniff.pipeline.run import CaptureResult
+    from kwsniff.pipeline.run_workers import merge_results
+    from kwsniff.pipeline.session import SessionStats
+
+    real, poisoner, other = ("10.0.0.1", 9092), ("10.0.0.2", 9092), ("10.0.0.3", 9092)
+
+    def result(conflicts: int, disputes: dict[Any, Any]) -> CaptureResult:
+        stats = SessionStats(broker_conflicts=conflicts, broker_disputes=disputes)
+        return CaptureResult(
+            "w", "w", 0, 0.0, stats, Counter(), Counter(), Counter(), Counter(), Counter(), 0, False
+        )
+
+    merged = merge_results(
+        [
+            result(2, {real: {1: [real], 666: [poisoner]}}),
+            result(1, {real: {1: [real], 667: [other]}}),
+        ],
+        "eth0",
+        1.0,
+    )
+    assert merged.stats.broker_conflicts == 3
+    assert merged.stats.broker_disputes == {real: {1: [real], 666: [poisoner], 667: [other]}}
+
+
 # -- memory, read from the kernel -------------------------------------------------------------------
 MEMORY_LIMIT = 32 * 1024 * 1024
 ATTACK_ANSWERS, ATTACK_BROKERS = 80, 50_000

@@ -323,6 +323,23 @@ class BrokerDirectory:
         return keys, freed
 
 
+def merged_disputes(
+    disputes: list[dict[Endpoint, dict[int, list[Endpoint]]]],
+) -> dict[Endpoint, dict[int, list[Endpoint]]]:
+    """The disputes several processes of a run kept (`capture --workers`), as one: the first
+    MAX_DISPUTES addresses, each id's claimers once (MAX_CLAIMERS at most)."""
+    out: dict[Endpoint, dict[int, list[Endpoint]]] = {}
+    for kept in disputes:
+        for endpoint, claims in kept.items():
+            if endpoint not in out and len(out) >= MAX_DISPUTES:
+                continue
+            mine = out.setdefault(endpoint, {})
+            for node, by in claims.items():
+                have = mine.setdefault(node, [])
+                have += [c for c in by if c not in have][: MAX_CLAIMERS - len(have)]
+    return out
+
+
 class BrokerIds:
     """Writes the rows of BROKER_TABLES with their broker's node id, holding those whose broker has
     none yet (``hold``; `show` prints as it goes and does not hold). Other tables pass through."""

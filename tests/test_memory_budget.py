@@ -303,7 +303,7 @@ def test_the_queue_is_bounded_in_bytes() -> None:
 
 
 def test_live_frames_of_90_mib_wait_in_the_queue_only_up_to_its_share() -> None:
-    # A 2 GiB limit gives the queue 128 MiB: one batch of 90 MiB waits, the four that come while
+    # A 2 GiB limit gives the queue 96 MiB: one batch of 90 MiB waits, the four that come while
     # the decoder is busy are dropped and counted, packet by packet.
     share = MemoryBudget(2 * 1024 * MIB).cap(QUEUE)
     live = LiveCapture(FramesHandle(5), queue_bytes=share)

@@ -306,19 +306,26 @@ def test_host_names_are_linked_only_when_one_listed_broker_can_have_answered() -
     assert d.learn(3, metadata((1, "kafka-1", 9092), (3, "kafka-3", 9092)), ("10.0.0.3", 9092))
     assert d.learned[("10.0.0.3", 9092)] == 3
     # FindCoordinator names another broker: by a linked name or an IP literal, never by elimination.
+    # Another host's word names the address, but only provisionally: learn() says no firm id came.
     assert not d.learn(10, {"node_id": 4, "host": "kafka-4", "port": 9092}, ("10.0.0.1", 9092))
-    assert d.learn(
+    assert not d.learn(
         10, {"coordinators": [{"node_id": 5, "host": "10.0.0.5", "port": 9092}]}, ("10.0.0.1", 9092)
     )
     assert d.learned[("10.0.0.5", 9092)] == 5 and ("10.0.0.1", 9092) in d.learned
+    assert d.node(("10.0.0.5", 9092)) == 5 and d.firm(("10.0.0.5", 9092)) is None
+    assert d.heard == {("10.0.0.5", 9092): ("10.0.0.1", 9092)}
     # DescribeCluster lists broker_id; an IPv6 literal is written as kwsniff.net.format_ip writes it.
     assert d.learn(
-        60, {"brokers": [{"broker_id": 6, "host": "2001:DB8::0:6", "port": 9092}]}, ("10.0.0.9", 1)
+        60, {"brokers": [{"broker_id": 6, "host": "2001:DB8::0:6", "port": 9092}]}, ("2001:db8::6", 9092)
     )
     assert d.learned[("2001:db8::6", 9092)] == 6
-    # A later different id for a known address is not applied.
+    # The broker's own answer confirms what another host said: firm now.
+    assert d.learn(3, metadata((5, "10.0.0.5", 9092)), ("10.0.0.5", 9092))
+    assert d.firm(("10.0.0.5", 9092)) == 5 and d.heard == {}
+    # A later different id for a known address is not applied, and is counted with who said what.
     assert not d.learn(3, metadata((7, "10.0.0.5", 9092)), ("10.0.0.5", 9092))
     assert d.learned[("10.0.0.5", 9092)] == 5 and d.conflicts == 1
+    assert d.disputes == {("10.0.0.5", 9092): {5: [("10.0.0.5", 9092)], 7: [("10.0.0.5", 9092)]}}
     # A FindCoordinator error names node -1: no broker.
     assert not d.learn(10, {"node_id": -1, "host": "", "port": -1}, ("10.0.0.1", 9092))
 
@@ -382,7 +389,10 @@ def test_rows_held_for_a_node_id_are_bounded_and_counted() -> None:
     # The third and fourth rows found the hold full: written at once, without an id, and counted.
     assert [(r["correlation_id"], r["broker_id"]) for r in sink.tables["requests"]] == [(2, None)]
     assert held.held_overflow == 2
-    held.learn(3, {"brokers": [{"node_id": 1, "host": "10.0.0.1", "port": 9092}]}, ("10.0.0.9", 1))
+    # Another host's word does not release them: they wait for the broker's own.
+    held.learn(3, {"brokers": [{"node_id": 1, "host": "10.0.0.1", "port": 9092}]}, ("10.0.0.9", 9092))
+    assert [(r["correlation_id"], r["broker_id"]) for r in sink.tables["requests"]] == [(2, None)]
+    held.learn(3, {"brokers": [{"node_id": 1, "host": "10.0.0.1", "port": 9092}]}, ("10.0.0.1", 9092))
     assert [(r["correlation_id"], r["broker_id"]) for r in sink.tables["requests"]] == [
         (2, None),
         (0, 1),
@@ -391,8 +401,16 @@ def test_rows_held_for_a_node_id_are_bounded_and_counted() -> None:
     held.add(
         "requests", {"correlation_id": 5, "broker_ip": "10.0.0.3", "broker_port": 9092, "broker_id": None}
     )
+    held.add(
+        "requests", {"correlation_id": 6, "broker_ip": "10.0.0.4", "broker_port": 9092, "broker_id": None}
+    )
+    held.learn(3, {"brokers": [{"node_id": 4, "host": "10.0.0.4", "port": 9092}]}, ("10.0.0.1", 9092))
     held.finish()  # never named: written with a null id, counted as unresolved
-    assert sink.tables["requests"][-1]["broker_id"] is None and held.unresolved == 1
+    assert [(r["correlation_id"], r["broker_id"]) for r in sink.tables["requests"][-2:]] == [
+        (5, None),
+        (6, 4),
+    ]
+    assert held.unresolved == 1  # 10.0.0.4 has the id 10.0.0.1 gave it, its own answer never came
     held.add("connections", {"conn_id": 1})  # other tables pass through untouched
     assert sink.tables["connections"] == [{"conn_id": 1}]
 

@@ -100,6 +100,7 @@ def test_read_writes_a_captures_row_per_input_and_a_bad_input_fails_alone(
             "status": "ok",
             "reason": None,
             "warnings": 0,
+            "broker_conflicts": 0,
         },
         {
             "capture": "cut.pcap",
@@ -109,6 +110,7 @@ def test_read_writes_a_captures_row_per_input_and_a_bad_input_fails_alone(
             "status": "damaged",
             "reason": "last record cut short at offset 233755",
             "warnings": 1,
+            "broker_conflicts": 0,
         },
         {
             "capture": "kafka_python.pcap",
@@ -118,6 +120,7 @@ def test_read_writes_a_captures_row_per_input_and_a_bad_input_fails_alone(
             "status": "ok",
             "reason": None,
             "warnings": 0,
+            "broker_conflicts": 0,
         },
         {
             "capture": "notes.pcap",
@@ -127,6 +130,7 @@ def test_read_writes_a_captures_row_per_input_and_a_bad_input_fails_alone(
             "status": "failed",
             "reason": NOT_A_CAPTURE,
             "warnings": 0,
+            "broker_conflicts": None,
         },
     ]
     # Independent checks: bytes are the files' sizes, packets what dpkt reads (the cut record is lost).

@@ -14,7 +14,7 @@ and the `--write-pcap` files closed: (period, path)), ``drained`` (every packet 
 stats sent), ``done`` (the last files, row counts, the worker's :class:`CaptureResult` and its last
 `--write-pcap` files). From the coordinator (one queue per worker): ``("start", now)``,
 ``("rotate", now)``, ``("brokers", endpoints)``, ``("node_ids", [((address, port), node id), ...])``
-and ``("finish",)``.
+(the ids brokers gave themselves) and ``("finish",)``.
 
 Brokers a worker learns (`read`'s auto-detection: an endpoint whose connection proved Kafka) go to
 the coordinator with its stats and from there to the other workers, so a connection to that
@@ -224,11 +224,9 @@ class WorkerDecoder(LiveDecoder):
         rows = self.stats.take_rows()
         learned = self.session.brokers - self.shared
         self.shared |= learned
-        ids = [
-            (e, n)
-            for e, n in self.session.rows.node_ids.directory.learned.items()
-            if e not in self.shared_ids
-        ]
+        # Only what brokers said of themselves: another host's claim stays provisional where it was
+        # heard (kwsniff.rows.brokers), and a flood of such claims is not copied to every worker.
+        ids = [(e, n) for e, n in self.session.rows.node_ids.directory.owned() if e not in self.shared_ids]
         self.shared_ids.update(ids)
         counters = self.capture.snapshot()
         self.events.put(("stats", self.index, counters, self.open_connections(), rows, sorted(learned), ids))

@@ -322,6 +322,7 @@ def capture_row(
     started_us: int,
     seconds: float,
     ended_us: int | None = None,
+    broker_conflicts: int | None = None,
 ) -> dict[str, object]:
     """The `captures` row of one input, the same for `kwsniff read` and `kwsniff spark`."""
     failed = error is not None
@@ -336,6 +337,7 @@ def capture_row(
         "started": started_us,
         "duration_ms": round(seconds * 1000, 3),
         "ended": None if failed else ended_us,
+        "broker_conflicts": None if failed else broker_conflicts,
     }
 
 
@@ -365,6 +367,7 @@ def result_row(result: CaptureResult) -> dict[str, object]:
         started_us=result.started_us,
         seconds=result.seconds,
         ended_us=result.ended_us,
+        broker_conflicts=result.stats.broker_conflicts,
     )
 
 

@@ -39,6 +39,7 @@ from kwsniff.capture.live import CaptureCounters
 from kwsniff.capture.pcap_periods import PeriodMerger
 from kwsniff.pipeline.live_worker import WorkerSpec, worker_main
 from kwsniff.pipeline.run import CaptureResult
+from kwsniff.rows.brokers import merged_disputes
 from kwsniff.sinks.dataset import Output, OutputError
 from kwsniff.view.metrics import Metrics
 from kwsniff.view.stats import LiveStats
@@ -332,7 +333,9 @@ def merge_results(results: list[CaptureResult], name: str, seconds: float) -> Ca
             getattr(merged, counter).update(getattr(r, counter))
     for field in dataclasses.fields(first.stats):
         values = [getattr(r.stats, field.name) for r in results]
-        if isinstance(values[0], dict):
+        if field.name == "broker_disputes":  # who claimed what, not counters
+            merged.stats.broker_disputes = merged_disputes(values)
+        elif isinstance(values[0], dict):
             total: Counter[str] = Counter()
             for value in values:
                 total.update(value)

@@ -14,6 +14,7 @@ from typing import cast
 from kwsniff.defaults import DEFAULT_BROKER_PORT, MAX_DECOMPRESSED, MAX_FRAME_SIZE
 from kwsniff.kafka import FrameSplitter
 from kwsniff.memory import (
+    BROKERS,
     CONNECTION_COST,
     DEFAULT_MEMORY_LIMIT,
     FLOWS,
@@ -108,6 +109,13 @@ class SessionStats:
     forgotten_early: int = 0  # closed connections forgotten before FORGET_CLOSED_US, for memory
     secrets_evicted: int = 0  # TLS secrets (key log, Decryption Secrets Blocks) evicted for memory
     secrets_evicted_bytes: int = 0  # what they cost in the secrets pool
+    brokers_evicted: int = 0  # broker map entries (addresses, name links) evicted for memory
+    brokers_evicted_bytes: int = 0  # what they cost in the brokers pool
+    # Claims that gave a broker address another node id than it had (kwsniff.rows.brokers), and of
+    # the first few addresses: each id claimed and who claimed it ((ip, port), the address itself
+    # for the broker's own answer).
+    broker_conflicts: int = 0
+    broker_disputes: dict[tuple[str, int], dict[int, list[tuple[str, int]]]] = field(default_factory=dict)
 
 
 class Session:
@@ -147,6 +155,8 @@ class Session:
             ),
             brokers=opts.brokers,
         )
+        # The broker map outlives the session (one per run): held in the brokers share while we run.
+        self.rows.node_ids.directory.bound(budget.cell(BROKERS), budget.cap(BROKERS))
         self._next_id = 0
         self._swept = 0
         # Closed connections whose flow entries still absorb late packets, oldest first.
@@ -405,6 +415,10 @@ class Session:
         if self.keys is not None:
             st.secrets_evicted, st.secrets_evicted_bytes = self.keys.take_evicted()
             self.keys.bound(None, self.keys.cap or self.budget.cap(SECRETS))  # the key log outlives us
+        directory = self.rows.node_ids.directory
+        st.brokers_evicted, st.brokers_evicted_bytes = directory.take_evicted()
+        st.broker_conflicts, st.broker_disputes = directory.take_conflicts()
+        directory.bound(None, self.budget.cap(BROKERS))
         return st
 
 

@@ -576,7 +576,11 @@ class ExchangeRows(ConversationHandler):
         """broker_ip, broker_port and, when already known, broker_id (else BrokerIds holds the rows)."""
         fields = self.broker_fields
         if self.broker is not None and fields["broker_id"] is None:
-            node = self.tables.node_ids.directory.node(self.broker)
+            # Rows that will be held take only a firm id (the broker's own word or --broker-map's);
+            # `show` prints at once with whatever is known.
+            node_ids = self.tables.node_ids
+            directory = node_ids.directory
+            node = directory.firm(self.broker) if node_ids.hold else directory.node(self.broker)
             if node is not None:
                 fields = self.broker_fields = {**fields, "broker_id": node}
         return fields

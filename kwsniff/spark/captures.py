@@ -48,6 +48,7 @@ def capture_rows(
             seconds=sum(s["seconds"] for s in found),
             # The file's last packet is the latest of its tasks' (each reads its flow bucket).
             ended_us=max((s["last_ts"] for s in found if s.get("last_ts") is not None), default=None),
+            broker_conflicts=sum(s.get("broker_conflicts", 0) for s in found),
         )
         row["date"] = next((d for d, _ in mine if d), None)
         rows.append(row)

@@ -426,5 +426,7 @@ def _fed(
         if numbered:
             session.packet_index = n  # type: ignore[attr-defined]
         session.packet(ts, linktype, data)
-    status["packets"] = session.finish().packets
+    finished = session.finish()
+    status["packets"] = finished.packets
+    status["broker_conflicts"] = finished.broker_conflicts
     status["last_ts"] = ts if ts >= 0 else None

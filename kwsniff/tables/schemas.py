@@ -343,6 +343,9 @@ CAPTURES = pa.schema(
         ("duration_ms", pa.float64()),  # wall time of its decoding (Spark: summed over its tasks)
         # Where the capture ended as it knew it: its last packet's time (null when failed or empty).
         ("ended", TS),
+        # Claims of a broker's node id that disagreed with the id its address had (docs/tables.md
+        # "Which broker answered"; the summary names them); null when failed.
+        ("broker_conflicts", pa.int64()),
     ]
 )
 

@@ -119,10 +119,34 @@ def memory_line(r: CaptureResult) -> str:
             f"{t['view_totals_evicted']:,} live view totals of topics or clients, the smallest"
             f" ({human_size(t['view_totals_evicted_bytes'])} held)"
         )
+    if getattr(st, "brokers_evicted", 0):
+        parts.append(
+            f"{st.brokers_evicted:,} broker map entries ({human_size(st.brokers_evicted_bytes)} held)"
+        )
     line = ("evicted: " + ", ".join(parts)) if parts else ""
     if idle:
         line += ("   " if line else "") + f"idle connections expired: {idle:,}"
     return line
+
+
+def broker_conflicts_line(conflicts: int, disputes: dict[Any, dict[int, list[Any]]]) -> str:
+    """Claims of node ids that disagreed (kwsniff.rows.brokers), naming the first addresses: the id
+    kept, then the others, each with who claimed it (`its own answer` on a connection to it)."""
+
+    def said(address: Any, by: list[Any]) -> str:
+        return ", ".join("its own answer" if c == address else f"said by {endpoint_text(c)}" for c in by)
+
+    shown = [
+        f"{endpoint_text(address)} is "
+        + ", not ".join(f"node {node} ({said(address, by)})" for node, by in claims.items())
+        for address, claims in disputes.items()
+    ]
+    return f"broker conflicts: {conflicts:,} claims of another node id: " + "; ".join(shown)
+
+
+def endpoint_text(endpoint: Any) -> str:
+    ip, port = endpoint
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
 def strict_reasons(r: CaptureResult) -> list[str]:
@@ -204,6 +228,9 @@ def summary_lines(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> l
             f"  brokers without a node id: {t['unresolved_broker_rows']:,} rows"
             f" (+{t['broker_held_rows_overflow']:,} written before an id could be learned)"
         )
+    conflicts = getattr(r.stats, "broker_conflicts", 0)
+    if conflicts:
+        echo("  " + broker_conflicts_line(conflicts, r.stats.broker_disputes))
     line = memory_line(r)
     if line:
         echo("  " + line)

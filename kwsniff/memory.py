@@ -24,7 +24,7 @@ VIEW = 8  # `capture` only: the live view's per-topic and per-client totals, the
 BROKERS = 9  # the broker map: node ids learned for broker addresses, advertised names linked
 POOLS = ("flows", "reassembly", "records", "rows", "queue", "secrets", "fragments", "names", "view", "brokers")
 # Shares of the limit, per pool. `read` leaves the queue's and the view's shares unused: headroom.
-SHARES = (0.25, 0.25, 0.25, 0.125, 1 / 32, 1 / 64, 1 / 32, 1 / 64, 1 / 64, 1 / 64)
+SHARES = (0.25, 0.25, 0.25, 0.125, 1 / 32, 1 / 64, 1 / 32, 1 / 128, 1 / 32, 1 / 128)
 
 DEFAULT_MEMORY_LIMIT = 1024 * 1024 * 1024  # 1 GiB
 # Bytes one followed connection costs (Connection, two reassemblers, a Conversation, the flow

@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from kwsniff.defaults import PAST_INT64
 from kwsniff.kafka import DECODE_ERROR, RESPONSE_CUT, ConversationHandler, Request, Response
 from kwsniff.kafka.sasl import redact
 from kwsniff.memory import RECORDS, ROW_COST, ROWS
@@ -38,7 +39,14 @@ from kwsniff.rows.groups import (
     topic_ids_of,
 )
 from kwsniff.rows.metadata_log import metadata_log_rows
-from kwsniff.rows.partitions import COUNTS_ONLY, RecordOptions, TopicNames, merged_rows, records_of
+from kwsniff.rows.partitions import (
+    COUNTS_ONLY,
+    PAST_INT64_KEY,
+    RecordOptions,
+    TopicNames,
+    merged_rows,
+    records_of,
+)
 
 API_VERSIONS = 18
 # Record-level damage columns of `partitions` rows: batches that failed their CRC, were not
@@ -152,7 +160,9 @@ class TableBuilder:
         self.status = Counter[str]()
         self.undecodable_frames = 0
         self.decode_errors = Counter[str]()
-        self.notes = Counter[str]()
+        # A Parquet sink's notes (values it had to leave null, sinks/parquet.py) are the capture's.
+        notes = getattr(sink, "notes", None)
+        self.notes: Counter[str] = notes if isinstance(notes, Counter) else Counter()
         self.record_damage = Counter[str]()  # over all `partitions` rows, for the summary and --strict
         # Node ids of broker addresses (the run's directory, docs/tables.md "Which broker answered"):
         # requests, partitions, errors and groups rows go through it, held while their broker has none.
@@ -505,6 +515,8 @@ class ExchangeRows(ConversationHandler):
         if "_records" in prow:
             self._release(prow.pop("_held", 0))
             records = records_of(api_key, prow, context)
+        if PAST_INT64_KEY in prow:
+            tables.notes[PAST_INT64] += prow.pop(PAST_INT64_KEY)
         if prow.get("crc_errors") or prow.get("capped_batches") or prow.get("record_errors"):
             for key in _RECORD_DAMAGE:
                 tables.record_damage[key] += prow.get(key) or 0

@@ -42,7 +42,7 @@ def metadata_log_rows(msg: dict[str, Any], info: dict[str, Any], options: Record
                     parts[(f"metadata@{record.offset}", row["topic_id"], row["partition"])] = row
 
 
-def _row(value: bytes | None, offset: int) -> dict[str, Any] | None:
+def _row(value: bytes | None, offset: int | None) -> dict[str, Any] | None:
     if value is None:
         return None
     try:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kwsniff.defaults import INT64_MAX, INT64_MIN
 from kwsniff.memory import MemoryBudget
 from kwsniff.protocol import error_name, magic_removed_in, message_fields
 from kwsniff.protocol.partial import CutRecords
@@ -31,7 +32,6 @@ TOPIC_ID_SOURCES = frozenset({METADATA, CREATE_TOPICS, DESCRIBE_TOPIC_PARTITIONS
 # Group-membership APIs list partitions as assignments of members, not as partitions the exchange
 # acts on (they belong to a groups table).
 _NOT_PARTITION_APIS = frozenset({68, 69, 76, 77, 88, 89})
-_INT64_MIN = -(2**63)
 
 # Per-partition fields the table carries: spec name -> column.
 _FIELDS: dict[str, str | None] = {
@@ -71,6 +71,9 @@ _RENAMES: dict[tuple[int, int], dict[str, str | None]] = {
     (ALTER_PARTITION, RESPONSE): {**_FIELDS, "isr": "isr", "partition_epoch": "partition_epoch"},
 }
 _RECORD_FACTS = ("record_count", "record_bytes", "batch_count", "compression")
+# A row's count of values left null because they were past int64 (kwsniff.defaults.PAST_INT64): a
+# key no table has, which the row builder takes off and adds to the capture's notes.
+PAST_INT64_KEY = "_past_int64"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,8 @@ def _record_facts(facts: dict[str, Any], data: Any, api_key: int, options: Recor
             if api_key != PRODUCE:
                 facts["first_offset"] = first
                 facts["last_offset"] = last
+                if last is None and first is not None:
+                    facts[PAST_INT64_KEY] = 1
         return
     if not data:
         facts.update(_NO_RECORDS if api_key == PRODUCE else _NO_RECORDS_OFFSETS)
@@ -157,6 +162,8 @@ def _record_facts(facts: dict[str, Any], data: Any, api_key: int, options: Recor
         if api_key != PRODUCE:
             facts["first_offset"] = first
             facts["last_offset"] = last
+            if last is None and first is not None:
+                facts[PAST_INT64_KEY] = 1  # the last batch's baseOffset + lastOffsetDelta
         return
     s = summarize_records(
         data,
@@ -188,6 +195,9 @@ def _record_facts(facts: dict[str, Any], data: Any, api_key: int, options: Recor
         release = magic_removed_in(s.magic)
         if release is not None:
             facts["removed_in"] = release
+    if s.past_int64 and api_key != PRODUCE:
+        # (A Produce request's offsets are the producer's placeholders, kept in no column.)
+        facts[PAST_INT64_KEY] = s.past_int64
     if s.records is not None:
         facts["_records"] = s.records
         facts["_held"] = s.held_bytes  # released (kwsniff.memory) when the records are written
@@ -261,15 +271,28 @@ def merged_rows(
             base = row.get("base_offset")
             if row.get("error_code") == 0 and base is not None and base >= 0:
                 row["first_offset"] = base
-                row["last_offset"] = base + row["record_count"] - 1 if row["record_count"] else None
+                row["last_offset"] = (
+                    _derived(row, base + row["record_count"] - 1) if row["record_count"] else None
+                )
         if "high_watermark" in row and "fetch_offset" in row:
-            row["lag"] = row["high_watermark"] - row["fetch_offset"]
+            hwm, position = row["high_watermark"], row["fetch_offset"]
+            row["lag"] = None if hwm is None or position is None else _derived(row, hwm - position)
         code = row.get("error_code")
         row["error_name"] = None if code is None else _ERROR_NAMES.get(code) or error_name(code)
         yield row
 
 
 _ERROR_NAMES = {0: "NONE"}
+
+
+def _derived(row: dict[str, Any], value: int) -> int | None:
+    """A column computed from wire ints (a Produce's last offset, a Fetch's lag): None, counted in
+    the row's PAST_INT64_KEY, where it is past int64 (a base offset of 2^63-1 and two records, a
+    high watermark of 2^62 over a fetch offset of -2^62)."""
+    if INT64_MIN <= value <= INT64_MAX:
+        return value
+    row[PAST_INT64_KEY] = row.get(PAST_INT64_KEY, 0) + 1
+    return None
 
 
 def records_of(api_key: int, row: dict[str, Any], context: dict[str, Any]) -> list[dict[str, Any]]:
@@ -283,7 +306,10 @@ def records_of(api_key: int, row: dict[str, Any], context: dict[str, Any]) -> li
         # the order sent; only when every record could be read is the n-th one's offset known.
         if row.get("first_offset") is not None and len(infos) == row.get("record_count"):
             first = row["first_offset"]
-        return record_rows(context, row, infos, first, assign=True)
+        rows = record_rows(context, row, infos, first, assign=True)
+        if first is not None and first + len(infos) - 1 > INT64_MAX:
+            row[PAST_INT64_KEY] = row.get(PAST_INT64_KEY, 0) + first + len(infos) - 1 - INT64_MAX
+        return rows
     return record_rows(context, row, infos, None, assign=False)
 
 

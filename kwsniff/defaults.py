@@ -21,6 +21,13 @@ TS_MAX_US = 253_402_300_799_999_999
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 PAST_INT64 = "value past int64"
+
+
+def int64_or_none(value: int) -> int | None:
+    """``value`` where an int64 holds it, else None (the caller counts it as PAST_INT64)."""
+    return value if INT64_MIN <= value <= INT64_MAX else None
+
+
 # `capture --metrics-max-series`: metric series whose labels come from the wire (broker, topic, group
 # and partition), over all such metrics; past it updates are dropped and counted.
 DEFAULT_METRICS_MAX_SERIES = 10_000

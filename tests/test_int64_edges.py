@@ -226,3 +226,52 @@ def test_the_parquet_writer_leaves_an_out_of_range_int_null_not_the_row_group(tm
         {"partition": 7, "lag": None, "high_watermark": MIN},
         {"partition": 8, "lag": 5, "high_watermark": 5},
     ]
+
+
+def test_share_counts_over_the_whole_int64_range_are_null_and_counted(tmp_path: Path) -> None:
+    from test_groups_wire import ORDERS
+    from test_share_wire import ACCEPT, Timed, acquired, fetch
+
+    from kwsniff.pipeline.run import run_capture
+    from kwsniff.pipeline.session import SessionOptions
+    from kwsniff.rows import ListSink
+
+    a = Timed()
+    a.at(0.5, "metadata", 12, {"topics": None}, {"topics": [{"name": "orders", "topic_id": ORDERS}]})
+    # Acknowledged MIN..MAX (2^64 offsets) and acquired MIN..MAX and 0..MAX: counts past int64.
+    acks = {0: [(MIN, MAX, [ACCEPT])], 1: [(0, 4, [ACCEPT])]}
+    a.at(
+        1.0, "share_fetch", 1, fetch("m1", acks), acquired({0: [(MIN, MAX, 1)], 1: [(0, MAX, 2), (0, 0, 2)]})
+    )
+    a.flow.close()
+    sink = ListSink()
+    result = run_capture(write_pcap(tmp_path / "share.pcap", a.flow.packets), sink, SessionOptions())
+    rows = {r["partition"]: r for r in sink.tables["partitions"] if r["api_name"] == "ShareFetch"}
+    columns = ("accepted_records", "acquired_records", "redelivered_records", "acquired_first_offset")
+    assert {p: tuple(r[c] for c in columns) for p, r in rows.items()} == {
+        0: (None, None, 0, MIN),
+        1: (5, None, None, 0),
+    }
+    assert "_past_int64" not in rows[0]
+    # Partition 0: accepted and acquired (request and response sides both); partition 1: acquired
+    # and redelivered (2^63 + 1 each).
+    assert result.notes == {NOTE: 4}
+
+
+def test_live_lags_past_int64_are_unknown() -> None:
+    from test_metrics_lag import commit
+    from test_metrics_lag import fetch as fetched
+    from test_replication import follower_fetch
+
+    from kwsniff.view.lag import LagTracker
+    from kwsniff.view.replication import ReplicationTracker
+
+    lag = LagTracker(max_partitions=10)
+    lag.row(fetched(MIN, 10))
+    lag.row(commit(5, 20))  # committed 5 over a watermark of -2^63: -2^63 - 5 is past int64
+    assert lag.lags[("g", "t", 0)].offset_lag is None
+    lag.row(fetched(MAX, 30))
+    assert lag.lags[("g", "t", 0)].offset_lag == MAX - 5
+    tracker = ReplicationTracker(max_partitions=10)
+    tracker.row(follower_fetch(-1, MAX, 10))  # a follower at -1 under a watermark of 2^63-1
+    assert tracker.fetches[(2, "t", 0)].lag_records is None

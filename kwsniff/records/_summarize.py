@@ -7,7 +7,7 @@ import zlib
 
 import cramjam
 
-from kwsniff.defaults import INT64_MAX, INT64_MIN, MAX_DECOMPRESSED, TS_MAX_US
+from kwsniff.defaults import INT64_MAX, INT64_MIN, MAX_DECOMPRESSED, TS_MAX_US, int64_or_none
 from kwsniff.memory import MemoryBudget
 from kwsniff.records import _crc
 from kwsniff.records._batch_v2 import BATCH_HEADER, BATCH_HEADER_SIZE, read_batch_v2
@@ -78,7 +78,7 @@ def counts_v2(data: bytes | memoryview) -> BatchCounts | None:
 def last_in_int64(last: int | None) -> int | None:
     """A batch's last offset (baseOffset + lastOffsetDelta, an int64 plus an int32), None where the
     sum is past int64: no log holds such an offset, and no int64 column can (the caller counts it)."""
-    return last if last is None or INT64_MIN <= last <= INT64_MAX else None
+    return None if last is None else int64_or_none(last)
 
 
 def counts_from_headers(kept: bytes, size: int) -> BatchCounts | None:

@@ -262,7 +262,10 @@ def merged_rows(
     produce = api_key == PRODUCE
     none: dict[str, Any] = {}
     for key in dict.fromkeys([*req_parts, *resp_parts]) if resp_parts else req_parts:
-        row = {**context, **req_parts.get(key, none), **resp_parts.get(key, none)}
+        req, resp = req_parts.get(key, none), resp_parts.get(key, none)
+        row = {**context, **req, **resp}
+        if PAST_INT64_KEY in req and PAST_INT64_KEY in resp:  # both sides' (a ShareFetch's)
+            row[PAST_INT64_KEY] = req[PAST_INT64_KEY] + resp[PAST_INT64_KEY]
         if group is not None and "group_id" not in row:
             row["group_id"] = group  # OffsetCommit/OffsetFetch v0-7 responses do not repeat it
         if member_epoch is not None:

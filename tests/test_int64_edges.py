@@ -275,3 +275,45 @@ def test_live_lags_past_int64_are_unknown() -> None:
     tracker = ReplicationTracker(max_partitions=10)
     tracker.row(follower_fetch(-1, MAX, 10))  # a follower at -1 under a watermark of 2^63-1
     assert tracker.fetches[(2, "t", 0)].lag_records is None
+
+
+def offset_commit_v2_request(group: str, topic: str, partition: int, offset: int) -> bytes:
+    body = string(group) + i32(1) + string("m") + i64(-1) + i32(1) + string(topic)
+    return body + i32(1) + i32(partition) + i64(offset) + string(None)
+
+
+def offset_commit_v2_response(topic: str, partition: int) -> bytes:
+    return i32(1) + string(topic) + i32(1) + i32(partition) + i16(0)
+
+
+def lagging_capture(path: Path) -> Path:
+    """Lags past int64 for the report: a group committing 5 on a partition whose watermark is -2^63,
+    a follower at -1 under 2^63-1, a Produce acknowledged at 2^63-1 (its next offset is past int64)."""
+    flow = Flow().handshake()
+    flow.send(0, request(0, 8, 1, produce_v8_request("edge", [(0, batch(0, 1))])))
+    flow.send(1, response(1, produce_v8_response("edge", [(0, MAX, 0)])))
+    flow.send(0, request(1, 11, 2, fetch_v11_request("edge", [(0, 0)])))
+    flow.send(1, response(2, fetch_v11_response("edge", [(0, MIN, MIN, MIN, b"")])))
+    flow.send(0, request(8, 2, 3, offset_commit_v2_request("g", "edge", 0, 5)))
+    flow.send(1, response(3, offset_commit_v2_response("edge", 0)))
+    follower = fetch_v11_request("edge", [(1, -1)])
+    follower = struct.pack(">i", 1) + follower[4:]  # replica id 1: a follower's fetch
+    flow.send(0, request(1, 11, 4, follower))
+    flow.send(1, response(4, fetch_v11_response("edge", [(1, MAX, MAX, 0, b"")])))
+    flow.close()
+    return write_pcap(path, flow.packets)
+
+
+def test_the_reports_lag_arithmetic_past_int64_is_null_not_an_error(tmp_path: Path) -> None:
+    capture = lagging_capture(tmp_path / "lag.pcap")
+    done = read(capture, tmp_path / "out", COMPILED)
+    assert done.returncode == 0, done.stderr
+    answers = kwsniff.report(tmp_path / "out", sections=["lag", "stopped", "replication"])
+    lag = answers["lag"].to_pylist()
+    assert [(r["committed_offset"], r["high_watermark"], r["offset_lag"]) for r in lag] == [(5, MIN, None)]
+    stopped = answers["stopped"].to_pylist()
+    assert [(r["high_watermark"], r["offset_lag"]) for r in stopped] == [(MIN, None)]
+    replication = answers["replication"].to_pylist()
+    assert [(r["fetch_offset"], r["high_watermark"], r["lag_records"]) for r in replication] == [
+        (-1, MAX, None)
+    ]

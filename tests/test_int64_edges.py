@@ -317,3 +317,38 @@ def test_the_reports_lag_arithmetic_past_int64_is_null_not_an_error(tmp_path: Pa
     assert [(r["fetch_offset"], r["high_watermark"], r["lag_records"]) for r in replication] == [
         (-1, MAX, None)
     ]
+
+
+def test_the_compiled_walker_and_merge_leave_sums_past_int64_to_the_python_path() -> None:
+    from kwsniff.rows import compiled
+    from kwsniff.tables.schemas import SCHEMAS
+
+    assert compiled.AVAILABLE
+    ends_at_max = compiled.response_info(
+        1, 11, fetch_v11_response("edge", [(0, MAX, MAX, 0, batch(MAX - 1, 2))])
+    )
+    assert ends_at_max is not None
+    assert ends_at_max["partitions"][(None, "edge", 0)]["last_offset"] == MAX
+    # baseOffset 2^63-2 + lastOffsetDelta 2: the walker gives up before adding.
+    assert (
+        compiled.response_info(1, 11, fetch_v11_response("edge", [(0, MAX, MAX, 0, batch(MAX - 1, 3))]))
+        is None
+    )
+    columns = SCHEMAS["partitions"].names
+    index = {c: i for i, c in enumerate(columns)}
+    base = (None,) * len(columns)
+    key = (None, "edge", 0)
+    facts = {"topic": "edge", "partition": 0}
+
+    def merged(position: int, hwm: int) -> list[tuple[object, ...] | None]:
+        request = {key: {**facts, "fetch_offset": position}}
+        response = {key: {**facts, "high_watermark": hwm, "error_code": 0}}
+        return compiled.merge_rows(index, base, {}, request, response, 1, {})
+
+    (row,) = merged(0, MAX)
+    assert row is not None and row[index["lag"]] == MAX
+    assert merged(-1, MAX) == [None]  # 2^63: the Python path leaves it null and counts it
+    assert merged(MAX, MIN) == [None]
+    produce = {key: {**facts, "record_count": 2}}
+    answered = {key: {**facts, "base_offset": MAX, "error_code": 0}}
+    assert compiled.merge_rows(index, base, {}, produce, answered, 0, {}) == [None]

@@ -352,3 +352,20 @@ def test_the_compiled_walker_and_merge_leave_sums_past_int64_to_the_python_path(
     produce = {key: {**facts, "record_count": 2}}
     answered = {key: {**facts, "base_offset": MAX, "error_code": 0}}
     assert compiled.merge_rows(index, base, {}, produce, answered, 0, {}) == [None]
+
+
+def test_metadata_log_records_past_int64_keep_their_rows_with_a_null_offset() -> None:
+    from test_kraft import partition_change_record, record_batch
+
+    from kwsniff.rows.metadata_log import metadata_log_rows
+    from kwsniff.rows.partitions import COUNTS_ONLY, PAST_INT64_KEY
+
+    # Three ISR changes of one partition from 2^63-1 on: the second and third are past int64.
+    values = [partition_change_record(0, isr, None) for isr in ([1, 2, 3], [1, 2], [1])]
+    msg = {"responses": [{"partitions": [{"records": record_batch(MAX, values)}]}]}
+    info: dict[str, object] = {}
+    metadata_log_rows(msg, info, COUNTS_ONLY)
+    parts = info["partitions"]
+    assert isinstance(parts, dict)
+    rows = [(r["offset"], r["isr"], r.get(PAST_INT64_KEY)) for r in parts.values()]
+    assert rows == [(MAX, "1,2,3", None), (None, "1,2", 1), (None, "1", 1)]

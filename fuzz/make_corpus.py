@@ -209,12 +209,29 @@ def tls_seeds() -> None:
             save("tls", bytes([suite]) + run[1:])
 
 
+def int64_seeds() -> None:
+    """The int64 target's seeds (int64_wire.py format): every field at one edge (-2^63 ... 2^63-1,
+    one byte per field), at alternating edges, and pseudo-random mixes of edges and raw values."""
+    import random
+
+    from int64_wire import EDGES
+
+    for i in range(len(EDGES)):
+        save("int64", bytes([i]) * 160)  # every field that edge, one-byte choices at their first value
+    save("int64", bytes([10, 0] * 80))  # 2^63-1 and -2^63 in turn
+    save("int64", bytes([10, 1, 9] * 60))
+    mix = random.Random(45)
+    for _ in range(8):
+        save("int64", bytes(mix.choice((0, 1, 3, 4, 5, 6, 9, 10, 11, 21, 0xC0, 0xFF)) for _ in range(200)))
+
+
 def main() -> None:
     seen: dict[tuple[int, int, str], int] = defaultdict(int)
     for path in CAPTURES:
         capture_seeds(path)
         kafka_seeds(path, seen)
     tls_seeds()
+    int64_seeds()
     for target in sorted((HERE / "corpus").iterdir()):
         files = list(target.iterdir())
         print(f"{target.name}: {len(files)} seeds, {sum(f.stat().st_size for f in files):,} bytes")

@@ -14,7 +14,7 @@ import atheris
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # the targets, and kwsniff from this checkout
 
-with atheris.instrument_imports(include=["kwsniff", "targets", "segments"]):
+with atheris.instrument_imports(include=["kwsniff", "targets", "segments", "int64_wire"]):
     import targets
 
     from kwsniff.protocol import decode as protocol_decode

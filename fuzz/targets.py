@@ -11,13 +11,14 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+import int64_wire
 import tls_wire
 from segments import ACK, FIN, RST, SYN, ipv4_tcp, segments
 
 from kwsniff.capture import CaptureError, open_capture_file
 from kwsniff.kafka import Conversation, ConversationHandler
 from kwsniff.net import parse_tcp
-from kwsniff.pipeline.session import Session
+from kwsniff.pipeline.session import Session, SessionOptions
 from kwsniff.protocol import (
     DecodeError,
     decode_request,
@@ -32,6 +33,7 @@ from kwsniff.records import counts_v2, summarize_records
 from kwsniff.rows import ListSink
 from kwsniff.rows import compiled as walker
 from kwsniff.rows.extract import error_rows, request_summary, response_summary
+from kwsniff.tables.schemas import SCHEMAS
 from kwsniff.tcp import IMPLAUSIBLE_GAP, SNAPLEN, TcpReassembler
 from kwsniff.tls import stream as tls_stream
 
@@ -285,6 +287,65 @@ def fastpath(data: bytes) -> None:
     assert results[0][0].accounting_mismatches == 0, "connections whose bytes do not add up"
 
 
+class _ValuesSink(ListSink):
+    """A ListSink that also takes `partitions` rows as values in schema order, as the Parquet sink
+    does: the row builder then merges Produce and Fetch rows with the compiled merge_rows."""
+
+    names = {"partitions": tuple(SCHEMAS["partitions"].names)}
+
+    def columns(self, table: str) -> tuple[str, ...]:
+        return self.names[table]
+
+    def add_values(self, table: str, values: tuple[Any, ...]) -> None:
+        self.add(table, dict(zip(self.names[table], values, strict=True)))
+
+    def add_many_values(self, table: str, many: list[tuple[Any, ...]]) -> None:
+        for values in many:
+            self.add_values(table, values)
+
+
+# Each int column's range (timestamps are int64 µs), per table: what the Parquet writer takes.
+_INT_RANGES = {
+    table: [
+        (f.name, 1 << (f.type.bit_width - 1)) for f in schema if str(f.type).startswith(("int", "timestamp"))
+    ]
+    for table, schema in SCHEMAS.items()
+}
+
+
+def _in_range(tables: dict[str, list[dict[str, Any]]]) -> None:
+    for table, rows in tables.items():
+        for name, half in _INT_RANGES[table]:
+            for row in rows:
+                v = row.get(name)
+                assert v is None or -half <= v < half, f"{table}.{name} = {v}: past its column"
+
+
+def int64(data: bytes) -> None:
+    """One Produce and one Fetch exchange whose offset fields sit at int64's edges (int64_wire.py),
+    through the compiled walker and merge and through the pure-Python path (the reference), and with
+    --records: the same rows and notes both ways, and no int past its column anywhere."""
+    packets = int64_wire.packets(data)
+    results = []
+    for mode in ("compiled", "pure", "records"):
+        sink = _ValuesSink() if mode == "compiled" else ListSink()
+        sess = Session("fuzz", sink, SessionOptions(records=mode == "records"))
+        if mode == "pure":
+            sess.rows.compiled = False
+        assert (sess.rows.partition_values is not None) == (mode == "compiled" and walker.AVAILABLE)
+        for ts, packet in packets:
+            sess.packet(ts, LINKTYPE_IPV4, packet)
+        sess.finish()
+        # Rows as the tables hold them: every column of the schema, and nothing else.
+        tables = {
+            t: [{c: row.get(c) for c in SCHEMAS[t].names} for row in rows] for t, rows in sink.tables.items()
+        }
+        _in_range(tables)
+        results.append((tables, dict(sess.rows.notes), dict(sess.rows.status)))
+    assert results[0] == results[1], "the compiled and the pure-Python paths disagree"
+    assert results[1][2] == {"ok": 2}, results[1][2]
+
+
 def delivered_bytes(row: dict[str, Any]) -> int:
     """Stream bytes of a `connections` row that were delivered in order: framed, skipped or set aside."""
     total: int = row["frame_bytes_to_broker"] + row["frame_bytes_to_client"]
@@ -336,6 +397,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "session": session,
     "fastpath": fastpath,
     "tls": tls,
+    "int64": int64,
 }
 # libFuzzer's -max_len per target: large enough for the seeds, small enough to stay fast.
 MAX_LEN = {
@@ -347,4 +409,5 @@ MAX_LEN = {
     "session": 65536,
     "fastpath": 65536,
     "tls": 4096,
+    "int64": 1024,
 }

@@ -16,6 +16,18 @@ MAX_RANGE_SIZE = 1024 * 1024 * 1024
 # damage (a broker refuses such record timestamps: message.timestamp.difference.max.ms).
 TS_MIN_US = -62_135_596_800_000_000
 TS_MAX_US = 253_402_300_799_999_999
+# Every int column is Kafka's int64 at most: a value arithmetic takes past it (an offset plus a delta
+# near 2^63) is null, counted as the note PAST_INT64, never wrapped (docs/tables.md "Values past int64").
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+PAST_INT64 = "value past int64"
+
+
+def int64_or_none(value: int) -> int | None:
+    """``value`` where an int64 holds it, else None (the caller counts it as PAST_INT64)."""
+    return value if INT64_MIN <= value <= INT64_MAX else None
+
+
 # `capture --metrics-max-series`: metric series whose labels come from the wire (broker, topic, group,
 # partition, an API or error code no Kafka release names), over all such metrics; past it updates are
 # dropped and counted.

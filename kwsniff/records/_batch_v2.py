@@ -118,6 +118,7 @@ def _read_records(body: memoryview, record_count: int, template: RecordInfo, rea
     want_payloads = reading.want_payloads
     log_append = template.timestamp_type == "log_append"
     base_offset = template.offset
+    assert base_offset is not None  # the batch's baseOffset, an int64 (summarize_records nulls sums past it)
     base_timestamp = template.timestamp
     base_sequence = template.sequence
     timestamp_type = template.timestamp_type

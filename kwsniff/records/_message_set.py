@@ -120,10 +120,13 @@ def _unwrap(
         # KIP-31: inner offsets of a magic 1 wrapper are relative, the wrapper holds the absolute offset
         # of the last one. Like Java's AbstractLegacyRecordBatch, a negative base (producers that leave
         # the wrapper offset 0) keeps the inner offsets as written.
-        absolute_base = wrapper.offset - records[-1].offset
+        # (Offsets are ints here: summarize_records nulls those past int64 once the set is read.)
+        last = records[-1].offset
+        absolute_base = -1 if last is None else wrapper.offset - last
         if absolute_base >= 0:
             for record in records:
-                record.offset += absolute_base
+                if record.offset is not None:
+                    record.offset += absolute_base
         if wrapper.timestamp_type == "log_append":
             for record in records:  # the broker's append time replaces every inner timestamp
                 record.timestamp = wrapper.timestamp

@@ -18,7 +18,7 @@ def codec_name(codec_id: int) -> str:
 class RecordInfo:
     """One record, with sizes always and key/value bytes only when payloads were asked for."""
 
-    offset: int
+    offset: int | None  # None: past int64 (a base offset near 2^63 plus the record's delta)
     timestamp: int
     timestamp_type: str  # "create" | "log_append" | "none" (magic 0 has no timestamp)
     key_size: int  # -1 for a null key
@@ -52,6 +52,7 @@ class RecordSetSummary:
     producer_epoch: int = -1
     base_sequence: int = -1
     capped_batches: int = 0  # over --max-decompressed, or past the memory budget's records share
+    past_int64: int = 0  # offsets (last_offset, record offsets) past int64, left None
     held_bytes: int = 0  # charged to the memory budget's records pool for ``records`` (kwsniff.memory)
     errors: list[str] = field(default_factory=list)
     records: list[RecordInfo] | None = None

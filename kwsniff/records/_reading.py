@@ -64,7 +64,7 @@ class Reading:
     def error(self, reason: str, batch_position: int) -> None:
         self.summary.errors.append(f"{reason} at offset {batch_position}")
 
-    def count_offsets(self, first: int, last: int) -> None:
+    def count_offsets(self, first: int | None, last: int | None) -> None:
         summary = self.summary
         if summary.base_offset is None:
             summary.base_offset = first

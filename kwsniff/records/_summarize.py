@@ -7,7 +7,7 @@ import zlib
 
 import cramjam
 
-from kwsniff.defaults import MAX_DECOMPRESSED, TS_MAX_US
+from kwsniff.defaults import INT64_MAX, INT64_MIN, MAX_DECOMPRESSED, TS_MAX_US, int64_or_none
 from kwsniff.memory import MemoryBudget
 from kwsniff.records import _crc
 from kwsniff.records._batch_v2 import BATCH_HEADER, BATCH_HEADER_SIZE, read_batch_v2
@@ -28,7 +28,8 @@ _CRC_START = 21  # the magic 2 CRC covers the batch from its attributes on (KIP-
 _CONTROL = 0x20
 _TS_MAX_MS = TS_MAX_US // 1000
 # What counts_v2 answers: record_count, record_bytes, batch_count, compression, crc_errors,
-# partial_bytes, control_batches, base_offset, last_offset.
+# partial_bytes, control_batches, base_offset, last_offset. last_offset is None with a base_offset
+# when the last batch's baseOffset + lastOffsetDelta is past int64 (see last_in_int64).
 BatchCounts = tuple[int, int, int, str, int, int, int, "int | None", "int | None"]
 
 
@@ -71,7 +72,13 @@ def counts_v2(data: bytes | memoryview) -> BatchCounts | None:
     compression = _CODECS[codecs.bit_length() - 1] if codecs else ""
     if codecs & (codecs - 1):
         compression = "mixed"
-    return count, size, batches, compression, crc_errors, partial, control, base, last
+    return count, size, batches, compression, crc_errors, partial, control, base, last_in_int64(last)
+
+
+def last_in_int64(last: int | None) -> int | None:
+    """A batch's last offset (baseOffset + lastOffsetDelta, an int64 plus an int32), None where the
+    sum is past int64: no log holds such an offset, and no int64 column can (the caller counts it)."""
+    return None if last is None else int64_or_none(last)
 
 
 def counts_from_headers(kept: bytes, size: int) -> BatchCounts | None:
@@ -102,7 +109,7 @@ def counts_from_headers(kept: bytes, size: int) -> BatchCounts | None:
     if pos != size:
         return None  # the last batch claims bytes past the field: cut by the producer (KIP-74)?
     compression = "mixed" if codecs & (codecs - 1) else (_CODECS[codecs.bit_length() - 1] if codecs else "")
-    return count, size, batches, compression, 0, 0, control, base, last
+    return count, size, batches, compression, 0, 0, control, base, last_in_int64(last)
 
 
 def summarize_records(
@@ -172,7 +179,15 @@ def summarize_records(
             reading.error(f"{type(exc).__name__}: {exc}", pos)  # a reader missed a check: keep going
         if summary.records is not None:
             _null_impossible_timestamps(summary.records, before, pos, reading)
+            _null_offsets_past_int64(summary.records, before, summary, magic)
         pos += _LOG_OVERHEAD + length
+    # A batch's last offset (and a legacy wrapper's inner offsets) may be past int64.
+    if last_in_int64(summary.base_offset) is None and summary.base_offset is not None:
+        summary.base_offset = None
+        summary.past_int64 += 1
+    if last_in_int64(summary.last_offset) is None and summary.last_offset is not None:
+        summary.last_offset = None
+        summary.past_int64 += 1
     if summary.records is None:
         # Counts only: records read on the way (legacy wrappers) are already gone.
         reading.refund(summary.held_bytes)
@@ -191,3 +206,21 @@ def _null_impossible_timestamps(records: list[RecordInfo], start: int, pos: int,
         )
         for r in bad:
             r.timestamp = -1
+
+
+def _null_offsets_past_int64(
+    records: list[RecordInfo], start: int, summary: RecordSetSummary, magic: int
+) -> None:
+    """Record offsets (a batch's baseOffset plus each record's delta, a legacy wrapper's offset plus
+    its inner ones) past int64 become None, each counted in ``summary.past_int64``. A magic 2 batch's
+    offsets are all within 2^32 of its first record's (int32 deltas from one base): only one near an
+    edge is looked at record by record."""
+    if len(records) <= start:
+        return
+    first = records[start].offset
+    if magic == 2 and first is not None and INT64_MIN + 2**32 < first < INT64_MAX - 2**32:
+        return
+    for r in records[start:]:
+        if r.offset is not None and not INT64_MIN <= r.offset <= INT64_MAX:
+            r.offset = None
+            summary.past_int64 += 1

@@ -9,7 +9,7 @@ the run never learned it).
 
 from __future__ import annotations
 
-from kwsniff.report.sql import latest, offset_bucket, pct, seconds
+from kwsniff.report.sql import int64_minus, latest, offset_bucket, pct, seconds
 
 # Fetches of brokers (docs/tables.md "Who is fetching"): followers replicating a partition, and the
 # KRaft metadata log. Null in tables written before `fetcher` existed: neither counted nor a share.
@@ -99,7 +99,7 @@ per_follower AS (
   GROUP BY capture, broker_ip, broker_port, replica_id, client_id, topic, partition
 )
 SELECT a.capture, a.broker_ip, a.broker_port, a.broker_id, a.replica_id, a.client_id, a.topic, a.partition,
-       l.fetch_offset, l.high_watermark, l.high_watermark - l.fetch_offset AS lag_records,
+       l.fetch_offset, l.high_watermark, {int64_minus("l.high_watermark", "l.fetch_offset")} AS lag_records,
        l.lag_seconds, a.max_lag_seconds, a.fetches, a.p50_ms, a.p99_ms, a.max_ms, l.ts_request AS last_fetch
 FROM per_follower a JOIN lagged l ON l.capture = a.capture AND l.conn_id = a.last_conn
   AND l.correlation_id = a.last_correlation AND l.topic = a.topic AND l.partition = a.partition

@@ -8,7 +8,7 @@ Produce is not in the capture, minus the record's own timestamp (the `records` t
 
 from __future__ import annotations
 
-from kwsniff.report.sql import bucket, latest, offset_bucket, seconds
+from kwsniff.report.sql import bucket, int64_minus, latest, offset_bucket, seconds
 
 
 def _lag_seconds(at: str) -> str:
@@ -64,7 +64,7 @@ carried AS (
 per_second AS (
   SELECT e.k, {bucket("second", "e.ts")} AS second,
          MAX(d.committed_offset) AS committed_offset, MAX(e.hwm) AS high_watermark,
-         MAX(e.hwm - d.committed_offset) AS offset_lag, MAX({_lag_seconds("e.ts")}) AS lag_seconds,
+         MAX({int64_minus("e.hwm", "d.committed_offset")}) AS offset_lag, MAX({_lag_seconds("e.ts")}) AS lag_seconds,
          MAX({_SOURCE}) AS lag_source
   FROM carried e JOIN dated d ON d.k = e.k AND d.ts = e.commit_ts
   GROUP BY 1, 2
@@ -158,7 +158,7 @@ SELECT capture, group_id, topic, partition,
             WHEN {silent} * 1000 > session_timeout_ms THEN 'stopped'
             WHEN committed_offset IS NULL THEN 'never_committed'
             ELSE 'active' END AS state,
-       committed_offset, hwm AS high_watermark, hwm - committed_offset AS offset_lag,
+       committed_offset, hwm AS high_watermark, {int64_minus("hwm", "committed_offset")} AS offset_lag,
        {_lag_seconds("ts_end")} AS lag_seconds, {_SOURCE} AS lag_source,
        ts AS last_commit, ts_fetch AS last_fetch, ts_heartbeat AS last_heartbeat, ts_leave AS last_leave,
        {silent} AS silent_seconds, session_timeout_ms, ts_end AS capture_end
@@ -190,7 +190,7 @@ fetched AS (
   GROUP BY capture, client_id, client_ip, topic, partition
 )
 SELECT m.capture, m.group_id, m.member_id, m.group_instance_id, f.client_id, f.client_ip, f.topic, f.partition,
-       f.fetch_offset AS position, f.high_watermark, f.high_watermark - f.fetch_offset AS offset_lag,
+       f.fetch_offset AS position, f.high_watermark, {int64_minus("f.high_watermark", "f.fetch_offset")} AS offset_lag,
        CASE WHEN f.fetch_offset >= f.high_watermark THEN 0.0
             ELSE {seconds("f.ts_response", "MIN(pr.ts_ack)")} END AS lag_seconds,
        f.ts_response AS last_fetch

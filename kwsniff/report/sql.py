@@ -24,6 +24,14 @@ def pct(p: float, value: str) -> str:
     return f"QUANTILE_DISC({value}, {p})"
 
 
+def int64_minus(a: str, b: str) -> str:
+    """``a - b`` of two BIGINTs (offsets, watermarks) as a BIGINT, NULL where it is past int64 (a
+    watermark of 2^63-1 over a position of -1), as the tables leave such a value (docs/tables.md
+    "Values past int64"): BIGINT arithmetic raises on overflow in DuckDB (and in Spark's ANSI mode),
+    failing the whole report. DECIMAL(20, 0) holds any int64 and their difference exactly."""
+    return f"TRY_CAST(CAST({a} AS DECIMAL(20, 0)) - CAST({b} AS DECIMAL(20, 0)) AS BIGINT)"
+
+
 _UNIT_US = {"second": 1_000_000, "minute": 60_000_000, "hour": 3_600_000_000}
 
 

@@ -3,7 +3,7 @@ where an older table lacks one) and a few derived views shared by sections, in D
 
 from __future__ import annotations
 
-from kwsniff.report.sql import offset_bucket, offset_buckets
+from kwsniff.report.sql import int64_minus, offset_bucket, offset_buckets
 
 # The groups columns of the KIP-848/share/streams decoding (docs/groups.md "Columns"): the report
 # reads them whether or not the tables it is given were written by a kwsniff that fills them.
@@ -129,12 +129,12 @@ DERIVED = {
         GROUP BY 1, 2, 3, 4""",
     # Every moment a partition's high watermark is known: Fetch responses say it; a Produce
     # acknowledgement says the log reached at least last_offset + 1.
-    "watermarks": """
+    "watermarks": f"""
         SELECT capture, topic, partition, ts_response AS ts, high_watermark AS hwm
         FROM partition_exchanges
         WHERE api_key = 1 AND high_watermark IS NOT NULL AND ts_response IS NOT NULL
         UNION ALL
-        SELECT capture, topic, partition, ts_ack AS ts, last_offset + 1 AS hwm FROM produced""",
+        SELECT capture, topic, partition, ts_ack AS ts, {int64_minus("last_offset", "-1")} AS hwm FROM produced""",
     # Committed offsets: OffsetCommit requests (what the group stores) and OffsetFetch responses
     # (what it read back), each with the client that sent it.
     "commits": """

@@ -103,7 +103,7 @@ typedef struct {
 static PyObject *S_topic, *S_topic_id, *S_partition, *S_record_count, *S_record_bytes, *S_batch_count,
     *S_compression, *S_crc_errors, *S_partial_bytes, *S_control_batches, *S_capped_batches,
     *S_record_errors, *S_record_error, *S_first_offset, *S_last_offset;
-static PyObject *S_records, *S_error_code, *S_error_name, *S_lag, *S_high_watermark, *S_fetch_offset,
+static PyObject *S_records, *S_past_int64, *S_error_code, *S_error_name, *S_lag, *S_high_watermark, *S_fetch_offset,
     *S_base_offset;
 static PyObject *CODECS[5];
 static PyObject *S_mixed;
@@ -548,7 +548,12 @@ static int record_facts(Walk *w, Py_ssize_t start, int64_t size) {
             base = first;
             have_base = 1;
         }
-        last = first + delta;
+        /* baseOffset + lastOffsetDelta past int64 (a base near 2^63): checked before it could wrap,
+         * and the Python path answers (the last offset is null there, counted as past int64) */
+        if (__builtin_add_overflow(first, (long long)delta, &last)) {
+            w->fallback = 1;
+            return -1;
+        }
         if (attributes & 0x20)
             control++;
         pos = end;
@@ -963,9 +968,24 @@ static int cached_slot(SlotCache *cache, PyObject *key) {
     return slot(cache->index, key);
 }
 
+/* The value of an int fact as a long long in *x: 1, or 0 (no error set) where it is not an exact int
+ * of int64's range. */
+static int int64_fact(PyObject *v, long long *x) {
+    if (!PyLong_CheckExact(v))
+        return 0;
+    int overflow = 0;
+    *x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (*x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
 static PyObject *merge_one(SlotCache *index, const Slots *slots, PyObject *base, PyObject *ctx, PyObject *rq,
                            PyObject *rs, int produce, PyObject *names, PyObject *none_name) {
     if ((rq != NULL && PyDict_Contains(rq, S_records)) || (rs != NULL && PyDict_Contains(rs, S_records)) ||
+        (rq != NULL && PyDict_Contains(rq, S_past_int64)) || (rs != NULL && PyDict_Contains(rs, S_past_int64)) ||
         truthy_fact(rs, rq, S_crc_errors) || truthy_fact(rs, rq, S_capped_batches) ||
         truthy_fact(rs, rq, S_record_errors))
         return Py_NewRef(Py_None);
@@ -1008,17 +1028,23 @@ static PyObject *merge_one(SlotCache *index, const Slots *slots, PyObject *base,
     if (named != NULL)
         put(row, slots->topic, named);
     put(row, slots->error_name, code_zero ? none_name : Py_None);
+    /* The derived columns are computed in long long, each sum checked before it could wrap: one past
+     * int64 (or a value that is not an int64) sends the row to the Python path, which leaves it null
+     * and counts it (partitions._derived). */
     if (produce && lookup(rs, rq, NULL, S_record_count) != NULL) {
         PyObject *first = lookup(rs, rq, ctx, S_base_offset);
-        if (code_zero && first != NULL && first != Py_None && PyLong_AsLongLong(first) >= 0) {
+        long long first_v, count_v, last_v;
+        if (code_zero && first != NULL && first != Py_None) {
+            if (!int64_fact(first, &first_v))
+                goto python;
+        }
+        if (code_zero && first != NULL && first != Py_None && first_v >= 0) {
             PyObject *count = lookup(rs, rq, NULL, S_record_count);
             put(row, slots->first_offset, first);
             if (count != Py_None && PyObject_IsTrue(count) == 1) {
-                PyObject *one = PyLong_FromLong(1);
-                PyObject *sum = one == NULL ? NULL : PyNumber_Add(first, count);
-                PyObject *last = sum == NULL ? NULL : PyNumber_Subtract(sum, one);
-                Py_XDECREF(one);
-                Py_XDECREF(sum);
+                if (!int64_fact(count, &count_v) || __builtin_add_overflow(first_v, count_v - 1, &last_v))
+                    goto python;
+                PyObject *last = PyLong_FromLongLong(last_v);
                 if (last == NULL)
                     goto fail;
                 put(row, slots->last_offset, last);
@@ -1029,10 +1055,11 @@ static PyObject *merge_one(SlotCache *index, const Slots *slots, PyObject *base,
     }
     PyObject *hw = lookup(rs, rq, ctx, S_high_watermark);
     PyObject *fo = hw == NULL ? NULL : lookup(rs, rq, ctx, S_fetch_offset);
-    if (hw != NULL && fo != NULL && (hw == Py_None || fo == Py_None)) {
-        put(row, slots->lag, Py_None); /* one was cut by a snap length: unknown */
-    } else if (hw != NULL && fo != NULL) {
-        PyObject *lag = PyNumber_Subtract(hw, fo);
+    if (hw != NULL && fo != NULL) {
+        long long hw_v, fo_v, lag_v;
+        if (!int64_fact(hw, &hw_v) || !int64_fact(fo, &fo_v) || __builtin_sub_overflow(hw_v, fo_v, &lag_v))
+            goto python;
+        PyObject *lag = PyLong_FromLongLong(lag_v);
         if (lag == NULL)
             goto fail;
         put(row, slots->lag, lag);
@@ -1051,6 +1078,9 @@ static PyObject *merge_one(SlotCache *index, const Slots *slots, PyObject *base,
     }
     PyObject_GC_UnTrack(row);
     return row;
+python:
+    Py_DECREF(row);
+    return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
 fail:
     Py_DECREF(row);
     return NULL;
@@ -1227,6 +1257,7 @@ PyMODINIT_FUNC PyInit__partfacts(void) {
     INTERN(S_last_offset, "last_offset");
     INTERN(S_mixed, "mixed");
     INTERN(S_records, "_records");
+    INTERN(S_past_int64, "_past_int64");
     INTERN(S_error_code, "error_code");
     INTERN(S_error_name, "error_name");
     INTERN(S_lag, "lag");

@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from kwsniff.defaults import PAST_INT64
 from kwsniff.kafka import DECODE_ERROR, RESPONSE_CUT, ConversationHandler, Request, Response
 from kwsniff.kafka.sasl import redact
 from kwsniff.memory import RECORDS, ROW_COST, ROWS
@@ -41,6 +42,7 @@ from kwsniff.rows.metadata_log import metadata_log_rows
 from kwsniff.rows.partitions import (
     COUNTS_ONLY,
     MAX_HELD_ROWS,
+    PAST_INT64_KEY,
     RecordOptions,
     TopicNames,
     merged_rows,
@@ -159,7 +161,9 @@ class TableBuilder:
         self.status = Counter[str]()
         self.undecodable_frames = 0
         self.decode_errors = Counter[str]()
-        self.notes = Counter[str]()
+        # A Parquet sink's notes (values it had to leave null, sinks/parquet.py) are the capture's.
+        notes = getattr(sink, "notes", None)
+        self.notes: Counter[str] = notes if isinstance(notes, Counter) else Counter()
         self.record_damage = Counter[str]()  # over all `partitions` rows, for the summary and --strict
         # Node ids of broker addresses (the run's directory, docs/tables.md "Which broker answered"):
         # requests, partitions, errors and groups rows go through it, held while their broker has none.
@@ -529,6 +533,8 @@ class ExchangeRows(ConversationHandler):
         if "_records" in prow:
             self._release(prow.pop("_held", 0))
             records = records_of(api_key, prow, context)
+        if PAST_INT64_KEY in prow:
+            tables.notes[PAST_INT64] += prow.pop(PAST_INT64_KEY)
         if prow.get("crc_errors") or prow.get("capped_batches") or prow.get("record_errors"):
             for key in _RECORD_DAMAGE:
                 tables.record_damage[key] += prow.get(key) or 0

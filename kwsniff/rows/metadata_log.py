@@ -14,7 +14,7 @@ from typing import Any
 from kwsniff.protocol import DecodeError, decode_metadata_record
 from kwsniff.protocol.partial import CutRecords
 from kwsniff.records import summarize_records
-from kwsniff.rows.partitions import RecordOptions
+from kwsniff.rows.partitions import PAST_INT64_KEY, RecordOptions
 
 PARTITION_RECORD = "PartitionRecord"
 NO_CHANGE = -2  # PartitionChangeRecord's Leader: -2 the leader did not change, -1 there is none
@@ -39,10 +39,14 @@ def metadata_log_rows(msg: dict[str, Any], info: dict[str, Any], options: Record
             for record in summary.records or ():
                 row = _row(record.value, record.offset) if not record.is_control else None
                 if row is not None:
-                    parts[(f"metadata@{record.offset}", row["topic_id"], row["partition"])] = row
+                    at: object = record.offset
+                    if at is None:  # past int64 (counted): the record's place in the response keys it
+                        row[PAST_INT64_KEY] = 1
+                        at = f"#{len(parts)}"
+                    parts[(f"metadata@{at}", row["topic_id"], row["partition"])] = row
 
 
-def _row(value: bytes | None, offset: int) -> dict[str, Any] | None:
+def _row(value: bytes | None, offset: int | None) -> dict[str, Any] | None:
     if value is None:
         return None
     try:

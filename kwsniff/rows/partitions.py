@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kwsniff.defaults import INT64_MAX, INT64_MIN
 from kwsniff.memory import NAMES, TOPIC_NAME_COST, MemoryBudget
 from kwsniff.protocol import error_name, magic_removed_in, message_fields
 from kwsniff.protocol.partial import CutRecords
@@ -32,7 +33,6 @@ TOPIC_ID_SOURCES = frozenset({METADATA, CREATE_TOPICS, DESCRIBE_TOPIC_PARTITIONS
 # Group-membership APIs list partitions as assignments of members, not as partitions the exchange
 # acts on (they belong to a groups table).
 _NOT_PARTITION_APIS = frozenset({68, 69, 76, 77, 88, 89})
-_INT64_MIN = -(2**63)
 
 # Per-partition fields the table carries: spec name -> column.
 _FIELDS: dict[str, str | None] = {
@@ -72,6 +72,9 @@ _RENAMES: dict[tuple[int, int], dict[str, str | None]] = {
     (ALTER_PARTITION, RESPONSE): {**_FIELDS, "isr": "isr", "partition_epoch": "partition_epoch"},
 }
 _RECORD_FACTS = ("record_count", "record_bytes", "batch_count", "compression")
+# A row's count of values left null because they were past int64 (kwsniff.defaults.PAST_INT64): a
+# key no table has, which the row builder takes off and adds to the capture's notes.
+PAST_INT64_KEY = "_past_int64"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +139,8 @@ def _record_facts(facts: dict[str, Any], data: Any, api_key: int, options: Recor
             if api_key != PRODUCE:
                 facts["first_offset"] = first
                 facts["last_offset"] = last
+                if last is None and first is not None:
+                    facts[PAST_INT64_KEY] = 1
         return
     if not data:
         facts.update(_NO_RECORDS if api_key == PRODUCE else _NO_RECORDS_OFFSETS)
@@ -159,6 +164,8 @@ def _record_facts(facts: dict[str, Any], data: Any, api_key: int, options: Recor
         if api_key != PRODUCE:
             facts["first_offset"] = first
             facts["last_offset"] = last
+            if last is None and first is not None:
+                facts[PAST_INT64_KEY] = 1  # the last batch's baseOffset + lastOffsetDelta
         return
     s = summarize_records(
         data,
@@ -190,6 +197,9 @@ def _record_facts(facts: dict[str, Any], data: Any, api_key: int, options: Recor
         release = magic_removed_in(s.magic)
         if release is not None:
             facts["removed_in"] = release
+    if s.past_int64 and api_key != PRODUCE:
+        # (A Produce request's offsets are the producer's placeholders, kept in no column.)
+        facts[PAST_INT64_KEY] = s.past_int64
     if s.records is not None:
         facts["_records"] = s.records
         facts["_held"] = s.held_bytes  # released (kwsniff.memory) when the records are written
@@ -251,7 +261,10 @@ def merged_rows(
     produce = api_key == PRODUCE
     none: dict[str, Any] = {}
     for key in dict.fromkeys([*req_parts, *resp_parts]) if resp_parts else req_parts:
-        row = {**context, **req_parts.get(key, none), **resp_parts.get(key, none)}
+        req, resp = req_parts.get(key, none), resp_parts.get(key, none)
+        row = {**context, **req, **resp}
+        if PAST_INT64_KEY in req and PAST_INT64_KEY in resp:  # both sides' (a ShareFetch's)
+            row[PAST_INT64_KEY] = req[PAST_INT64_KEY] + resp[PAST_INT64_KEY]
         if group is not None and "group_id" not in row:
             row["group_id"] = group  # OffsetCommit/OffsetFetch v0-7 responses do not repeat it
         if member_epoch is not None:
@@ -260,16 +273,28 @@ def merged_rows(
             base = row.get("base_offset")
             if row.get("error_code") == 0 and base is not None and base >= 0:
                 row["first_offset"] = base
-                row["last_offset"] = base + row["record_count"] - 1 if row["record_count"] else None
+                row["last_offset"] = (
+                    _derived(row, base + row["record_count"] - 1) if row["record_count"] else None
+                )
         if "high_watermark" in row and "fetch_offset" in row:
-            hw, fo = row["high_watermark"], row["fetch_offset"]
-            row["lag"] = None if hw is None or fo is None else hw - fo  # None: cut by a snap length
+            hwm, position = row["high_watermark"], row["fetch_offset"]
+            row["lag"] = None if hwm is None or position is None else _derived(row, hwm - position)
         code = row.get("error_code")
         row["error_name"] = None if code is None else _ERROR_NAMES.get(code) or error_name(code)
         yield row
 
 
 _ERROR_NAMES = {0: "NONE"}
+
+
+def _derived(row: dict[str, Any], value: int) -> int | None:
+    """A column computed from wire ints (a Produce's last offset, a Fetch's lag): None, counted in
+    the row's PAST_INT64_KEY, where it is past int64 (a base offset of 2^63-1 and two records, a
+    high watermark of 2^62 over a fetch offset of -2^62)."""
+    if INT64_MIN <= value <= INT64_MAX:
+        return value
+    row[PAST_INT64_KEY] = row.get(PAST_INT64_KEY, 0) + 1
+    return None
 
 
 def records_of(api_key: int, row: dict[str, Any], context: dict[str, Any]) -> list[dict[str, Any]]:
@@ -283,7 +308,10 @@ def records_of(api_key: int, row: dict[str, Any], context: dict[str, Any]) -> li
         # the order sent; only when every record could be read is the n-th one's offset known.
         if row.get("first_offset") is not None and len(infos) == row.get("record_count"):
             first = row["first_offset"]
-        return record_rows(context, row, infos, first, assign=True)
+        rows = record_rows(context, row, infos, first, assign=True)
+        if first is not None and first + len(infos) - 1 > INT64_MAX:
+            row[PAST_INT64_KEY] = row.get(PAST_INT64_KEY, 0) + first + len(infos) - 1 - INT64_MAX
+        return rows
     return record_rows(context, row, infos, None, assign=False)
 
 

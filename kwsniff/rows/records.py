@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from kwsniff.defaults import INT64_MAX
 from kwsniff.records import RecordInfo
 
 
@@ -34,8 +35,11 @@ def record_rows(
         offsets = [r.offset for r in infos]
     elif first_offset is None:
         offsets = [None] * len(infos)
-    else:
+    elif first_offset + len(infos) - 1 <= INT64_MAX:
         offsets = range(first_offset, first_offset + len(infos))
+    else:
+        # The broker's offsets past int64 (a base offset near 2^63) are none: the caller counts them.
+        offsets = [o if o <= INT64_MAX else None for o in range(first_offset, first_offset + len(infos))]
     rows: list[dict[str, Any]] = []
     append = rows.append
     for r, offset in zip(infos, offsets, strict=True):

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kwsniff.defaults import int64_or_none
+from kwsniff.rows.partitions import PAST_INT64_KEY
+
 SHARE_FETCH, SHARE_ACKNOWLEDGE = 78, 79
 SHARE_APIS = frozenset({SHARE_FETCH, SHARE_ACKNOWLEDGE})
 # AcknowledgeTypes values (ShareFetchRequest.json, ShareAcknowledgeRequest.json) -> column.
@@ -52,6 +55,7 @@ def acknowledgements(msg: dict[str, Any], parts: dict[Any, dict[str, Any]]) -> N
                     facts[column] += 1
         facts["acknowledged_first_offset"] = first
         facts["acknowledged_last_offset"] = last
+        _counts_in_int64(facts, _NO_ACKS)
 
 
 def acquisitions(msg: dict[str, Any], parts: dict[Any, dict[str, Any]]) -> None:
@@ -85,6 +89,16 @@ def acquisitions(msg: dict[str, Any], parts: dict[Any, dict[str, Any]]) -> None:
         facts["acquired_first_offset"] = first
         facts["acquired_last_offset"] = last
         facts["max_delivery_count"] = top
+        _counts_in_int64(facts, _NO_ACQUIRED)
+
+
+def _counts_in_int64(facts: dict[str, Any], columns: dict[str, int]) -> None:
+    """Counts summed over ranges of int64 offsets (LastOffset - FirstOffset + 1 is up to 2^64) are
+    None past int64, counted in the row's PAST_INT64_KEY (kwsniff.rows.partitions)."""
+    for column in columns:
+        if int64_or_none(facts[column]) is None:
+            facts[column] = None
+            facts[PAST_INT64_KEY] = facts.get(PAST_INT64_KEY, 0) + 1
 
 
 def _partitions(topics: Any) -> Any:

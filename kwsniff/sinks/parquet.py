@@ -26,6 +26,7 @@ import contextlib
 import os
 import re
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
@@ -34,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 from pyarrow._parquet import ParquetWriter
 
+from kwsniff.defaults import PAST_INT64
 from kwsniff.memory import DEFAULT_MEMORY_LIMIT, ROW_COST, ROWS, SHARES
 from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.tables.schemas import SCHEMAS
@@ -191,6 +193,9 @@ class ParquetSink:
         self.writers: dict[str, ParquetWriter] = {}
         self.counts: dict[str, int] = dict.fromkeys(self.tables, 0)
         self.paths: dict[str, Path] = {}
+        # Values left null by the writer (_null_out_of_range); the row builder of a capture makes
+        # this its own notes (kwsniff.rows.builder), so they reach the summary.
+        self.notes: Counter[str] = Counter()
 
     def final_path(self, table: str) -> Path:
         return self.out_dir / table / f"{self.stem}.parquet"
@@ -261,9 +266,36 @@ class ParquetSink:
             # One conversion of the row tuples as a struct array, its children the columns: Arrow
             # reads each tuple once in C, where transposing them first (zip) and converting each
             # column apart cost 10-40 % more on `partitions` batches.
-            struct = pa.array(rows, type=self.structs[table])
+            try:
+                struct = pa.array(rows, type=self.structs[table])
+            except (OverflowError, pa.ArrowInvalid):
+                # An int past its column's range: the rows layer leaves such values null, so only a
+                # bug sends one here, and it costs that value, not the row group (and the capture).
+                if not self._null_out_of_range(rows, schema):
+                    raise
+                struct = pa.array(rows, type=self.structs[table])
             batch = pa.RecordBatch.from_arrays(struct.flatten(), schema=schema)
         return batch
+
+    def _null_out_of_range(self, rows: list[tuple[Any, ...]], schema: pa.Schema) -> int:
+        """Ints past their column's type in ``rows`` become None, each counted in ``notes`` as
+        PAST_INT64; returns how many."""
+        ranges = [
+            (i, -(1 << (f.type.bit_width - 1)), (1 << (f.type.bit_width - 1)) - 1)
+            for i, f in enumerate(schema)
+            if pa.types.is_signed_integer(f.type) or pa.types.is_timestamp(f.type)
+        ]
+        nulled = 0
+        for n, row in enumerate(rows):
+            bad = [i for i, lo, hi in ranges if type(v := row[i]) is int and not lo <= v <= hi]
+            if bad:
+                values = list(row)
+                for i in bad:
+                    values[i] = None
+                rows[n] = tuple(values)
+                nulled += len(bad)
+        self.notes[PAST_INT64] += nulled
+        return nulled
 
     def write_batch(self, table: str, batch: pa.RecordBatch) -> None:
         """Write one record batch of ``table`` as one row group."""

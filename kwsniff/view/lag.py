@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from kwsniff.defaults import int64_or_none
+
 PRODUCE, FETCH, OFFSET_COMMIT, OFFSET_FETCH = 0, 1, 8, 9
 MAX_BATCHES = 1024  # acknowledged batches held per partition to date committed offsets
 
@@ -177,14 +179,16 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
             return
         lag.at = ts
         hwm, committed = log.high_watermark, lag.committed_offset
+        # A lag past int64 (a watermark near 2^63 over a commit near -2^63) is unknown, as the
+        # partitions table's lag is (docs/tables.md "Values past int64").
         if hwm is None:
             lag.offset_lag = lag.lag_seconds = None
         elif committed >= hwm:
-            lag.offset_lag, lag.lag_seconds = hwm - committed, 0.0
+            lag.offset_lag, lag.lag_seconds = int64_or_none(hwm - committed), 0.0
         else:
             if lag.produced_at is None:
                 lag.produced_at = self._dated(log, committed)
-            lag.offset_lag = hwm - committed
+            lag.offset_lag = int64_or_none(hwm - committed)
             lag.lag_seconds = None if lag.produced_at is None else (ts - lag.produced_at) / 1e6
         self.changed.add(key)
 

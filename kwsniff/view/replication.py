@@ -23,6 +23,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
+from kwsniff.defaults import int64_or_none
 from kwsniff.view.lag import PartitionLogs
 
 PRODUCE, FETCH = 0, 1
@@ -124,7 +125,7 @@ class ReplicationTracker(PartitionLogs[LeaderLog, Key]):
         dated_by = self._watermark_above(log, offset)
         if dated_by is not None:
             reached.append(dated_by)
-        fetch.lag_records = None if hwm is None else hwm - offset
+        fetch.lag_records = None if hwm is None else int64_or_none(hwm - offset)  # as the table's lag
         if reached and min(reached) <= at:
             fetch.lag_seconds = (at - min(reached)) / 1e6
         elif hwm is not None and offset >= hwm:

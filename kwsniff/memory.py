@@ -22,7 +22,18 @@ FRAGMENTS = 6  # IP fragments held for reassembly (`--fragment-memory` is at mos
 NAMES = 7  # what responses taught the run about names: topic ids to topic names
 VIEW = 8  # `capture` only: the live view's per-topic and per-client totals, the metrics' series
 BROKERS = 9  # the broker map: node ids learned for broker addresses, advertised names linked
-POOLS = ("flows", "reassembly", "records", "rows", "queue", "secrets", "fragments", "names", "view", "brokers")
+POOLS = (
+    "flows",
+    "reassembly",
+    "records",
+    "rows",
+    "queue",
+    "secrets",
+    "fragments",
+    "names",
+    "view",
+    "brokers",
+)
 # Shares of the limit, per pool. `read` leaves the queue's and the view's shares unused: headroom.
 SHARES = (0.25, 0.25, 0.25, 0.125, 1 / 32, 1 / 64, 1 / 32, 1 / 128, 1 / 32, 1 / 128)
 

@@ -69,7 +69,18 @@ def traced_run(path: Path, options: SessionOptions) -> tuple[CountingSink, Any, 
 # -- the budget itself ------------------------------------------------------------------------------
 def test_the_limit_is_shared_out_in_fixed_shares() -> None:
     budget = MemoryBudget(64 * MIB)
-    assert budget.caps == [16 * MIB, 16 * MIB, 16 * MIB, 8 * MIB, 2 * MIB, MIB, 2 * MIB, MIB // 2, 2 * MIB, MIB // 2]
+    assert budget.caps == [
+        16 * MIB,
+        16 * MIB,
+        16 * MIB,
+        8 * MIB,
+        2 * MIB,
+        MIB,
+        2 * MIB,
+        MIB // 2,
+        2 * MIB,
+        MIB // 2,
+    ]
     budget.charge(RECORDS, 16 * MIB)
     assert not budget.over(RECORDS) and not budget.pressure
     budget.charge(RECORDS, 1)

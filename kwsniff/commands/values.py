@@ -44,7 +44,15 @@ class BoundedInt(click.IntRange):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
             self.fail(f"{value!r} is not a whole number", param, ctx)
-        return super().convert(value, param, ctx)
+        number = click.INT.convert(value, param, ctx)
+        if self.max == INT64_MAX and number > INT64_MAX:
+            self.fail(f"{value!r} is more than {INT64_MAX:,}", param, ctx)
+        return super().convert(number, param, ctx)
+
+    def _describe_range(self) -> str:
+        if self.max == INT64_MAX:  # the bound every count has: not worth a line of --help
+            return "" if self.min is None else f"x>={self.min}"
+        return super()._describe_range()
 
 
 def seconds(*, zero: bool = True) -> FiniteFloat:

@@ -3,10 +3,11 @@
 every other request to a tansu that needs no authentication. Every answer it writes itself is
 encoded by kio (an independent library generated from the Kafka specs), never by kwsniff.
 
-    python tests/sasl_plain_proxy.py LISTEN_PORT BROKER_PORT USER PASSWORD
+    python tests/sasl_plain_proxy.py LISTEN_PORT BROKER_PORT USER PASSWORD [echo]
 
 A PLAIN token (RFC 4616: authzid NUL authcid NUL passwd) naming USER with PASSWORD is accepted;
-anything else gets SASL_AUTHENTICATION_FAILED. Only SaslHandshake v1 (KIP-152) is answered: the
+anything else gets SASL_AUTHENTICATION_FAILED. With `echo`, the refusal's error_message repeats the
+password the client sent, as a careless broker or proxy might. Only SaslHandshake v1 (KIP-152) is answered: the
 tokens then travel inside SaslAuthenticate, which real clients use against any broker that lists it.
 """
 
@@ -56,15 +57,21 @@ def handshake(correlation: int) -> bytes:
     return framed(ResponseHeader0, correlation, SaslHandshakeResponse, answer)
 
 
-def authenticate(frame: bytes, version: int, correlation: int, user: bytes, password: bytes) -> bytes:
+def authenticate(
+    frame: bytes, version: int, correlation: int, user: bytes, password: bytes, echo: bool = False
+) -> bytes:
     request_type, response_type = AUTHENTICATE[version]
     header_type = RequestHeader2 if version >= 2 else RequestHeader1
     _, offset = entity_reader(header_type)(frame, 0)
     request, _ = entity_reader(request_type)(frame, offset)
-    accepted = request.auth_bytes.split(b"\0")[1:] == [user, password]
+    sent = request.auth_bytes.split(b"\0")[1:]
+    accepted = sent == [user, password]
+    refusal = "Authentication failed: invalid credentials"
+    if echo and len(sent) == 2:
+        refusal += f" for {sent[0].decode(errors='replace')} with password {sent[1].decode(errors='replace')}"
     fields: dict[str, Any] = {
         "error_code": ErrorCode.none if accepted else ErrorCode.sasl_authentication_failed,
-        "error_message": None if accepted else "Authentication failed: invalid credentials",
+        "error_message": None if accepted else refusal,
         "auth_bytes": b"",
     }
     if version >= 1:
@@ -81,7 +88,7 @@ async def read_frame(reader: asyncio.StreamReader) -> bytes | None:
         return None
 
 
-async def main(listen: int, broker: int, user: bytes, password: bytes) -> None:
+async def main(listen: int, broker: int, user: bytes, password: bytes, echo: bool) -> None:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         broker_reader, broker_writer = await asyncio.open_connection(HOST, broker)
         try:
@@ -91,7 +98,7 @@ async def main(listen: int, broker: int, user: bytes, password: bytes) -> None:
                 if key == SASL_HANDSHAKE and version == 1:
                     writer.write(handshake(correlation))
                 elif key == SASL_AUTHENTICATE and version in AUTHENTICATE:
-                    writer.write(authenticate(frame, version, correlation, user, password))
+                    writer.write(authenticate(frame, version, correlation, user, password, echo))
                 else:
                     broker_writer.write(struct.pack(">i", len(frame)) + frame)
                     answer = await read_frame(broker_reader)
@@ -113,4 +120,4 @@ async def main(listen: int, broker: int, user: bytes, password: bytes) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    asyncio.run(main(int(args[0]), int(args[1]), args[2].encode(), args[3].encode()))
+    asyncio.run(main(int(args[0]), int(args[1]), args[2].encode(), args[3].encode(), args[4:] == ["echo"]))

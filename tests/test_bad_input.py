@@ -3,7 +3,11 @@ reasons, or one clear line, never a traceback."""
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -276,3 +280,88 @@ def test_strict_read_fails_on_implausible_gaps(tmp_path: Path) -> None:
         " splitter; 1,460 bytes of Kafka connections the capture lost (gaps); 2 sequence number jumps past"
         " any TCP window (implausible gaps)\n",
     )
+
+
+# -- issue 45, goal 4: a file an option names, and a capture, never hang or fill memory --------------
+def kwsniff_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The command in its own process: a door that hangs fails the test by its timeout, not the run."""
+    return subprocess.run(
+        [sys.executable, "-m", "kwsniff", *map(str, args)], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "what"),
+    [
+        ("device", "a device or socket, not a regular file"),
+        ("fifo", "a pipe, not a regular file"),
+        ("directory", "a directory, not a regular file"),
+        ("large", "4,194,305 bytes, more than 4,194,304"),
+    ],
+)
+@pytest.mark.parametrize("command", ["read", "show"])
+def test_a_broker_map_that_is_not_a_small_regular_file_is_refused_at_once(
+    tmp_path: Path, command: str, kind: str, what: str
+) -> None:
+    """`--broker-map /dev/zero` read until a MemoryError at 1.87 GB; a FIFO with no writer blocked
+    for ever."""
+    path = {"device": Path("/dev/zero"), "directory": tmp_path}.get(kind, tmp_path / f"map.{kind}")
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "large":
+        with path.open("wb") as f:
+            f.truncate(4 * 1024 * 1024 + 1)  # sparse: its size is the point, not its bytes
+    out = ["-o", tmp_path / "t"] if command == "read" else []
+    done = kwsniff_process(command, QUICKSTART, *out, "--broker-map", path)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr == (
+        f"kwsniff: error: Invalid value for '--broker-map': {path}: {what} (see 'python -m kwsniff {command} --help')\n"
+    )
+
+
+@pytest.mark.parametrize("command", ["read", "show"])
+def test_a_capture_that_is_a_pipe_nobody_writes_to_is_one_line_not_a_hang(
+    tmp_path: Path, command: str
+) -> None:
+    fifo = tmp_path / "capture.fifo"
+    os.mkfifo(fifo)
+    out = ["-o", tmp_path / "t"] if command == "read" else []
+    done = kwsniff_process(command, fifo, *out)
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert (
+        done.stderr
+        == f"kwsniff: error: {fifo}: a pipe nobody writes to (a stream goes to standard input: `-`)\n"
+    )
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("command", ["read", "show"])
+def test_a_capture_that_is_a_device_is_one_line(tmp_path: Path, command: str) -> None:
+    out = ["-o", tmp_path / "t"] if command == "read" else []
+    done = kwsniff_process(command, "/dev/zero", *out)
+    assert done.returncode == 1
+    assert done.stderr == "kwsniff: error: /dev/zero: a device or socket, not a capture file\n"
+
+
+def test_a_capture_pipe_with_a_writer_is_read_as_its_file(tmp_path: Path) -> None:
+    """A named pipe something writes a capture into (`mkfifo p; tcpdump -w p`, `<(zcat x.pcap.gz)`)
+    is a stream: read once, as it fills, to the same exchanges as the file."""
+    fifo = tmp_path / "capture.fifo"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with fifo.open("wb") as f:  # opens once the reader has
+            f.write(QUICKSTART.read_bytes())
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    from_pipe = kwsniff_process("show", fifo, "--json")
+    writer.join(10)
+    from_file = kwsniff_process("show", QUICKSTART, "--json")
+    assert from_pipe.returncode == from_file.returncode == 0, from_pipe.stderr
+    assert from_pipe.stdout == from_file.stdout.replace(
+        '"capture": "quickstart.pcap"', '"capture": "capture.fifo"'
+    )
+    assert len(from_file.stdout.splitlines()) == 75

@@ -158,11 +158,15 @@ def test_directory(tmp_path: Path) -> None:
 def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write(tmp_path, "secret.pcap", PCAP)
     if os.geteuid() == 0:
-        # root reads anything, so make open() refuse the way it would for a normal user.
-        def refuse(*args: object, **kwargs: object) -> None:
-            raise PermissionError(13, "Permission denied")
+        # root reads anything, so make opening this file refuse the way it would for a normal user.
+        real_open = os.open
 
-        monkeypatch.setattr("builtins.open", refuse)
+        def refuse(name: str | os.PathLike[str], *args: int, **kwargs: int) -> int:
+            if os.fspath(name) == os.fspath(path):
+                raise PermissionError(13, "Permission denied")
+            return real_open(name, *args, **kwargs)
+
+        monkeypatch.setattr(os, "open", refuse)
     else:
         path.chmod(0)
     with pytest.raises(CaptureError) as caught:

@@ -13,7 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from kwsniff.cli import main
-from kwsniff.commands.options import API, BYTE_SIZE, PORT
+from kwsniff.commands.options import API, BYTE_SIZE, PORT, FlowBuckets, Port, TunnelPort
+from kwsniff.commands.sizes import ByteSize
+from kwsniff.commands.values import BoundedInt, FiniteFloat
 
 CAPTURES = Path(__file__).parent / "data" / "captures"
 KP = CAPTURES / "kafka_python.pcap"  # 46 requests on port 19103
@@ -137,3 +139,82 @@ def test_show_prints_warnings_on_stderr(tmp_path: Path) -> None:
     assert result.exit_code == 0
     assert result.stderr.startswith("kwsniff: warning: swapped.pcap: pcap header version fields")
     assert '"api_name": "ApiVersions"' in result.stdout and "warning" not in result.stdout
+
+
+# -- issue 45, goal 4: every number an option takes is a finite number in its range ----------------
+# The types of options whose values are numbers (ports, sizes, counts, seconds, milliseconds).
+NUMBER_TYPES = (FiniteFloat, BoundedInt, ByteSize, Port, FlowBuckets, TunnelPort)
+# What each command needs besides the option tried, so that only that option can be refused.
+COMMAND_ARGS = {
+    "read": [str(KP), "-o", "OUT"],
+    "show": [str(KP)],
+    "capture": ["lo", "-o", "OUT"],
+    "report": ["TABLES"],
+    "spark": [str(KP), "-o", "OUT"],
+}
+
+
+def number_options() -> list[tuple[str, str]]:
+    found = []
+    for name in main.list_commands(click.Context(main)):
+        command = main.get_command(click.Context(main), name)
+        assert command is not None
+        for param in command.params:
+            if isinstance(param, click.Option) and isinstance(param.type, NUMBER_TYPES):
+                found.append((name, max(param.opts, key=len)))
+    return found
+
+
+def test_every_number_option_is_of_a_type_that_refuses_nan_and_inf() -> None:
+    """click's FLOAT, INT, FloatRange and IntRange let `nan` through (it compares false with every
+    bound) and FLOAT takes `inf`: no option of any command uses them bare."""
+    bare = []
+    for name in main.list_commands(click.Context(main)):
+        command = main.get_command(click.Context(main), name)
+        assert command is not None
+        for param in command.params:
+            kind = type(param.type)
+            if kind in (
+                click.types.FloatParamType,
+                click.types.IntParamType,
+                click.FloatRange,
+                click.IntRange,
+            ):
+                bare.append((name, param.name))
+    assert bare == []
+    assert len(number_options()) >= 40  # every command's ports, sizes, counts and seconds
+
+
+@pytest.mark.parametrize(("command", "option"), number_options())
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999", "9" * 30])
+def test_every_number_option_refuses_nan_inf_and_past_int64_with_one_line(
+    tmp_path: Path, command: str, option: str, value: str
+) -> None:
+    """`--idle-timeout nan` or `inf` was a traceback on `read` and `capture`; `show --min-latency nan`
+    filtered nothing; `--count` and `--session-timeout-ms` took numbers no counter holds."""
+    if option == "--tunnel-port":
+        value = f"vxlan={value}"
+    args = [str(tmp_path / a) if a in ("OUT", "TABLES") else a for a in COMMAND_ARGS[command]]
+    result = CliRunner().invoke(main, [command, *args, option, value], prog_name="kwsniff")
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr.startswith("kwsniff: error: Invalid value for ")
+    assert option in result.stderr and result.stderr.count("\n") == 1
+    assert not (tmp_path / "OUT").exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("nan", "'nan' is not a finite number"),
+        ("inf", "inf is not in the range 0<=x<=1000000000000.0"),
+        ("-1", "-1.0 is not in the range 0<=x<=1000000000000.0"),
+    ],
+)
+def test_show_min_latency_nan_is_refused_not_a_filter_that_keeps_everything(value: str, message: str) -> None:
+    result = CliRunner().invoke(main, ["show", str(KP), "--min-latency", value], prog_name="kwsniff")
+    assert result.exit_code == 2
+    assert (
+        result.stderr
+        == f"kwsniff: error: Invalid value for '--min-latency': {message} (see 'kwsniff show --help')\n"
+    )

@@ -184,3 +184,16 @@ def test_sink_abort_removes_its_files_and_close_renames_them(tmp_path: Path) -> 
     assert sink.paths["requests"] == tmp_path / "requests" / "x.parquet"
     assert sink.counts["requests"] == 1
     assert sorted(p.name for p in (tmp_path / "connections").iterdir()) == ["x.parquet"]
+
+
+def test_an_out_through_a_symbolic_link_to_nothing_is_refused_and_creates_nothing(tmp_path: Path) -> None:
+    """Following the link made its target and the target's parents, wherever it pointed (issue 45)."""
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "elsewhere" / "deep" / "x")
+    result = CliRunner().invoke(main, ["read", str(KP), "-o", str(link)], prog_name="kwsniff")
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"kwsniff: error: --out {link}: {link} is a symbolic link to {tmp_path}/elsewhere/deep/x,"
+        " which does not exist\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

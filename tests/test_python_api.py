@@ -411,3 +411,98 @@ def test_the_api_is_typed_for_its_users(tmp_path: Path) -> None:
         'use.py:12: error: Incompatible types in assignment (expression has type "Tables", variable has type "int")  [assignment]',
         "Found 1 error in 1 file (checked 1 source file)",
     ]
+
+
+# -- issue 45, goal 4: every argument the command would refuse is one of kwsniff's errors ------------
+LONG_PATH = "/tmp/" + "a" * 10 * 1024  # 10 KiB: the file system refuses the name (ENAMETOOLONG)
+
+
+def api_call(name: str, tmp_path: Path) -> object:
+    fifo = tmp_path / "map.fifo"
+    if name.endswith("fifo") and not fifo.exists():
+        os.mkfifo(fifo)
+    calls = {
+        "idle_timeout inf": lambda: kwsniff.read(QUICKSTART, idle_timeout=float("inf")),
+        "idle_timeout nan": lambda: kwsniff.read(QUICKSTART, idle_timeout=float("nan")),
+        "memory_limit True": lambda: kwsniff.read(QUICKSTART, memory_limit=True),
+        "records 'no'": lambda: kwsniff.read(QUICKSTART, records="no"),
+        "broker_port None": lambda: kwsniff.read(QUICKSTART, broker_port=[9092, None]),
+        "broker_map /dev/zero": lambda: kwsniff.read(QUICKSTART, broker_map="/dev/zero"),
+        "broker_map fifo": lambda: kwsniff.read(QUICKSTART, broker_map=fifo),
+        "captures 5": lambda: kwsniff.read(5),  # type: ignore[arg-type]
+        "report until 12345": lambda: kwsniff.report(tmp_path, until=12345),  # type: ignore[arg-type]
+        "report memory_limit True": lambda: kwsniff.report(tmp_path, memory_limit=True),
+        "report session_timeout_ms nan": lambda: kwsniff.report(tmp_path, session_timeout_ms=float("nan")),  # type: ignore[arg-type]
+        "report topic 5": lambda: kwsniff.report(tmp_path, topic=5),  # type: ignore[arg-type]
+        "read long path": lambda: kwsniff.read(LONG_PATH),
+        "report long path": lambda: kwsniff.report(LONG_PATH),
+        "write long path": lambda: kwsniff.read(QUICKSTART).write(LONG_PATH),
+    }
+    return calls[name]()
+
+
+@pytest.mark.parametrize(
+    ("call", "kind", "text"),
+    [
+        ("idle_timeout inf", kwsniff.UsageError, "idle_timeout=inf: Invalid value for '--idle-timeout': inf is not in the range 0<=x<=1000000000.0"),
+        ("idle_timeout nan", kwsniff.UsageError, "idle_timeout=nan: Invalid value for '--idle-timeout': nan is not a finite number"),
+        ("memory_limit True", kwsniff.UsageError, "memory_limit=True: Invalid value for '--memory-limit': True is not a size"),
+        ("records 'no'", kwsniff.UsageError, "read: records='no': a flag, True or False"),
+        ("broker_port None", kwsniff.UsageError, "read: broker_port=[9092, None]: None is not a value"),
+        ("broker_map /dev/zero", kwsniff.UsageError, "/dev/zero: a device or socket, not a regular file"),
+        ("broker_map fifo", kwsniff.UsageError, "map.fifo: a pipe, not a regular file"),
+        ("captures 5", kwsniff.UsageError, "read: 5 is not a path or a list of paths"),
+        ("report until 12345", kwsniff.UsageError, "report: until=12345 is not a datetime or an ISO 8601 time"),
+        ("report memory_limit True", kwsniff.UsageError, "report: memory_limit=True: Invalid value for '--memory-limit': True is not a size"),
+        ("report session_timeout_ms nan", kwsniff.UsageError, "session_timeout_ms=nan: Invalid value for '--session-timeout-ms'"),
+        ("report topic 5", kwsniff.UsageError, "report: topic=5 is not a string"),
+        ("read long path", kwsniff.InputError, f"{LONG_PATH[:200]}...: cannot open (File name too long)"),
+        ("report long path", kwsniff.ReportError, f"{LONG_PATH[:200]}: File name too long"),
+        ("write long path", kwsniff.OutputError, f"--out {LONG_PATH[:200]}...: File name too long"),
+    ],
+)  # fmt: skip
+def test_an_argument_the_command_would_refuse_is_a_kwsniff_error(
+    tmp_path: Path, call: str, kind: type[kwsniff.KwsniffError], text: str
+) -> None:
+    """Each raised MemoryError, OverflowError, ValueError, AttributeError or OSError, blocked for ever,
+    or was silently taken (`memory_limit=True` as one byte, `records="no"` as True)."""
+    with pytest.raises(kind) as caught:
+        api_call(call, tmp_path)
+    assert text in str(caught.value)
+    assert len(str(caught.value)) < 600  # one line, not the 10 KiB name
+    if kind is kwsniff.UsageError:
+        assert isinstance(caught.value, ValueError)  # caught the usual way too
+        assert caught.value.exit_code == 2
+
+
+def test_report_memory_limit_is_a_size_as_the_command_takes_it(tmp_path: Path) -> None:
+    """`memory_limit='1B'` reached DuckDB as `1BB` (its ParserException); it is one byte, as
+    `report --memory-limit 1B` takes it, in which DuckDB runs out of memory: a ReportError."""
+    tables = kwsniff.read(QUICKSTART)
+    with pytest.raises(kwsniff.ReportError, match="DuckDB ran out of memory or spill space"):
+        kwsniff.report(tables, memory_limit="1B")
+    assert kwsniff.report(tables, memory_limit="512MiB", sections=["latency"])["latency"].num_rows > 0
+
+
+def test_read_of_a_pipe_nobody_writes_to_is_an_input_error_not_a_hang(tmp_path: Path) -> None:
+    fifo = tmp_path / "capture.fifo"
+    os.mkfifo(fifo)
+    code = f"import kwsniff\ntry:\n    kwsniff.read({str(fifo)!r})\nexcept kwsniff.InputError as exc:\n    print(exc)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == "capture.fifo: a pipe nobody writes to (a stream goes to standard input: `-`)\n"
+
+
+@pytest.mark.parametrize("inside", [False, True])
+def test_write_to_a_dangling_symlink_creates_nothing_outside_out(tmp_path: Path, inside: bool) -> None:
+    """`Tables.write` to a link whose target does not exist used to create the target (and its
+    parents), wherever the link points."""
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "elsewhere" / "deep" / "x")
+    out = link / "tables" if inside else link
+    with pytest.raises(kwsniff.OutputError) as caught:
+        kwsniff.read(QUICKSTART).write(out)
+    assert str(caught.value) == (
+        f"--out {out}: {link} is a symbolic link to {tmp_path}/elsewhere/deep/x, which does not exist"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

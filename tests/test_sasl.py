@@ -351,6 +351,10 @@ def test_a_first_packet_that_is_a_gssapi_token_is_sasl_not_garbage() -> None:
 def log_in_with_confluent(mechanism: str, user: str, bootstrap: str) -> None:
     """An AdminClient that logs in as ``user`` with ``mechanism``; tansu refuses it (PLAIN: an
     unsupported mechanism; SCRAM: an unknown user), so it never gets metadata."""
+    log_in_with_confluent_password(mechanism, user, PASSWORD, bootstrap)
+
+
+def log_in_with_confluent_password(mechanism: str, user: str, password: str, bootstrap: str) -> None:
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient(
@@ -359,7 +363,7 @@ def log_in_with_confluent(mechanism: str, user: str, bootstrap: str) -> None:
             "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanism": mechanism,
             "sasl.username": user,
-            "sasl.password": PASSWORD,
+            "sasl.password": password,
             "reconnect.backoff.ms": 500,
             "reconnect.backoff.max.ms": 500,
             "log_level": 0,
@@ -499,18 +503,31 @@ def test_real_clients_scram_user_is_the_connections_principal(
 PLAIN_USER, PLAIN_PASSWORD = "ops-team", "pl41n-Pa55-Zq7"
 
 
-@pytest.fixture(scope="module")
-def plain_proxy(broker: str) -> Iterator[int]:
+@contextlib.contextmanager
+def plain_proxy_process(broker: str, *flags: str) -> Iterator[int]:
     """tests/sasl_plain_proxy.py in front of the session's tansu; yields the port it listens on."""
     port = free_port()
     script = Path(__file__).resolve().parent / "sasl_plain_proxy.py"
     command = [sys.executable, str(script), str(port), broker.rsplit(":", 1)[1], PLAIN_USER, PLAIN_PASSWORD]
-    proxy = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    proxy = subprocess.Popen([*command, *flags], stdout=subprocess.DEVNULL)
     try:
         wait_for_listener(port)
         yield port
     finally:
         stop_process(proxy)
+
+
+@pytest.fixture(scope="module")
+def plain_proxy(broker: str) -> Iterator[int]:
+    with plain_proxy_process(broker) as port:
+        yield port
+
+
+@pytest.fixture(scope="module")
+def echoing_proxy(broker: str) -> Iterator[int]:
+    """The PLAIN proxy that repeats the refused password in its error_message."""
+    with plain_proxy_process(broker, "echo") as port:
+        yield port
 
 
 def test_confluent_kafka_sasl_plain_principal_and_no_password_in_any_table(
@@ -630,3 +647,177 @@ def test_inventory_names_each_client_with_its_sasl_principal(tmp_path: Path) -> 
         ("ops-tool", "admin", "PLAIN", "alice")
     ]
     assert PASSWORD not in report.output
+
+
+# --- issue 45, goal 5: a secret the broker echoes is redacted too ---------------------------------
+ECHO = f"Authentication failed: invalid credentials for alice ({PASSWORD})"
+
+
+def authenticate_response_with_message(error: int, message: str) -> bytes:
+    """SaslAuthenticate v1 response: error code, error_message, empty auth bytes, session lifetime."""
+    return struct.pack(">h", error) + string(message) + token(b"") + struct.pack(">q", 0)
+
+
+def metadata_v0_response_naming(topic: str) -> bytes:
+    """Metadata v0 response: one broker (10.0.0.2:9092, node 1) and ``topic`` with error 3
+    (UNKNOWN_TOPIC_OR_PARTITION) and no partitions."""
+    broker = struct.pack(">i", 1) + string("10.0.0.2") + struct.pack(">i", 9092)
+    return (
+        struct.pack(">i", 1) + broker + struct.pack(">i", 1) + struct.pack(">h", 3) + string(topic) + bytes(4)
+    )
+
+
+def echoing_broker(tmp_path: Path) -> Path:
+    """A broker (or a proxy in front of it) that echoes the PLAIN password back: in the refusal's
+    error_message, in a SaslHandshake's mechanism list and as a topic name of a Metadata answer
+    after the client authenticated on its second try."""
+    f = Flow().handshake()
+    f.send(0, request(17, 1, 1, string("PLAIN")))
+    f.send(1, response(1, handshake_response(0, "PLAIN")))
+    f.send(0, request(36, 1, 2, token(PLAIN_TOKEN)))
+    f.send(1, response(2, authenticate_response_with_message(58, ECHO)))
+    f.send(0, request(17, 1, 3, string("PLAIN")))
+    f.send(1, response(3, handshake_response(0, "PLAIN", f"PLAIN-{PASSWORD}")))
+    f.send(0, request(36, 1, 4, token(PLAIN_TOKEN)))
+    f.send(1, response(4, authenticate_response_with_message(0, f"welcome back, {PASSWORD}")))
+    f.send(0, request(3, 0, 5, METADATA_V0_REQUEST))
+    f.send(1, response(5, metadata_v0_response_naming(PASSWORD)))
+    f.close()
+    return write_pcap(tmp_path / "echo.pcap", f.packets)
+
+
+def forms_of(secret: str) -> list[str]:
+    raw = secret.encode()
+    return [secret, raw.hex(), base64.b64encode(raw).decode()]
+
+
+def test_a_password_the_broker_echoes_reaches_no_table_no_show_and_no_metric(tmp_path: Path) -> None:
+    """Only the request's token was redacted: a broker echoing it in SaslAuthenticate's error_message
+    put the password in the `errors` table and in `show`."""
+    from prometheus_client import generate_latest
+
+    from kwsniff.capture.live import CaptureCounters
+    from kwsniff.pipeline.run import run_capture
+    from kwsniff.view.metrics import Metrics
+    from kwsniff.view.stats import LiveStats, StatsSink
+
+    capture = echoing_broker(tmp_path)
+    assert PASSWORD.encode() in capture.read_bytes()
+    runner = CliRunner()
+    out = tmp_path / "t"
+    read = runner.invoke(main, ["read", str(capture), "--out", str(out), "--summaries", "always"])
+    text = runner.invoke(main, ["show", str(capture)])
+    as_json = runner.invoke(main, ["show", "--json", str(capture)])
+    assert (read.exit_code, text.exit_code, as_json.exit_code) == (0, 0, 0), read.output
+
+    tables = {t: ds.dataset(out / t).to_table().to_pylist() for t in ("requests", "errors", "connections")}
+    assert [(r["api_name"], r["first_error_name"]) for r in tables["requests"]] == [
+        ("SaslHandshake", None),
+        ("SaslAuthenticate", "SASL_AUTHENTICATION_FAILED"),
+        ("SaslHandshake", None),
+        ("SaslAuthenticate", None),
+        ("Metadata", "UNKNOWN_TOPIC_OR_PARTITION"),
+    ]
+    errors = {e["api_name"]: e for e in tables["errors"]}
+    assert errors["SaslAuthenticate"]["error_message"] == "[redacted]"
+    assert errors["Metadata"]["topic"] == "[redacted]"
+    (conn,) = tables["connections"]
+    assert (conn["sasl_principal"], conn["sasl_outcome"]) == ("alice", "failed: SASL_AUTHENTICATION_FAILED")
+
+    shown = [json.loads(line) for line in as_json.output.splitlines()]
+    assert shown[1]["response"]["error_message"] == "[redacted]"
+    assert shown[2]["response"]["mechanisms"] == ["PLAIN", "[redacted]"]
+    assert shown[3]["response"]["error_message"] == "[redacted]"
+    assert [t["name"] for t in shown[4]["response"]["topics"]] == ["[redacted]"]
+
+    stats = LiveStats(collect_pending=True)
+    run_capture(capture, StatsSink(ListSink(), stats), SessionOptions())
+    metrics = Metrics()
+    metrics.update(CaptureCounters(), stats.take_pending(), 0)
+    scrape = generate_latest(metrics.registry).decode()
+    assert 'kwsniff_errors_total{error="SASL_AUTHENTICATION_FAILED"} 1.0' in scrape
+
+    files = list(out.rglob("*.parquet"))
+    assert len(files) == 6 + len(SUMMARIES)
+    for form in forms_of(PASSWORD):
+        for output in (text.output, as_json.output, read.output, scrape):
+            assert form not in output
+        for file in files:
+            assert form.encode() not in file.read_bytes()
+
+
+def test_a_scram_proof_echoed_in_the_server_error_is_not_the_outcome() -> None:
+    """A SCRAM server-error (`e=...`, RFC 5802 section 7) is kept in `sasl_outcome`: one that echoes
+    the client's proof keeps the refusal and loses the proof."""
+    proof = SCRAM_FINAL.rpartition(b",p=")[2]
+    tokens = [(0, SCRAM_FIRST), (1, SCRAM_SERVER_FIRST), (0, SCRAM_FINAL), (1, b"e=bad-proof-" + proof)]
+    f = Flow().handshake()
+    f.send(0, request(17, 0, 2, string("SCRAM-SHA-256")))
+    f.send(1, response(2, handshake_response(0, "SCRAM-SHA-256")))
+    for d, data in tokens:
+        f.send(d, token(data))
+    f.close()
+    sink = run(f.packets)
+    (conn,) = sink.tables["connections"]
+    assert sasl_columns(conn) == ("SCRAM-SHA-256", "failed: [redacted]", 4, False)
+    assert proof.decode() not in repr(sink.tables)
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "client_token", "secret"),
+    [
+        ("PLAIN", PLAIN_TOKEN, PASSWORD),
+        (None, PLAIN_TOKEN, PASSWORD),  # the handshake was before the capture began
+        ("SCRAM-SHA-256", SCRAM_FINAL, "v0X8v3Bz2T0CJGbJQyF0X+HI4Ts="),
+        ("OAUTHBEARER", b"n,,\x01auth=Bearer eyJhbGciOiJub25lIn0.e30.c2ln\x01\x01", "eyJhbGciOiJub25lIn0.e30.c2ln"),
+    ],
+)  # fmt: skip
+def test_every_form_of_a_client_secret_is_hidden_and_nothing_else(
+    mechanism: str | None, client_token: bytes, secret: str
+) -> None:
+    from kwsniff.kafka.sasl import Secrets
+
+    secrets = Secrets()
+    secrets.learn(mechanism, client_token)
+    message = {
+        "error_message": f"no: {secret}",
+        "topics": [{"name": "orders"}, {"name": secret.encode().hex()}],
+        ("key", base64.b64encode(secret.encode()).decode()): 1,
+        "count": 7,
+    }
+    assert secrets.clean(message) == {
+        "error_message": "[redacted]",
+        "topics": [{"name": "orders"}, {"name": "[redacted]"}],
+        ("key", "[redacted]"): 1,
+        "count": 7,
+    }
+
+
+def test_a_real_client_refused_by_a_proxy_that_echoes_its_password_leaves_it_nowhere(
+    echoing_proxy: int, tmp_path: Path
+) -> None:
+    """librdkafka logs in with a wrong password; the proxy refuses it and repeats that password in
+    SaslAuthenticate's error_message. The refusal is in the tables, the password is not."""
+    wrong = "wr0ng-Pa55-Xk4"
+    pcap = tmp_path / "echo.pcap"
+    with tcpdump_capture(pcap, echoing_proxy) as stats:
+        log_in_with_confluent_password("PLAIN", PLAIN_USER, wrong, f"127.0.0.1:{echoing_proxy}")
+    assert f"with password {wrong}".encode() in pcap.read_bytes()  # the echo crossed the wire
+    out = tmp_path / "tables"
+    traffic = CapturedTraffic(pcap=pcap, port=echoing_proxy, result=None, tcpdump=stats)
+    tables, shown = read_tables(traffic, out)
+    refusals = [e for e in tables["errors"] if e["api_name"] == "SaslAuthenticate"]
+    assert refusals  # librdkafka may try again (how often depends on timing): each is refused
+    assert {(e["error_name"], e["error_message"]) for e in refusals} == {
+        ("SASL_AUTHENTICATION_FAILED", "[redacted]")
+    }
+    sasl_conns = [c for c in tables["connections"] if c["sasl_mechanism"] is not None]
+    assert {(c["sasl_principal"], c["sasl_outcome"]) for c in sasl_conns} == {
+        (PLAIN_USER, "failed: SASL_AUTHENTICATION_FAILED")
+    }
+    files = list(out.rglob("*.parquet"))
+    assert len(files) >= 6
+    for form in forms_of(wrong):
+        assert form not in shown
+        for file in files:
+            assert form.encode() not in file.read_bytes()

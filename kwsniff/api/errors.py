@@ -13,8 +13,10 @@ class KwsniffError(Exception):
     exit_code = 1
 
 
-class UsageError(KwsniffError):
-    """An option the command would refuse: an unknown name, a value of the wrong kind (exit status 2)."""
+class UsageError(KwsniffError, ValueError):
+    """An option the command would refuse: an unknown name, a value of the wrong kind or out of its
+    range (exit status 2). A ValueError too, so ``except ValueError`` catches a bad argument as it
+    would elsewhere in Python."""
 
     exit_code = 2
 

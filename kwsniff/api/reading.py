@@ -53,15 +53,16 @@ def settings(captures: Captures, given: dict[str, Any]) -> Run:
     from kwsniff import codecache
     from kwsniff.commands.options import decoding, session_options, tunnel_settings
     from kwsniff.commands.read import decoding_fields, read
-    from kwsniff.memory import ROWS, MemoryBudget
+    from kwsniff.memory import ROWS, SECRETS, MemoryBudget
     from kwsniff.tables import DEFAULT_TABLES
 
     if "broker_ports" in given:  # the plural reads naturally for a list; the command's name is singular
         given = {("broker_port" if k == "broker_ports" else k): v for k, v in given.items()}
     v = command_values(read, given, OWN)
-    listed: Iterable[str | os.PathLike[str]] = (
-        [captures] if isinstance(captures, str | os.PathLike) else captures
-    )
+    given_paths = [captures] if isinstance(captures, str | os.PathLike) else captures
+    listed = list(given_paths) if isinstance(given_paths, Iterable) else [given_paths]
+    if not all(isinstance(c, str | os.PathLike) for c in listed):
+        raise UsageError(f"read: {captures!r} is not a path or a list of paths")
     paths = [Path(os.fsdecode(c)) for c in listed]
     if not paths:
         raise UsageError("read: no captures given")
@@ -86,7 +87,8 @@ def settings(captures: Captures, given: dict[str, Any]) -> Run:
         from kwsniff.pipeline.keylogs import KeyLogError, load_keylog
 
         try:
-            options = dataclasses.replace(options, keylog=load_keylog(v["keylog"]))
+            keys = load_keylog(v["keylog"], MemoryBudget(v["memory_limit"]).cap(SECRETS))
+            options = dataclasses.replace(options, keylog=keys)
         except KeyLogError as exc:
             raise InputError(str(exc)) from None
     codecache.use_directory(codecache.cache_dir(os.environ))  # as `read` does: decoders kept for the next run
@@ -107,18 +109,18 @@ class Done(NamedTuple):
 def decode(run: Run) -> Iterator[tuple[str, pa.RecordBatch] | Done]:
     """Every input of ``run`` in order: its batches as they fill, then its Done. Inputs are opened
     (format checked) first, as `read` does: a missing input, or no readable one, raises InputError."""
-    from kwsniff.capture import CaptureError, open_capture
+    from kwsniff.capture import CaptureError, check_capture, open_capture
     from kwsniff.pipeline.run import Series, failed_row, failure_reason, result_row
     from kwsniff.sinks import capture_keys, output_name
     from kwsniff.sinks.arrow import ArrowSink
 
     unreadable: dict[Path, str] = {}
     for path in run.paths:
-        if not path.exists():
-            raise InputError(f"{path}: no such file")
         try:
-            open_capture(path).close()
+            check_capture(path)
         except CaptureError as exc:
+            if not os.path.exists(path):  # missing, or a name the file system refuses: nothing runs
+                raise InputError(str(exc)) from None
             unreadable[path] = str(exc)
     if unreadable and (len(unreadable) == len(run.paths) or run.continuous):
         raise InputError(next(iter(unreadable.values())))
@@ -222,12 +224,13 @@ def read(captures: Captures, **options: Any) -> Tables:
     run = settings(captures, options)
     parts: list[Part] = []
     batches: dict[str, list[pa.RecordBatch]] = {}
-    summaries, warnings, reasons = {}, [], []
+    summaries, warnings, reasons, failed_inputs = {}, [], [], []
     for item in decode(run):
         if not isinstance(item, Done):
             batches.setdefault(item[0], []).append(item[1])
             continue
         if item.result is None:
+            failed_inputs.append(f"{item.name}: {item.reason}")
             warnings.append(f"{item.name}: failed: {item.reason}")
             parts.append(Part(item.file_name, ("captures",), batches))
         else:
@@ -240,6 +243,10 @@ def read(captures: Captures, **options: Any) -> Tables:
             if run.strict:
                 reasons += [f"{result.name}: {r}" for r in strict_reasons(result)]
         batches = {}
+    if not summaries:  # nothing decoded, as `read` says it: an error (a pipe nobody wrote to, ...)
+        raise InputError(
+            failed_inputs[0] if len(parts) == 1 else f"none of the {len(parts)} inputs could be read"
+        )
     tables = Tables(parts, run.tables, summaries, warnings, run.options.memory_limit)
     if run.strict and (reasons or len(summaries) < len(parts)):
         failed = len(parts) - len(summaries)

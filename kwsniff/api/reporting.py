@@ -29,7 +29,32 @@ def _utc(value: Time, name: str) -> dt.datetime | None:
             raise UsageError(f"report: {name}={value!r} is not an ISO 8601 time") from None
     if value is None:
         return None
+    if not isinstance(value, dt.datetime):
+        raise UsageError(f"report: {name}={value!r} is not a datetime or an ISO 8601 time")
     return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
+
+
+def _text(value: object, name: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise UsageError(f"report: {name}={value!r} is not a string")
+    return value
+
+
+def _sizes(memory_limit: object, spill_limit: object, session_timeout_ms: object) -> tuple[int, int, int]:
+    """The DuckDB limits (`report`'s defaults for None) and the session timeout, checked by the
+    `report` command's own option types."""
+    from kwsniff.api.options import UNSET, option_of, option_value
+    from kwsniff.commands.report import report as command
+
+    given = {
+        "memory_limit": memory_limit,
+        "spill_limit": spill_limit,
+        "session_timeout_ms": session_timeout_ms,
+    }
+    return tuple(  # type: ignore[return-value]
+        option_value(command, option_of(command, name), UNSET if value is None else value)
+        for name, value in given.items()
+    )
 
 
 def report(
@@ -52,6 +77,12 @@ def report(
     unless ``spark`` (a SparkSession) is given: then the same SQL runs on it."""
     from kwsniff.api.tables import Tables
 
+    memory, spill, timeout = _sizes(memory_limit, spill_limit, session_timeout_ms)
+    times = (_utc(since, "since"), _utc(until, "until"))
+    names = (_text(topic, "topic"), _text(client, "client"), _text(group, "group"))
+    chosen = [sections] if isinstance(sections, str) else list(sections or ())
+    if not all(isinstance(s, str) for s in chosen):
+        raise UsageError(f"report: sections={sections!r} is not a list of section names")
     if isinstance(tables, Tables):
         with tempfile.TemporaryDirectory(prefix="kwsniff-report-") as folder:
             dataset = tables.write(Path(folder) / "tables")
@@ -71,25 +102,25 @@ def report(
     import duckdb
 
     from kwsniff.commands.report import NEEDED
-    from kwsniff.memory import DEFAULT_MEMORY_LIMIT
     from kwsniff.report.engines import Filters
     from kwsniff.report.run import answer_arrow, open_engine
     from kwsniff.report.sections import SECTIONS
 
-    path = Path(tables)
-    if not path.is_dir():
-        raise ReportError(f"{path}: not a directory of kwsniff tables")
-    missing = [n for n in NEEDED if not any((path / n).rglob("*.parquet"))]
-    if missing:
-        raise ReportError(f"{path}: no {', '.join(missing)} table (written by kwsniff read or spark)")
-    chosen = list(sections or ())
     unknown = sorted(set(chosen) - {s.name for s in SECTIONS})
     if unknown:
         raise UsageError(f"no section {', '.join(unknown)}; sections: {', '.join(s.name for s in SECTIONS)}")
-    filters = Filters(_utc(since, "since"), _utc(until, "until"), topic, client, group, session_timeout_ms)
-    # `report`'s defaults for its DuckDB engine (4 GiB in memory, 16 GiB spilled).
-    memory = memory_limit if memory_limit is not None else 4 * DEFAULT_MEMORY_LIMIT
-    spill = spill_limit if spill_limit is not None else 16 * DEFAULT_MEMORY_LIMIT
+    if not isinstance(tables, str | os.PathLike):
+        raise UsageError(f"report: {tables!r} is not Tables or a directory")
+    path = Path(tables)
+    try:
+        missing = [n for n in NEEDED if not any((path / n).rglob("*.parquet"))] if path.is_dir() else None
+    except OSError as exc:  # a name too long for the file system, a folder it may not read
+        raise ReportError(f"{str(path)[:200]}: {exc.strerror or exc}") from None
+    if missing is None:
+        raise ReportError(f"{path}: not a directory of kwsniff tables")
+    if missing:
+        raise ReportError(f"{path}: no {', '.join(missing)} table (written by kwsniff read or spark)")
+    filters = Filters(*times, *names, timeout)
     engine = None
     try:
         engine = open_engine(path, filters, spark, memory, spill)

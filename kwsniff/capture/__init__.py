@@ -4,6 +4,14 @@ This is an edge layer: it reads files, and hands the protocol core nothing but b
 """
 
 from kwsniff.capture.reader import CaptureError, CaptureReader
-from kwsniff.capture.source import STDIN, open_capture, open_capture_file, open_stream
+from kwsniff.capture.source import STDIN, check_capture, open_capture, open_capture_file, open_stream
 
-__all__ = ["STDIN", "CaptureError", "CaptureReader", "open_capture", "open_capture_file", "open_stream"]
+__all__ = [
+    "STDIN",
+    "CaptureError",
+    "CaptureReader",
+    "check_capture",
+    "open_capture",
+    "open_capture_file",
+    "open_stream",
+]

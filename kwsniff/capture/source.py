@@ -4,9 +4,11 @@ or xz, check headers."""
 from __future__ import annotations
 
 import os
+import stat
 import zlib
 from typing import BinaryIO
 
+from kwsniff.capture import pipes
 from kwsniff.capture.decompress import DecompressingReader, compression_of
 from kwsniff.capture.gunzip import GunzipReader
 from kwsniff.capture.pcap import PcapReader, is_pcap
@@ -33,6 +35,13 @@ class StreamFile:
         """stdin stays open: it belongs to the process."""
 
 
+class PipeFile(StreamFile):
+    """A named pipe read as it fills (StreamFile), closed with its reader."""
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
 def open_stream(fd: int, name: str = "stdin") -> CaptureReader:
     """A reader over a pcap or pcapng stream on ``fd`` (`kwsniff read -`: `tcpdump -w - | kwsniff read -`)."""
     return _open(StreamFile(fd), name, name, None)  # type: ignore[arg-type]
@@ -45,21 +54,61 @@ def open_capture(path: str | os.PathLike[str]) -> CaptureReader:
     if shown == STDIN:
         return open_stream(0)
     try:
-        fileobj = open(path, "rb")  # noqa: SIM115 - the reader owns and closes it
+        # Non-blocking: opening a FIFO nobody has opened for writing would otherwise wait for ever.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise CaptureError(f"{shown}: no such file") from None
-    except IsADirectoryError:
-        raise CaptureError(f"{shown}: is a directory, not a capture file") from None
     except PermissionError:
         raise CaptureError(f"{shown}: permission denied") from None
     except OSError as err:
-        raise CaptureError(f"{shown}: cannot open ({err.strerror or err})") from None
+        # A name of kilobytes (ENAMETOOLONG) would make the error line a page.
+        cut = shown if len(shown) <= 200 else shown[:200] + "..."
+        raise CaptureError(f"{cut}: cannot open ({err.strerror or err})") from None
     try:
-        size = os.fstat(fileobj.fileno()).st_size
-        return _open(fileobj, shown, os.path.basename(shown), size)
+        fileobj, first = _file_of(fd, shown)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        return _open(
+            fileobj,
+            shown,
+            os.path.basename(shown),
+            None if first is not None else os.fstat(fd).st_size,
+            first,
+        )
     except BaseException:
         fileobj.close()
         raise
+
+
+def check_capture(path: str | os.PathLike[str]) -> None:
+    """Open and close the capture at ``path`` to check its format (CaptureError if it is none). A
+    named pipe is not opened: what it carries would be lost to the check; it is checked when read."""
+    try:
+        if stat.S_ISFIFO(os.stat(path).st_mode):
+            return
+    except OSError:
+        pass  # open_capture says why
+    open_capture(path).close()
+
+
+def _file_of(fd: int, shown: str) -> tuple[BinaryIO, bytes | None]:
+    """The file object of a regular file, or of a FIFO with a writer (a stream, read as it fills, with
+    the bytes read while learning that it has one); anything else is refused."""
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISDIR(mode):
+        raise CaptureError(f"{shown}: is a directory, not a capture file")
+    if stat.S_ISFIFO(mode):
+        first = pipes.first_bytes(fd, 1 << 16)
+        if first is None:
+            raise CaptureError(f"{shown}: a pipe nobody writes to (a stream goes to standard input: `-`)")
+        os.set_blocking(fd, True)
+        return PipeFile(fd), first  # type: ignore[return-value]
+    if not stat.S_ISREG(mode):
+        raise CaptureError(f"{shown}: a device or socket, not a capture file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb"), None
 
 
 def open_capture_file(fileobj: BinaryIO, name: str) -> CaptureReader:
@@ -79,8 +128,13 @@ def _remaining_size(fileobj: BinaryIO) -> int | None:
         return None
 
 
-def _open(fileobj: BinaryIO, shown: str, name: str, size: int | None) -> CaptureReader:
+def _open(
+    fileobj: BinaryIO, shown: str, name: str, size: int | None, first: bytes | None = None
+) -> CaptureReader:
     raw = CountingReader(fileobj)
+    if first:
+        raw.unread(first)
+        raw.consumed += len(first)
     head = _read_head(raw, shown)
     if not head:
         raise CaptureError(f"{shown}: empty file")

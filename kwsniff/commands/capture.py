@@ -27,6 +27,7 @@ from kwsniff.commands.options import (
     session_options,
 )
 from kwsniff.commands.signals import stop_on_signals
+from kwsniff.commands.values import BoundedInt, seconds
 from kwsniff.defaults import DEFAULT_BROKER_PORT, DEFAULT_METRICS_MAX_SERIES
 from kwsniff.memory import QUEUE, MemoryBudget
 from kwsniff.pipeline.run import capture_result
@@ -91,11 +92,11 @@ def default_filter(ports: frozenset[int], tunnels: dict | None = None) -> str:
     "give e.g. 'tcp' to let kwsniff detect Kafka on other ports too].",
 )
 @decoding_options
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), help="Stop after this many seconds.")
-@click.option("--count", type=click.IntRange(min=1), help="Stop after this many packets.")
+@click.option("--duration", type=seconds(zero=False), help="Stop after this many seconds.")
+@click.option("--count", type=BoundedInt(1), help="Stop after this many packets.")
 @click.option(
     "--rotate-seconds",
-    type=click.FloatRange(min=0, min_open=True),
+    type=seconds(zero=False),
     default=60.0,
     show_default=True,
     help="Close the Parquet files and start new ones this often.",
@@ -103,14 +104,18 @@ def default_filter(ports: frozenset[int], tunnels: dict | None = None) -> str:
 @click.option(
     "--write-pcap", type=click.Path(path_type=Path), help="Also write the raw packets to this pcap."
 )
-@click.option("--snaplen", type=click.IntRange(min=64, max=262144), default=262144, show_default=True)
+@click.option("--snaplen", type=BoundedInt(64, 262144), default=262144, show_default=True)
 @click.option(
-    "--buffer-mb", type=click.IntRange(min=1), default=64, show_default=True, help="Kernel ring size (MiB)."
+    "--buffer-mb",
+    type=BoundedInt(1, 2047),  # pcap_set_buffer_size takes an int of bytes
+    default=64,
+    show_default=True,
+    help="Kernel ring size (MiB).",
 )
 @click.option("--metrics-port", type=PORT, help="Serve Prometheus metrics on this port.")
 @click.option(
     "--metrics-max-series",
-    type=click.IntRange(min=1),
+    type=BoundedInt(1),
     default=DEFAULT_METRICS_MAX_SERIES,
     show_default=True,
     help="Most metric series whose labels come from the wire (broker, topic, group, partition, an API "
@@ -125,7 +130,7 @@ def default_filter(ports: frozenset[int], tunnels: dict | None = None) -> str:
 @click.option("--quiet", "-q", is_flag=True, help="Print only errors: no start line, live view or summary.")
 @click.option(
     "--workers",
-    type=click.IntRange(min=1, max=64),
+    type=BoundedInt(1, 64),
     help="Capture and decode in this many processes sharing the packets by flow (AF_PACKET fanout) "
     "[default: one per core; 1 with --count]. 1: one process, a capture thread and a decode thread.",
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ import click
 
 from kwsniff.commands import messages
 from kwsniff.commands.sizes import BYTE_SIZE
+from kwsniff.commands.values import BoundedInt, SmallFileError, read_small_file, seconds
 from kwsniff.defaults import DEFAULT_BROKER_PORT
 from kwsniff.memory import DEFAULT_MEMORY_LIMIT, FRAGMENTS, SECRETS, MemoryBudget
 from kwsniff.net import GENEVE_PORTS, TUNNEL_KINDS, VXLAN_PORTS
@@ -29,13 +31,10 @@ class FlowBuckets(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
         if value is None or str(value).strip().lower() == "auto":
             return None
-        try:
-            n = int(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not `auto` or a number of flow buckets", param, ctx)
-        if not 1 <= n <= 4096:
-            self.fail(f"{value!r} is not 1 to 4096 flow buckets", param, ctx)
-        return n
+        return _BUCKETS.convert(value, param, ctx)
+
+
+_BUCKETS = BoundedInt(1, 4096)
 
 
 class Port(click.ParamType):
@@ -44,9 +43,11 @@ class Port(click.ParamType):
     name = "port"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            self.fail(f"{value!r} is not a port number", param, ctx)
         try:
             n = int(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
             self.fail(f"{value!r} is not a port number", param, ctx)
         if not 1 <= n <= 65535:
             self.fail(f"{value!r} is not a TCP port (1 to 65535)", param, ctx)
@@ -94,7 +95,7 @@ memory_limit_option = click.option(
 def idle_timeout_option(help_text: str) -> Any:
     return click.option(
         "--idle-timeout",
-        type=click.FloatRange(min=0),
+        type=seconds(),
         default=900.0,
         show_default=True,
         help=help_text,
@@ -210,6 +211,11 @@ def tunnel_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(run)
 
 
+# The largest --broker-map read: some 150,000 lines of `HOST:PORT NODE_ID`, far more brokers than
+# any fleet has; a bigger file (or /dev/zero) is refused before it fills memory.
+BROKER_MAP_MAX_BYTES = 4 * 1024 * 1024
+
+
 class BrokerMapFile(click.ParamType):
     """A --broker-map file: lines `HOST:PORT NODE_ID` (HOST an IP address, `[v6]` in brackets, or a
     name, resolved once here with the system's resolver), `#` comments and blank lines; converted to
@@ -222,11 +228,14 @@ class BrokerMapFile(click.ParamType):
     ) -> dict[tuple[str, int], int]:
         if isinstance(value, dict):
             return value
+        if not isinstance(value, str | os.PathLike):
+            self.fail(f"{value!r} is not a file name", param, ctx)
         try:
-            with open(value, encoding="utf-8") as f:
-                lines = f.read().splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            self.fail(f"{value}: {getattr(exc, 'strerror', None) or exc}", param, ctx)
+            lines = read_small_file(value, BROKER_MAP_MAX_BYTES).decode("utf-8").splitlines()
+        except SmallFileError as exc:
+            self.fail(str(exc), param, ctx)
+        except UnicodeDecodeError as exc:
+            self.fail(f"{value}: {exc}", param, ctx)
         out: dict[tuple[str, int], int] = {}
         for number, line in enumerate(lines, 1):
             text = line.split("#", 1)[0].strip()

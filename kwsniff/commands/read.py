@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kwsniff import codecache
-from kwsniff.capture import STDIN, CaptureError, open_capture
+from kwsniff.capture import STDIN, CaptureError, check_capture
 from kwsniff.commands import messages
 from kwsniff.commands.exits import EXIT_STRICT
 from kwsniff.commands.options import (
@@ -172,7 +172,7 @@ def read(
     for path in captures:
         if str(path) != STDIN:
             try:
-                open_capture(path).close()
+                check_capture(path)
             except CaptureError as exc:
                 if not os.path.exists(path):
                     # A missing input is the command line's mistake, not a bad capture: nothing runs.

@@ -13,11 +13,14 @@ import click
 from kwsniff.commands import messages
 from kwsniff.commands.extras import require
 from kwsniff.commands.sizes import BYTE_SIZE
+from kwsniff.commands.values import BoundedInt
 from kwsniff.memory import DEFAULT_MEMORY_LIMIT
 
 TEXT_ROWS = 20
 HTML_ROWS = 50
 NEEDED = ("requests", "connections", "errors", "partitions", "groups")
+# A group session timeout is an int32 of milliseconds in the JoinGroup request (KIP-62).
+SESSION_TIMEOUT_MS = BoundedInt(1, 2**31 - 1)
 
 
 def _utc(value: dt.datetime | None) -> dt.datetime | None:
@@ -52,7 +55,7 @@ def _duckdb_bytes(name: str, gib: int, text: str) -> Any:
 )
 @click.option(
     "--top",
-    type=click.IntRange(min=1),
+    type=BoundedInt(1),
     help=f"Rows per section [default: {TEXT_ROWS} in text, all in json/csv].",
 )
 @click.option(
@@ -67,7 +70,7 @@ def _duckdb_bytes(name: str, gib: int, text: str) -> Any:
 @click.option("--until", type=click.DateTime(), help="Only traffic up to this UTC time.")
 @click.option(
     "--session-timeout-ms",
-    type=click.IntRange(min=1),
+    type=SESSION_TIMEOUT_MS,
     default=45_000,
     show_default=True,
     help="Session timeout of groups whose JoinGroup is not in the tables (a group silent longer is stopped).",

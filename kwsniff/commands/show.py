@@ -19,6 +19,7 @@ from kwsniff.commands.options import (
     decoding_options,
     session_options,
 )
+from kwsniff.commands.values import MAX_SECONDS, BoundedInt, FiniteFloat
 from kwsniff.pipeline.run import run_capture
 from kwsniff.view.render import (
     ExchangeFilter,
@@ -122,7 +123,7 @@ def _silence_stdout() -> None:
     "client_id",
     help="Only exchanges of this client id (--client-id: the old name).",
 )
-@click.option("--conn", "conn_id", type=int, help="Only this connection (conn_id of the tables).")
+@click.option("--conn", "conn_id", type=BoundedInt(0), help="Only this connection (conn_id of the tables).")
 @click.option(
     "--topic", help="Only exchanges naming this topic (in the request or response, or by topic id)."
 )
@@ -133,7 +134,7 @@ def _silence_stdout() -> None:
 @click.option(
     "--min-latency",
     "min_latency_ms",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0, max=MAX_SECONDS * 1000),
     metavar="MS",
     help="Only exchanges answered in MS milliseconds or more (unanswered ones have no latency).",
 )

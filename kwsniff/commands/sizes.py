@@ -17,6 +17,8 @@ _UNITS = {
     **{p + "ib": 1024**n for n, p in enumerate("kmgt", 1)},
     **{p + "i": 1024**n for n, p in enumerate("kmgt", 1)},
 }
+# The largest size taken: an int64 of bytes (8 EiB), what the tables and the C code count in.
+MAX_SIZE = 2**63 - 1
 
 
 class ByteSize(click.ParamType):
@@ -26,6 +28,8 @@ class ByteSize(click.ParamType):
     name = "size"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, bool):  # True is an int to Python, not a size to anyone
+            self.fail(f"{value!r} is not a size", param, ctx)
         if isinstance(value, int):
             n = value
         else:
@@ -35,6 +39,8 @@ class ByteSize(click.ParamType):
             n = int(match[1]) * _UNITS[(match[2] or "").lower()]
         if n <= 0:
             self.fail(f"{value!r} must be more than 0 bytes", param, ctx)
+        if n > MAX_SIZE:
+            self.fail(f"{value!r} is more than {MAX_SIZE:,} bytes", param, ctx)
         return n
 
 

@@ -19,6 +19,7 @@ from kwsniff.kafka.sasl import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
     SaslProgress,
+    Secrets,
     authenticate_response_token,
     authenticate_token,
 )
@@ -90,6 +91,10 @@ class ConversationHandler:
     def undecodable_frame(self, direction: int, ts: int, size: int, offset: int, reason: str) -> None:
         """A frame whose header could not be read; its bytes stay counted in frame_bytes."""
 
+    def use_secrets(self, secrets: Secrets) -> None:
+        """The secrets the connection's client will send (kafka.sasl.Secrets, filled as its SASL
+        tokens pass): the broker's answers are to be cleaned of them."""
+
 
 def plausible_request(view: memoryview) -> bool:
     """Could a Kafka request frame start here (size prefix included)? Used to resynchronise a stream."""
@@ -151,6 +156,7 @@ class Conversation:
         self.skip_reasons: dict[str, int] = {}
         self.on_skip: Callable[[int, int, int, str], None] | None = None
         self.sasl = SaslProgress()
+        handler.use_secrets(self.sasl.secrets)
         self.sasl_tokens_mode = False
 
     # -- SASL tokens (Kafka protocol guide, "SASL Authentication Sequence") -------------------------
@@ -175,8 +181,7 @@ class Conversation:
         if self.sasl_tokens_mode:
             # The client is done with tokens once it sends something that reads as a request again.
             if not plausible_request(memoryview(len(frame).to_bytes(4, "big") + bytes(frame[:16]))):
-                if not self.sasl.claimed:
-                    self.sasl.client_token(bytes(frame))
+                self.sasl.client_token(bytes(frame))
                 self.sasl.token(0, len(frame) + 4)
                 return
             self._end_sasl_tokens()
@@ -202,8 +207,7 @@ class Conversation:
         if api_key == SASL_HANDSHAKE:
             self.sasl.handshake_request(api_version, _mechanism(frame, hlen))
         elif api_key == SASL_AUTHENTICATE:
-            if not self.sasl.claimed:
-                self.sasl.client_token(authenticate_token(memoryview(frame)[hlen:], api_version))
+            self.sasl.client_token(authenticate_token(memoryview(frame)[hlen:], api_version))
         elif self.sasl.started:
             self.sasl.request_after()
         self.handler.request(req, memoryview(frame)[hlen:])

@@ -10,6 +10,7 @@ clients skipped the handshake and opened with a GSSAPI token straight away.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 from typing import Any
 
@@ -88,6 +89,96 @@ def _redact(value: Any, fields: tuple[str, ...]) -> None:
     elif isinstance(value, list):
         for item in value:
             _redact(item, fields)
+
+
+# -- the secrets a client sent, kept out of whatever the broker says back --------------------------
+REDACTED_TEXT = "[redacted]"  # a string from the wire that held a client's secret, in its place
+MIN_SECRET = 4  # a shorter secret hides only a string that is exactly it, not every string holding it
+MAX_SECRET = 4096  # characters kept of one secret: a string holding them is hidden whole
+MAX_SECRETS = 16  # forms of secrets kept per connection (a client re-authenticates a few times)
+
+
+class Secrets:
+    """The credentials one connection's client sent in its SASL tokens (a PLAIN password, a SCRAM
+    client proof, a bearer token, in their text, base64 and hex forms). A broker or proxy may echo
+    them in any string of its answers (SaslAuthenticate's error_message, a SCRAM server-error):
+    every such string is replaced by REDACTED_TEXT before any row, `show` line or metric sees it."""
+
+    __slots__ = ("texts",)
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.texts)
+
+    def learn(self, mechanism: str | None, token: bytes) -> None:
+        """The secrets of one client SASL token."""
+        if len(token) >= MIN_SECRET:
+            self._add(base64.b64encode(token).decode("ascii"))  # an echo of the whole token, encoded
+        plain = mechanism == "PLAIN" or (mechanism is None and token.count(b"\0") == 2)
+        if plain and token.count(b"\0") == 2:
+            self.add(token.split(b"\0")[2])  # RFC 4616: authzid NUL authcid NUL passwd
+        elif mechanism is None or mechanism.startswith("SCRAM-"):
+            # RFC 5802 client-final-message: c=...,r=...,p=ClientProof (base64), always last.
+            proof = token.rpartition(b",p=")[2].split(b",", 1)[0] if b",p=" in token else b""
+            if proof:
+                self.add(proof)
+                self._add(_ascii(proof).rstrip("="))
+        if mechanism in (None, "OAUTHBEARER"):
+            for pair in token.split(b"\x01"):
+                if pair[:12].lower() == b"auth=bearer ":
+                    self.add(pair[12:].strip())
+
+    def add(self, secret: bytes) -> None:
+        """One secret, in each form an answer might echo it in."""
+        if not secret:
+            return
+        with contextlib.suppress(UnicodeDecodeError):
+            self._add(secret.decode("utf-8"))
+        self._add(base64.b64encode(secret).decode("ascii"))
+        self._add(secret.hex())
+
+    def _add(self, text: str) -> None:
+        text = text[:MAX_SECRET]
+        if text and text not in self.texts and len(self.texts) < MAX_SECRETS:
+            self.texts.append(text)
+
+    def hides(self, text: str) -> bool:
+        return any(s == text or (len(s) >= MIN_SECRET and s in text) for s in self.texts)
+
+    def text(self, text: str) -> str:
+        """``text``, or REDACTED_TEXT when it holds a secret."""
+        return REDACTED_TEXT if self.texts and self.hides(text) else text
+
+    def clean(self, value: Any) -> Any:
+        """``value`` (a decoded message, or a part of it) with every string, dict keys included,
+        that holds a secret replaced by REDACTED_TEXT; dicts and lists are changed in place."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            for key, item in list(value.items()):
+                cleaned = self.clean(item)
+                if isinstance(key, str | tuple) and self.clean(key) != key:
+                    del value[key]
+                    value[self.clean(key)] = cleaned
+                elif cleaned is not item:
+                    value[key] = cleaned
+            return value
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                cleaned = self.clean(item)
+                if cleaned is not item:
+                    value[i] = cleaned
+            return value
+        if isinstance(value, tuple):
+            cleaned_items = tuple(self.clean(item) for item in value)
+            return value if cleaned_items == value else cleaned_items
+        return value
+
+
+def _ascii(raw: bytes) -> str:
+    return raw.decode("ascii", "replace")
 
 
 # -- the principal a client claims (its first token); never the secret beside it -------------------
@@ -229,6 +320,7 @@ class SaslProgress:
         "principal",
         "claimed",
         "verified",
+        "secrets",
     )
 
     def __init__(self) -> None:
@@ -244,10 +336,15 @@ class SaslProgress:
         self.principal: str | None = None  # the identity the first client token claims
         self.claimed = False  # the first client token was read
         self.verified = False  # a SCRAM server-final verifier ("v=") was seen
+        self.secrets = Secrets()  # what the client's tokens held, kept out of the broker's answers
 
     def client_token(self, token: bytes | None) -> None:
-        """A client's SASL token: the first names the principal (later ones are proofs)."""
-        if not self.claimed and token is not None:
+        """A client's SASL token: the first names the principal (later ones are proofs); every one
+        teaches the connection's secrets."""
+        if token is None:
+            return
+        self.secrets.learn(self.mechanism, token)
+        if not self.claimed:
             self.claimed = True
             self.principal = principal(self.mechanism, token)
 
@@ -261,7 +358,7 @@ class SaslProgress:
         if final is None:
             return
         if final[0] == "e":
-            self.failed(final[1])
+            self.failed(self.secrets.text(final[1]))
         else:
             self.verified = True
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import fcntl
 import os
-import select
 import stat
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from kwsniff.capture import pipes
 from kwsniff.tls import KeyLog
 
 # A live capture looks at its key log files again at most this often (on a key it has not seen).
@@ -18,7 +18,7 @@ FOLLOW_INTERVAL_S = 0.05
 # Key log text is read this much at a time: the KeyLog holds what fits its cap, never the file.
 READ_PIECE = 64 * 1024
 # How long a FIFO named by --keylog may take to get a writer before it is refused.
-WRITER_WAIT_MS = 1000
+WRITER_WAIT_MS = pipes.WRITER_WAIT_MS
 
 
 class KeyLogError(Exception):
@@ -66,17 +66,9 @@ def _open_keylog(path: str) -> tuple[int, bytes]:
 
 
 def _first_bytes(fd: int, path: str) -> bytes:
-    """What a pipe holds now. A pipe with no writer reads as its end at once; one whose writer has
-    written nothing yet says so (EAGAIN). A writer started with us may not have opened it yet, so
-    wait for it a little (poll, bounded), never for ever."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    poller.poll(WRITER_WAIT_MS)
-    try:
-        first = os.read(fd, READ_PIECE)
-    except BlockingIOError:
-        return b""  # a writer holds it open and has written nothing yet
-    if not first:
+    """What a pipe holds now (kwsniff.capture.pipes: a bounded wait for its writer)."""
+    first = pipes.first_bytes(fd, READ_PIECE, WRITER_WAIT_MS)
+    if first is None:
         raise KeyLogError(f"--keylog {path}: a pipe nobody writes to")
     return first
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from kwsniff.defaults import PAST_INT64
 from kwsniff.kafka import DECODE_ERROR, RESPONSE_CUT, ConversationHandler, Request, Response
-from kwsniff.kafka.sasl import redact
+from kwsniff.kafka.sasl import Secrets, redact
 from kwsniff.memory import RECORDS, ROW_COST, ROWS
 from kwsniff.net import format_ip
 from kwsniff.protocol import (
@@ -286,6 +286,11 @@ class ExchangeRows(ConversationHandler):
         self.decode_errors = 0
         self.undecodable_frames = 0
         self.endpoints: dict[str, Any] = {}
+        # The connection's SASL secrets (kafka.sasl.Secrets): no string of a response keeps them.
+        self.secrets: Secrets | None = None
+
+    def use_secrets(self, secrets: Secrets) -> None:
+        self.secrets = secrets
 
     # -- ConversationHandler -------------------------------------------------------------------------
     def request(self, req: Request, body: memoryview | bytes) -> None:
@@ -339,7 +344,7 @@ class ExchangeRows(ConversationHandler):
             fast = compiled.response_info(req.api_key, req.api_version, body)
             if fast is not None:
                 fast["error_count"] = 0  # the walker answers only for bodies without an error code
-                resp.info = fast
+                resp.info = self.secrets.clean(fast) if self.secrets else fast
                 return
         try:
             whole = True
@@ -351,6 +356,9 @@ class ExchangeRows(ConversationHandler):
             resp.error = f"response: {exc}"
             resp.info = {}
             return
+        if self.secrets:
+            # Before any row is made of it: a broker may echo the client's password in any string.
+            self.secrets.clean(msg)
         info = response_summary(req.api_key, req.api_version, msg, self.tables.record_options)
         if isinstance(req.info, dict) and req.info.get("fetcher") == "metadata":
             metadata_log_rows(msg, info, self.tables.record_options)

@@ -98,6 +98,20 @@ def _carry_table(src: Path, dst: Path, dropped: frozenset[str] = frozenset()) ->
 
 def _check_out(out: Path) -> Path:
     """``out`` as the real path a swap can replace, or OutputError."""
+    try:
+        return _checked_out(out)
+    except OSError as exc:  # a name too long for the file system, a folder that may not be read
+        shown = str(out) if len(str(out)) <= 200 else str(out)[:200] + "..."
+        raise OutputError(f"--out {shown}: {exc.strerror or exc}") from None
+
+
+def _checked_out(out: Path) -> Path:
+    for link in (out, *out.parents):
+        if link.is_symlink() and not link.exists():
+            # Following it would make the link's target (and its parents), wherever it points.
+            raise OutputError(
+                f"--out {out}: {link} is a symbolic link to {os.readlink(link)}, which does not exist"
+            )
     if out.exists() and not out.is_dir():
         raise OutputError(f"--out {out}: exists and is not a directory")
     real = Path(os.path.realpath(out))

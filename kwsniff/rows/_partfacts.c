@@ -1029,7 +1029,9 @@ static PyObject *merge_one(SlotCache *index, const Slots *slots, PyObject *base,
     }
     PyObject *hw = lookup(rs, rq, ctx, S_high_watermark);
     PyObject *fo = hw == NULL ? NULL : lookup(rs, rq, ctx, S_fetch_offset);
-    if (hw != NULL && fo != NULL) {
+    if (hw != NULL && fo != NULL && (hw == Py_None || fo == Py_None))
+        put(row, slots->lag, Py_None); /* a value a snap length cut hid: the lag is unknown too */
+    else if (hw != NULL && fo != NULL) {
         PyObject *lag = PyNumber_Subtract(hw, fo);
         if (lag == NULL)
             goto fail;

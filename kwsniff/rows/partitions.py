@@ -263,7 +263,9 @@ def merged_rows(
                 row["first_offset"] = base
                 row["last_offset"] = base + row["record_count"] - 1 if row["record_count"] else None
         if "high_watermark" in row and "fetch_offset" in row:
-            row["lag"] = row["high_watermark"] - row["fetch_offset"]
+            # Either side may be one a snap length cut hid (None): then the lag is unknown too.
+            high, fetched = row["high_watermark"], row["fetch_offset"]
+            row["lag"] = None if high is None or fetched is None else high - fetched
         code = row.get("error_code")
         row["error_name"] = None if code is None else _ERROR_NAMES.get(code) or error_name(code)
         yield row

@@ -137,6 +137,11 @@ def test_show_prints_the_exchanges_after_one_whose_rows_raise() -> None:
     # The exchanges after it are all printed (the last one, a Metadata request, was never answered).
     assert [x["status"] for x in lines[at + 1 :]] == ["ok"] * (len(lines) - at - 2) + ["unanswered"]
     assert len(lines) - at - 2 > 0
+    text = CliRunner().invoke(main, ["show", str(CAPTURE)])
+    assert text.exit_code == 0, text.output
+    # Once in the exchange's text, once in the capture's warning.
+    warning = f"kwsniff: warning: produce_codecs.pcap: 1 exchange not decoded ({REASON}), a kwsniff bug"
+    assert text.output.count(REASON) == 2 and warning in text.output
 
 
 @pytest.mark.usefixtures("failing_fetch")

@@ -13,6 +13,7 @@ that exchange alone.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +191,30 @@ def test_a_spark_task_decodes_past_an_exchange_whose_rows_raise(tmp_path: Path) 
     assert status["error"] is None
     assert status["warnings"] == [f"1 exchange not decoded ({REASON}), a kwsniff bug: status decode_error"]
     assert (status["rows"]["requests"], status["rows"]["partitions"]) == (111, 196 - 15)
+
+
+def test_a_cut_request_whose_decoding_raises_is_a_warning_of_its_capture(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A body cut by a snap length keeps the cut's reason (kafka.pairing says how much was missing);
+    # the exception is still counted, and said in the capture's warning.
+    cut = tmp_path / "cut160.pcap"
+    subprocess.run(["editcap", "-F", "pcap", "-s", "160", str(CAPTURE), str(cut)], check=True, timeout=60)
+    clean = run_capture(cut, ListSink(), SessionOptions())
+    real = builder.decode_prefix
+
+    def decode_prefix(api_key: int, version: int, response: bool, body: bytes) -> Any:
+        if api_key == 0 and not response:  # every cut Produce request
+            raise IndexError("index out of range")
+        return real(api_key, version, response, body)
+
+    monkeypatch.setattr(builder, "decode_prefix", decode_prefix)
+    sink = ListSink()
+    result = run_capture(cut, sink, SessionOptions())
+    produce = [r for r in sink.tables["requests"] if r["api_key"] == 0 and r["status"] == "decode_error"]
+    assert produce and all(r["reason"].startswith("request: not captured (snap length): ") for r in produce)
+    assert result.warnings == [
+        f"{len(produce)} exchanges not decoded (request: IndexError in decode_prefix), a kwsniff bug: "
+        "status decode_error"
+    ]
+    assert result.status == clean.status and len(sink.tables["requests"]) == sum(clean.status.values())

@@ -287,7 +287,10 @@ class ExchangeRows(ConversationHandler):
         except RUN_ERRORS:
             raise
         except Exception as exc:  # a decoder bug: this exchange's decode_error, the capture goes on
-            req.error, req.info = failed_reason("request", exc), {}
+            reason = failed_reason("request", exc)
+            req.error, req.info = reason, {}
+            # Counted here: the reason of a cut request is replaced by the cut's (kafka.pairing).
+            self.tables.failed_exchanges[reason] += 1
 
     def _request(self, req: Request, body: memoryview | bytes) -> None:
         tables = self.tables
@@ -337,7 +340,9 @@ class ExchangeRows(ConversationHandler):
         except RUN_ERRORS:
             raise
         except Exception as exc:  # a decoder bug: this exchange's decode_error, the capture goes on
-            resp.error, resp.info = failed_reason("response", exc), {}
+            reason = failed_reason("response", exc)
+            resp.error, resp.info = reason, {}
+            self.tables.failed_exchanges[reason] += 1
 
     def _response(self, req: Request, resp: Response, body: memoryview | bytes) -> None:
         if self.tables.compiled and not resp.missing and req.api_key in compiled.FIRST_VERSION:
@@ -399,8 +404,9 @@ class ExchangeRows(ConversationHandler):
         except RUN_ERRORS:
             raise
         except Exception as exc:
-            status, write = DECODE_ERROR, None
-            row = self._requests_row(req, resp, status, {}, {}, failed_reason("rows", exc), self._who({}))
+            status, write, reason = DECODE_ERROR, None, failed_reason("rows", exc)
+            tables.failed_exchanges[reason] += 1
+            row = self._requests_row(req, resp, status, {}, {}, reason, self._who({}))
         self._count(req, resp, status, row["reason"])
         tables.node_ids.add("requests", row)
         if write is not None:
@@ -417,9 +423,8 @@ class ExchangeRows(ConversationHandler):
             self.decode_errors += 1
         if reason and status == DECODE_ERROR:
             if is_failed_reason(reason):
-                # A kwsniff bug met by this exchange: counted whole, and a warning of the capture.
+                # A kwsniff bug met by this exchange (a warning of the capture too): counted whole.
                 tables.decode_errors[reason] += 1
-                tables.failed_exchanges[reason] += 1
                 return
             # "request: not captured (snap length): N of M bytes missing" counts under its first two
             # parts; other reasons under their side ("request", "response").

@@ -21,7 +21,7 @@ ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT)]
 
 from segments import ACK, PSH, SYN, encode  # noqa: E402
-from targets import MAX_LEN, decoder_input  # noqa: E402
+from targets import MAX_LEN, decoder_input, snapcut_input  # noqa: E402
 
 from kwsniff.capture import open_capture  # noqa: E402
 from kwsniff.kafka import FrameSplitter  # noqa: E402
@@ -36,9 +36,16 @@ from kwsniff.protocol import (  # noqa: E402
 from kwsniff.tcp import TcpReassembler  # noqa: E402
 
 CAPTURES = sorted((ROOT / "tests" / "data" / "captures").glob("*.pcap"))
+# The snapcut target's captures: these, the quick start's and two consumer groups (a KIP-848 group).
+SNAPCUT_CAPTURES = [
+    *CAPTURES,
+    ROOT / "sample_pcaps" / "quickstart.pcap",
+    ROOT / "tests" / "data" / "report" / "two_groups.pcap",
+]
 PER_KIND = 2  # frames kept per (api key, version, direction)
 MAX_FRAME = 8192
 MAX_RECORDS = 16384
+SNAPCUT_BYTES = 32768  # a snapcut seed's size: ~200 records cut at 96 bytes
 
 
 def save(target: str, data: bytes) -> None:
@@ -62,6 +69,25 @@ def capture_seeds(path: Path) -> None:
     save("capture", head[:-7])
     save("capture", gzip.compress(head, mtime=0))
     save("capture", pcapng_of(head))
+
+
+def snapcut_seeds(path: Path) -> None:
+    """The capture already cut at a few snap lengths (as `editcap -s N` writes it: each record's
+    first N bytes, its caplen N, its original length kept), as many records as fit the target's size;
+    once on the pure-Python paths."""
+    raw = path.read_bytes()
+    for snaplen in (96, 192, 384):
+        cut, pos = bytearray(raw[:24]), 24
+        while pos + 16 <= len(raw):
+            ts_sec, ts_frac, caplen, wire = struct.unpack_from("<IIII", raw, pos)
+            kept = min(caplen, snaplen)
+            if len(cut) + 16 + kept + 2 > SNAPCUT_BYTES:
+                break
+            cut += struct.pack("<IIII", ts_sec, ts_frac, kept, wire) + raw[pos + 16 : pos + 16 + kept]
+            pos += 16 + caplen
+        save("snapcut", snapcut_input(snaplen, bytes(cut)))
+        if snaplen == 192:
+            save("snapcut", snapcut_input(snaplen, bytes(cut), pure_rows=True, pure_packets=True))
 
 
 def pcapng_of(pcap: bytes) -> bytes:
@@ -230,6 +256,8 @@ def main() -> None:
     for path in CAPTURES:
         capture_seeds(path)
         kafka_seeds(path, seen)
+    for path in SNAPCUT_CAPTURES:
+        snapcut_seeds(path)
     tls_seeds()
     int64_seeds()
     for target in sorted((HERE / "corpus").iterdir()):

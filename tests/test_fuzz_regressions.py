@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import struct
+import subprocess
 import sys
 from pathlib import Path
 
@@ -136,6 +137,19 @@ def test_every_seed_runs_through_its_fuzz_target(target: str) -> None:
 def test_fuzz_findings_replay_clean_through_their_targets() -> None:
     targets.capture((HOSTILE / "fuzz_gzip_damaged_in_file_header.bin").read_bytes())
     targets.capture((HOSTILE / "fuzz_pcapng_short_packet_block.bin").read_bytes())
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["compiled", "pure"])
+def test_a_fetch_whose_offsets_a_snap_length_hid_replays_clean_through_snapcut(
+    tmp_path: Path, pure: bool
+) -> None:
+    # Issue 44: produce_codecs.pcap cut at 384 bytes by editcap holds a Fetch request cut inside a
+    # partition's fetch_offset; its lag (high watermark - fetch offset) raised TypeError and the
+    # capture failed. The snapcut target cuts as editcap does, so cutting editcap's cut again is the same.
+    cut = tmp_path / "cut384.pcap"
+    full = TESTS / "data" / "captures" / "produce_codecs.pcap"
+    subprocess.run(["editcap", "-F", "pcap", "-s", "384", str(full), str(cut)], check=True, timeout=60)
+    targets.snapcut(targets.snapcut_input(384, cut.read_bytes(), pure_rows=pure, pure_packets=pure))
 
 
 def test_seed_corpora_stay_small() -> None:

@@ -27,6 +27,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kwsniff.protocol import DecodeError, decode_request_view, decode_response_view
 from kwsniff.rows import compiled
 from kwsniff.rows.extract import error_rows, request_summary, response_summary
+from kwsniff.rows.partitions import merged_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 PURE = {**os.environ, "KWSNIFF_PURE_PYTHON": "1"}
@@ -61,7 +62,11 @@ def test_read_writes_the_same_bytes_both_ways(tmp_path: Path) -> None:
         *sorted((ROOT / "tests" / "data" / "captures").glob("*.pcap")),
         ROOT / "sample_pcaps" / "quickstart.pcap",
         *sorted((ROOT / "bench" / "captures").glob("*.pcap")),
+        tmp_path / "cut384.pcap",
     ]
+    # Cut at 384 bytes, some Fetch facts are values the cut hid (None), merged by both paths.
+    produce_codecs = ROOT / "tests" / "data" / "captures" / "produce_codecs.pcap"
+    subprocess.run(["editcap", "-s", "384", str(produce_codecs), str(captures[-1])], check=True, timeout=60)
     compiled_files = read_tables(captures, tmp_path / "compiled", COMPILED)
     pure_files = read_tables(captures, tmp_path / "pure", PURE)
     assert sorted(compiled_files) == sorted(pure_files)
@@ -320,6 +325,32 @@ def test_a_damaged_body_gets_the_python_answer_or_none(data: st.DataObject) -> N
         assert fast == response_summary(api_key, version, msg)
     else:
         assert fast == request_summary(api_key, version, msg)
+
+
+def test_a_lag_whose_offset_a_snap_length_hid_is_null_on_both_paths() -> None:
+    # editcap -s 384 of produce_codecs.pcap: a Fetch request cut inside its last partition's
+    # fetch_offset, answered by a response cut inside that partition's log_start_offset.
+    columns = ("topic", "partition", "fetch_offset", "high_watermark", "error_code", "error_name", "lag")
+    index = {c: i for i, c in enumerate(columns)}
+    req = {
+        (None, "t", 0): {"topic": "t", "partition": 0, "fetch_offset": 87},
+        (None, "t", 1): {"topic": "t", "partition": 1, "fetch_offset": None},
+        (None, "t", 2): {"topic": "t", "partition": 2, "fetch_offset": 103},
+    }
+    resp = {
+        (None, "t", 0): {"topic": "t", "partition": 0, "error_code": 0, "high_watermark": 90},
+        (None, "t", 1): {"topic": "t", "partition": 1, "error_code": 0, "high_watermark": 110},
+        (None, "t", 2): {"topic": "t", "partition": 2, "error_code": 0, "high_watermark": None},
+    }
+    expected = [
+        ("t", 0, 87, 90, 0, "NONE", 3),
+        ("t", 1, None, 110, 0, "NONE", None),
+        ("t", 2, 103, None, 0, "NONE", None),
+    ]
+    base = (None,) * len(columns)
+    assert compiled.merge_rows(index, base, {}, req, resp, FETCH, {}) == expected
+    python = merged_rows(FETCH, {"partitions": req}, {"partitions": resp}, {})
+    assert [tuple(row.get(c) for c in columns) for row in python] == expected
 
 
 def test_record_totals_sum_the_partitions_that_carry_records() -> None:

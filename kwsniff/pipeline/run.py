@@ -281,7 +281,7 @@ def capture_result(
         record_damage=rows.record_damage,
         undecodable_frames=rows.undecodable_frames,
         truncated=truncated,
-        warnings=warnings or [],
+        warnings=[*(warnings or []), *rows.failure_warnings()],
         started_us=started_us,
         ended_us=ended_us if ended_us >= 0 else None,
     )

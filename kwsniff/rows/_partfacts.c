@@ -1055,7 +1055,9 @@ static PyObject *merge_one(SlotCache *index, const Slots *slots, PyObject *base,
     }
     PyObject *hw = lookup(rs, rq, ctx, S_high_watermark);
     PyObject *fo = hw == NULL ? NULL : lookup(rs, rq, ctx, S_fetch_offset);
-    if (hw != NULL && fo != NULL) {
+    if (hw != NULL && fo != NULL && (hw == Py_None || fo == Py_None))
+        put(row, slots->lag, Py_None); /* a value a snap length cut hid: the lag is unknown too */
+    else if (hw != NULL && fo != NULL) {
         long long hw_v, fo_v, lag_v;
         if (!int64_fact(hw, &hw_v) || !int64_fact(fo, &fo_v) || __builtin_sub_overflow(hw_v, fo_v, &lag_v))
             goto python;

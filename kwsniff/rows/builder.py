@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Protocol
 
 from kwsniff.defaults import PAST_INT64
@@ -30,6 +31,7 @@ from kwsniff.protocol.partial import decode_prefix
 from kwsniff.rows import compiled
 from kwsniff.rows.brokers import BROKER_SOURCES, MAX_HELD_BROKER_ROWS, BrokerDirectory, BrokerIds
 from kwsniff.rows.extract import error_rows, request_summary, response_summary
+from kwsniff.rows.failed_exchange import RUN_ERRORS, failed_reason, is_failed_reason
 from kwsniff.rows.groups import (
     GROUP_APIS,
     group_request,
@@ -164,6 +166,8 @@ class TableBuilder:
         # A Parquet sink's notes (values it had to leave null, sinks/parquet.py) are the capture's.
         notes = getattr(sink, "notes", None)
         self.notes: Counter[str] = notes if isinstance(notes, Counter) else Counter()
+        # Exchanges whose decoding or rows raised (a kwsniff bug), by reason: warnings of the capture.
+        self.failed_exchanges = Counter[str]()
         self.record_damage = Counter[str]()  # over all `partitions` rows, for the summary and --strict
         # Node ids of broker addresses (the run's directory, docs/tables.md "Which broker answered"):
         # requests, partitions, errors and groups rows go through it, held while their broker has none.
@@ -183,6 +187,14 @@ class TableBuilder:
         self.budget = record_options.budget
         # Requests holding `records` rows for their response's offsets, oldest first (by id()).
         self.holding: dict[int, tuple[ExchangeRows, Request]] = {}
+
+    def failure_warnings(self) -> list[str]:
+        """The capture's warnings for exchanges whose decoding or rows raised (a kwsniff bug): each is
+        a `requests` row with status decode_error and this reason, and the capture goes on."""
+        return [
+            f"{n:,} exchange{'s' if n > 1 else ''} not decoded ({reason}), a kwsniff bug: status decode_error"
+            for reason, n in self.failed_exchanges.items()
+        ]
 
     def relieve_records(self) -> None:
         """The records pool is over its cap: the oldest requests waiting for a response write their
@@ -296,9 +308,20 @@ class ExchangeRows(ConversationHandler):
     def request(self, req: Request, body: memoryview | bytes) -> None:
         if self.client_id is None:
             self.client_id = req.client_id
+        if self.tables.budget is not None:
+            self.tables.budget.frame_records = 0
+        try:
+            self._request(req, body)
+        except RUN_ERRORS:
+            raise
+        except Exception as exc:  # a decoder bug: this exchange's decode_error, the capture goes on
+            reason = failed_reason("request", exc)
+            req.error, req.info = reason, {}
+            # Counted here: the reason of a cut request is replaced by the cut's (kafka.pairing).
+            self.tables.failed_exchanges[reason] += 1
+
+    def _request(self, req: Request, body: memoryview | bytes) -> None:
         tables = self.tables
-        if tables.budget is not None:
-            tables.budget.frame_records = 0
         if tables.compiled and not req.missing and req.api_key in compiled.FIRST_VERSION:
             fast = compiled.request_info(req.api_key, req.api_version, body)
             if fast is not None:
@@ -340,6 +363,16 @@ class ExchangeRows(ConversationHandler):
     def response(self, req: Request, resp: Response, body: memoryview | bytes) -> None:
         if self.tables.budget is not None:
             self.tables.budget.frame_records = 0
+        try:
+            self._response(req, resp, body)
+        except RUN_ERRORS:
+            raise
+        except Exception as exc:  # a decoder bug: this exchange's decode_error, the capture goes on
+            reason = failed_reason("response", exc)
+            resp.error, resp.info = reason, {}
+            self.tables.failed_exchanges[reason] += 1
+
+    def _response(self, req: Request, resp: Response, body: memoryview | bytes) -> None:
         if self.tables.compiled and not resp.missing and req.api_key in compiled.FIRST_VERSION:
             fast = compiled.response_info(req.api_key, req.api_version, body)
             if fast is not None:
@@ -396,27 +429,39 @@ class ExchangeRows(ConversationHandler):
             # A request whose body was never read (a snap length cut its header) still names its client.
             self.client_id = req.client_id
         tables = self.tables
-        tables.status[status] += 1
         if tables.holding:
             tables.holding.pop(id(req), None)
+        reqi: dict[str, Any] = req.info if isinstance(req.info, dict) else {}
+        respi: dict[str, Any] = resp.info if resp is not None and isinstance(resp.info, dict) else {}
+        # Every row of the exchange is made before one is written: an exchange whose rows raise (a
+        # kwsniff bug) writes its requests row alone, as decode_error, and the capture goes on.
+        try:
+            row, write = self._rows(req, resp, status, reqi, respi)
+        except RUN_ERRORS:
+            raise
+        except Exception as exc:
+            status, write, reason = DECODE_ERROR, None, failed_reason("rows", exc)
+            tables.failed_exchanges[reason] += 1
+            row = self._requests_row(req, resp, status, {}, {}, reason, self._who({}))
+        self._count(req, resp, status, row["reason"])
+        tables.node_ids.add("requests", row)
+        if write is not None:
+            write()
+
+    def _count(self, req: Request, resp: Response | None, status: str, reason: str | None) -> None:
+        tables = self.tables
+        tables.status[status] += 1
         if status == "unanswered" or status == RESPONSE_CUT:
             self.unanswered += 1
         elif status == "no_response_expected":
             self.no_response_expected += 1
         elif status == DECODE_ERROR:
             self.decode_errors += 1
-        reqi: dict[str, Any] = req.info if isinstance(req.info, dict) else {}
-        respi: dict[str, Any] = resp.info if resp is not None and isinstance(resp.info, dict) else {}
-        error_code = respi.get("error_code")
-        reason = (
-            req.error
-            or (resp.error if resp is not None else None)
-            or req.cut
-            or (resp.cut if resp is not None else None)
-            or reqi.get("note")
-            or respi.get("note")
-        )
         if reason and status == DECODE_ERROR:
+            if is_failed_reason(reason):
+                # A kwsniff bug met by this exchange (a warning of the capture too): counted whole.
+                tables.decode_errors[reason] += 1
+                return
             # "request: not captured (snap length): N of M bytes missing" counts under its first two
             # parts; other reasons under their side ("request", "response").
             cut = ": not captured (snap length): " in reason  # kwsniff.kafka.pairing's words
@@ -426,21 +471,80 @@ class ExchangeRows(ConversationHandler):
         elif reason:
             # Decoded, with something worth a look (e.g. trailing bytes): a note, not an error.
             tables.notes[reason.split(" at offset")[0]] += 1
+
+    def _rows(
+        self, req: Request, resp: Response | None, status: str, reqi: dict[str, Any], respi: dict[str, Any]
+    ) -> tuple[dict[str, Any], Callable[[], None] | None]:
+        """The exchange's requests row, and what writes its groups and partitions rows (made already)."""
+        reason = (
+            req.error
+            or (resp.error if resp is not None else None)
+            or req.cut
+            or (resp.cut if resp is not None else None)
+            or reqi.get("note")
+            or respi.get("note")
+        )
         context = self._context(req)
         exchange = self._exchange(req, resp)  # on its partitions, errors and groups rows too
+        who = self._who(reqi)
+        broker = self._broker()
+        row = self._requests_row(req, resp, status, reqi, respi, reason, who, context, exchange, broker)
+        group = None
+        if "group" in reqi:
+            group = group_row(
+                {**context, "client_id": req.client_id, "client_ip": self.client_ip, **broker},
+                reqi.get("group_id"),
+                reqi["group"],
+                respi.get("group"),
+                respi.get("error_code"),
+                req.ts_last,
+                resp.ts_first if resp is not None else None,
+            )
+        shared = {**context, **exchange, **who, **broker}
+        tables = self.tables
+        if (
+            tables.partition_values is not None
+            and req.api_key in compiled.FIRST_VERSION
+            and "group_id" not in reqi
+            and "member_epoch" not in reqi
+        ):
+            values = self._partition_values(req.api_key, reqi, respi, shared)
+            if values is None and group is None:
+                return row, None
+            return row, partial(self._write_values, req.api_key, group, values, shared, context)
+        prows = list(merged_rows(req.api_key, reqi, respi, shared))
+        if not prows and group is None:
+            return row, None
+        return row, partial(self._write_rows, req.api_key, group, prows, context)
+
+    def _who(self, reqi: dict[str, Any]) -> dict[str, Any]:
         # Who sent a Fetch (extract.fetcher), on its requests and partitions rows; null on other APIs.
         # The sender's node id of a KRaft or AlterPartition request (extract.node), on both too.
-        who = {
+        return {
             "replica_id": reqi.get("replica_id"),
             "fetcher": reqi.get("fetcher"),
             "node_id": reqi.get("node_id"),
         }
-        broker = self._broker()
+
+    def _requests_row(
+        self,
+        req: Request,
+        resp: Response | None,
+        status: str,
+        reqi: dict[str, Any],
+        respi: dict[str, Any],
+        reason: str | None,
+        who: dict[str, Any],
+        context: dict[str, Any] | None = None,
+        exchange: dict[str, Any] | None = None,
+        broker: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        error_code = respi.get("error_code")
         row = {
-            **context,
-            **exchange,
+            **(context if context is not None else self._context(req)),
+            **(exchange if exchange is not None else self._exchange(req, resp)),
             **who,
-            **broker,
+            **(broker if broker is not None else self._broker()),
             "request_bytes": req.size,
             "response_bytes": resp.size if resp is not None else None,
             "throttle_time_ms": respi.get("throttle_time_ms"),
@@ -468,51 +572,57 @@ class ExchangeRows(ConversationHandler):
             "intended_node_id": reqi.get("intended_node_id"),
             "cluster_id": respi.get("cluster_id"),
         }
-        if tables.keep_messages:
+        if self.tables.keep_messages:
             row.update(self.endpoints)
             row["request"] = reqi.get("message")
             row["response"] = respi.get("message")
-        tables.node_ids.add("requests", row)
-        topics = tables.topics
-        if "group" in reqi:
-            group = group_row(
-                {**context, "client_id": req.client_id, "client_ip": self.client_ip, **broker},
-                reqi.get("group_id"),
-                reqi["group"],
-                respi.get("group"),
-                error_code,
-                req.ts_last,
-                resp.ts_first if resp is not None else None,
-            )
-            # KIP-848 assignments name topics by id: written once the topic-id map names them.
-            topics.add_spelled("groups", group, topic_ids_of(group), spell_topics)
-        shared = {**context, **exchange, **who, **broker}
-        if (
-            tables.partition_values is not None
-            and req.api_key in compiled.FIRST_VERSION
-            and "group_id" not in reqi
-            and "member_epoch" not in reqi
-        ):
-            self._partition_values(req.api_key, reqi, respi, shared, context)
-            return
-        for prow in merged_rows(req.api_key, reqi, respi, shared):
-            self._partition_row(req.api_key, prow, context)
+        return row
 
     def _partition_values(
-        self, api_key: int, reqi: dict[str, Any], respi: dict[str, Any], shared: dict[str, Any], context: Any
-    ) -> None:
+        self, api_key: int, reqi: dict[str, Any], respi: dict[str, Any], shared: dict[str, Any]
+    ) -> tuple[list[tuple[Any, ...] | None], list[list[dict[str, Any]]] | None] | None:
         """Produce and Fetch `partitions` rows merged by compiled code (kwsniff/rows/compiled.py) as
         values in schema order: no row dict. A row it leaves (None: records kept, record damage, an
-        error code, a topic id not named yet) is built by merged_rows, in its place."""
+        error code, a topic id not named yet) is built by merged_rows, in its place (the second list,
+        by position; None when there is none)."""
         req_parts = reqi.get("partitions") or {}
         resp_parts = respi.get("partitions") or {}
         if not req_parts and not resp_parts:
-            return
+            return None
         tables = self.tables
         assert tables.partition_values is not None
-        add, index, columns = tables.partition_values
+        _, index, columns = tables.partition_values
         base = tuple(map(shared.get, columns))
         rows = compiled.merge_rows(index, base, shared, req_parts, resp_parts, api_key, tables.topics.names)
+        if None not in rows:
+            return rows, None
+        keys = list(dict.fromkeys([*req_parts, *resp_parts]) if resp_parts else req_parts)
+        built: list[list[dict[str, Any]]] = []
+        for key, values in zip(keys, rows, strict=True):
+            if values is not None:
+                built.append([])
+                continue
+            one_req = {**reqi, "partitions": {key: req_parts[key]} if key in req_parts else {}}
+            one_resp = {**respi, "partitions": {key: resp_parts[key]} if key in resp_parts else {}}
+            built.append(list(merged_rows(api_key, one_req, one_resp, shared)))
+        return rows, built
+
+    def _write_values(
+        self,
+        api_key: int,
+        group: dict[str, Any] | None,
+        values: tuple[list[tuple[Any, ...] | None], list[list[dict[str, Any]]] | None] | None,
+        shared: dict[str, Any],
+        context: dict[str, Any],
+    ) -> None:
+        if group is not None:
+            self._write_group(group)
+        if values is None:
+            return
+        rows, built = values
+        tables = self.tables
+        assert tables.partition_values is not None
+        add, index, _ = tables.partition_values
         node_ids = tables.node_ids
         if shared.get("broker_id") is None and node_ids.hold and self.broker is not None:
             # The broker has no node id yet: BrokerIds holds these rows as it holds row dicts.
@@ -521,18 +631,27 @@ class ExchangeRows(ConversationHandler):
             def add(table: str, values: tuple[Any, ...]) -> None:
                 node_ids.add_values(table, values, endpoint, at)
 
-        elif None not in rows and tables.add_many_values is not None:
+        elif built is None and tables.add_many_values is not None:
             tables.add_many_values("partitions", rows)
             return
-        keys = list(dict.fromkeys([*req_parts, *resp_parts]) if resp_parts else req_parts)
-        for key, values in zip(keys, rows, strict=True):
-            if values is not None:
-                add("partitions", values)
-                continue
-            one_req = {**reqi, "partitions": {key: req_parts[key]} if key in req_parts else {}}
-            one_resp = {**respi, "partitions": {key: resp_parts[key]} if key in resp_parts else {}}
-            for prow in merged_rows(api_key, one_req, one_resp, shared):
-                self._partition_row(api_key, prow, context)
+        for at_key, row in enumerate(rows):
+            if row is not None:
+                add("partitions", row)
+            elif built is not None:
+                for prow in built[at_key]:
+                    self._partition_row(api_key, prow, context)
+
+    def _write_rows(
+        self, api_key: int, group: dict[str, Any] | None, prows: list[dict[str, Any]], context: dict[str, Any]
+    ) -> None:
+        if group is not None:
+            self._write_group(group)
+        for prow in prows:
+            self._partition_row(api_key, prow, context)
+
+    def _write_group(self, group: dict[str, Any]) -> None:
+        # KIP-848 assignments name topics by id: written once the topic-id map names them.
+        self.tables.topics.add_spelled("groups", group, topic_ids_of(group), spell_topics)
 
     def _partition_row(self, api_key: int, prow: dict[str, Any], context: dict[str, Any]) -> None:
         tables = self.tables

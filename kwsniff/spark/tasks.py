@@ -372,7 +372,7 @@ def _decode(
         # Reading every record, a bucket task keeps its own (the date is still the capture's first).
         only = bucket if bucketed and offsets is None else -1
         _fed(session, source, state, status, only, buckets)
-        status["warnings"] = list(reader.warnings)
+        status["warnings"] = [*reader.warnings, *session.rows.failure_warnings()]
         status["rows"] = sink.close()
     if bucketed:
         # Node ids of broker addresses this bucket learned, for the rows of the other buckets.
@@ -401,7 +401,8 @@ def _decode_series(
         series.on_secrets = session.add_secrets
         series.max_record = record_limit(options.memory_limit)
         _fed(session, _numbered(series.packets()), state, status)
-        status["bytes"], status["warnings"] = series.size, series.warnings
+        status["bytes"] = series.size
+        status["warnings"] = [*series.warnings, *session.rows.failure_warnings()]
         status["rows"] = sink.close()
 
 

@@ -3,6 +3,7 @@
     python tools/mutate_report.py                          # every mutation below
     python tools/mutate_report.py throughput errors        # the mutations of these sections
     python tools/mutate_report.py --report tools/report-mutation-report.md
+    python tools/mutate_report.py --ci                     # what .ci/run runs (tools/mutation_sample.py)
 
 Each mutation replaces one piece of one section's SQL (kwsniff/report/sections_*.py, upgrade.py) by a
 plausible mistake: SUM(record_count) -> COUNT(*), a MIN for a MAX, a code on the wrong API. It is made
@@ -16,6 +17,10 @@ tests/test_report_oracles.py, the real clients' record (tests/test_report_live.p
 into the inputs of tests/test_report_sections.py (named in INDEPENDENT). DuckDB against Spark, and
 summaries against rows, run the same SQL and are left out: they would pass with any mutation. A run
 without mutation goes first: a test failing there would catch everything.
+
+`--ci` makes every mutation when the report's SQL (kwsniff/report/) or this list changed since
+HEAD~1, else a sample of CI_SAMPLE drawn with the commit's hash (tools/mutation_sample.py). The run
+exits 1 when a mutation is not caught.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from mutation_sample import ci_choice
 
 REPO = Path(__file__).resolve().parent.parent
 ORACLES = "tests/test_report_oracles.py"
@@ -59,6 +66,13 @@ KRAFT = (
 MISROUTED = (
     "tests/test_misrouted.py::test_misrouted_lists_each_connection_whose_intent_differs_from_what_its_broker_reported[duckdb]",
 )
+
+
+# CI's sample: 4 mutations take about a minute and a half with the run without mutation on a
+# 2-core machine (tools/mutation_sample.py draws them; docs/test-oracles.md has the figures).
+CI_SAMPLE = 4
+# A change here or in this list makes CI run every mutation.
+WATCHED = ("kwsniff/report", "tools/mutate_report.py")
 
 
 @dataclass(frozen=True)
@@ -181,8 +195,14 @@ def main() -> int:
     parser.add_argument("sections", nargs="*", help="only the mutations of these sections")
     parser.add_argument("--report", type=Path, help="write the table of results as Markdown here")
     parser.add_argument("--budget", type=float, default=900.0, help="seconds per pytest run")
+    parser.add_argument(
+        "--ci", action="store_true", help="every mutation if the report's SQL changed, else a sample"
+    )
+    parser.add_argument("--sample", type=int, default=CI_SAMPLE, help="the sample's size (with --ci)")
     args = parser.parse_args()
     chosen = [m for m in MUTATIONS if not args.sections or m.section in args.sections]
+    if args.ci:
+        chosen = ci_choice(chosen, args.sample, WATCHED, "mutate_report")
     with tempfile.TemporaryDirectory(prefix="mutate-report-") as tmp:
         root = Path(tmp) / "pkg"
         tests = tuple(dict.fromkeys(t for m in chosen for t in m.tests))

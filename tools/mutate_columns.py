@@ -164,6 +164,20 @@ class MutatingSink:
             row = {**row, self._column: mutated(row[self._column], self._type)}
         self._sink.add(table, row)
 
+    # The compiled partition walker (kwsniff/rows/compiled.py) hands the Parquet writer `partitions`
+    # rows as values in schema order: without these, its Produce and Fetch rows went out unchanged.
+    def add_values(self, table: str, values: tuple[Any, ...]) -> None:
+        self._sink.add_values(table, self._changed(table, values))
+
+    def add_many_values(self, table: str, many: list[tuple[Any, ...]]) -> None:
+        self._sink.add_many_values(table, [self._changed(table, values) for values in many])
+
+    def _changed(self, table: str, values: tuple[Any, ...]) -> tuple[Any, ...]:
+        if table != self._table:
+            return values
+        at = self._sink.columns(table).index(self._column)
+        return (*values[:at], mutated(values[at], self._type), *values[at + 1 :])
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sink, name)
 

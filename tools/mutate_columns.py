@@ -53,7 +53,8 @@ ALLOWED = {
     ("captures", "duration_ms"): "the run's own perf_counter time: 1 ms more is a slower run, which "
     "nothing outside it can refute (the test bounds it: not negative)",
 }
-# CI's sample (with --registry): about a minute and a half on a 2-core machine, docs/test-oracles.md.
+# CI's sample (with --registry): 6 columns, under a minute on a busy 2-core machine, which leaves
+# mutate_report's sample the rest of three minutes (docs/test-oracles.md has the figures).
 CI_SAMPLE = 6
 # A change here or in this tool makes CI mutate every column.
 WATCHED = ("kwsniff/rows", "tools/mutate_columns.py")

@@ -222,7 +222,8 @@ def main() -> int:
             caught, took = run_tests(staged(m, root), m.tests, args.budget)
             missed += caught is None
             print(f"{m.section}: {m.label}: {caught or 'NOT CAUGHT'} ({took:.0f} s)", flush=True)
-            lines.append(f"| `{m.section}` | {m.label} | {caught or '**not caught**'} |")
+            cell = m.label.replace("|", "\\|")  # a pipe in SQL would end the Markdown cell
+            lines.append(f"| `{m.section}` | {cell} | {caught or '**not caught**'} |")
     if args.report:
         verdict = "every mutation caught" if not missed else f"{missed} not caught"
         title = f"# `python3 tools/mutate_report.py`: its last run ({verdict})\n\n"

@@ -3,13 +3,19 @@
 the ClusterId and NodeId the client means to reach, sent over real loopback sockets to a tiny server
 that answers Metadata v12 and DescribeCluster v1 with kio, captured by tcpdump. The section must list
 exactly the connections whose intent the test made differ from what the server reported, with the
-client's id, address and software, on DuckDB and on Spark."""
+client's id, address and software, on DuckDB and on Spark.
+
+The common real case is a client that learns the cluster id on its bootstrap connection and then
+opens a connection to a partition leader that sends no Metadata: there the cluster the broker
+reported comes from another connection to the same broker address. A second server, on 127.0.0.2
+with the same port and another cluster, makes "the same address" mean the ip and the port."""
 
 from __future__ import annotations
 
 import socket
 import struct
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +38,8 @@ from kwsniff.cli import main
 API_VERSIONS, METADATA, DESCRIBE_CLUSTER = 18, 3, 60
 REAL_CLUSTER, REAL_NODE, OTHER_CLUSTER, OTHER_NODE = "cluster-real", 3, "cluster-other", 9
 HOST = "127.0.0.1"
+TWO_HOST, TWO_CLUSTER, TWO_NODE = "127.0.0.2", "cluster-two", 4
+IDENTITY = {HOST: (REAL_CLUSTER, REAL_NODE), TWO_HOST: (TWO_CLUSTER, TWO_NODE)}
 
 
 def uvarint(n: int) -> bytes:
@@ -88,35 +96,28 @@ def request_frame(api_key: int, version: int, correlation: int, client_id: str, 
     return kio_frame(header, body)
 
 
-def answer_frame(frame: bytes, port: int) -> bytes:
+def answer_frame(frame: bytes, host: str, port: int) -> bytes:
     """The server's answer: ApiVersions by struct, Metadata v12 and DescribeCluster v1 by kio, each
-    naming this server as node REAL_NODE of REAL_CLUSTER."""
+    naming this server as its node of its cluster (IDENTITY)."""
     api_key, _version, correlation = struct.unpack(">hhi", frame[4:12])
     if api_key == API_VERSIONS:
         return api_versions_response(correlation)
-    me = {"host": HOST, "port": port}
+    cluster, node = IDENTITY[host]
+    me = {"host": host, "port": port}
     if api_key == METADATA:
         body = build(
             MetadataResponse,
-            {
-                "brokers": [{"node_id": REAL_NODE, **me}],
-                "cluster_id": REAL_CLUSTER,
-                "controller_id": REAL_NODE,
-            },
+            {"brokers": [{"node_id": node, **me}], "cluster_id": cluster, "controller_id": node},
         )
     else:
         body = build(
             DescribeClusterResponse,
-            {
-                "brokers": [{"broker_id": REAL_NODE, **me}],
-                "cluster_id": REAL_CLUSTER,
-                "controller_id": REAL_NODE,
-            },
+            {"brokers": [{"broker_id": node, **me}], "cluster_id": cluster, "controller_id": node},
         )
     return kio_frame(ResponseHeader(correlation_id=i32(correlation)), body)
 
 
-def serve(server: socket.socket, port: int, connections: int) -> None:
+def serve(server: socket.socket, host: str, port: int, connections: int) -> None:
     for _ in range(connections):
         conn, _addr = server.accept()
         with conn:
@@ -126,7 +127,7 @@ def serve(server: socket.socket, port: int, connections: int) -> None:
                     frame = read_frame(conn)
                 except ConnectionError:
                     break
-                conn.sendall(answer_frame(frame, port))
+                conn.sendall(answer_frame(frame, host, port))
 
 
 # (client id, ApiVersions version, intended cluster, intended node, what it asks next, expected mismatch)
@@ -141,6 +142,31 @@ CLIENTS = (
     ("old-client", 3, None, -1, METADATA, None),
 )
 SILENT = "unreported"  # intends another cluster and node of a broker that never reports either
+# Clients that bootstrap at one server (ApiVersions naming nothing, then Metadata: the cluster id
+# learned there) and then reach a partition leader on a connection of its own that sends ApiVersions
+# only: (client id, bootstrap host, leader host, intended cluster, intended node, expected mismatch).
+LEADERS = (
+    ("leader-right", HOST, HOST, REAL_CLUSTER, REAL_NODE, None),
+    # The leader's address now holds a broker of another cluster (a DNS change): only the Metadata
+    # of another connection to 127.0.0.2 (leader-two-right's bootstrap) says which.
+    ("leader-moved", HOST, TWO_HOST, REAL_CLUSTER, TWO_NODE, "cluster"),
+    ("leader-two-right", TWO_HOST, TWO_HOST, TWO_CLUSTER, TWO_NODE, None),
+    ("leader-two-wrong", TWO_HOST, HOST, TWO_CLUSTER, REAL_NODE, "cluster"),
+)
+
+
+def leader_client(client_id: str, bootstrap: str, leader: str, port: int, cluster: str, node: int) -> int:
+    """The bootstrap connection, then the leader connection; the leader connection's client port."""
+    software = f"test-client-{client_id}"
+    with socket.create_connection((bootstrap, port), timeout=10) as client:
+        client.sendall(api_versions_request(1, client_id, 5, software, None, -1))
+        assert read_frame(client) == api_versions_response(1)
+        client.sendall(request_frame(METADATA, 12, 2, client_id, build(MetadataRequest, {"topics": []})))
+        read_frame(client)
+    with socket.create_connection((leader, port), timeout=10) as client:
+        client.sendall(api_versions_request(1, client_id, 5, software, cluster, node))
+        assert read_frame(client) == api_versions_response(1)
+        return int(client.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -151,16 +177,21 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple
     pcap = tmp / "misrouted.pcap"
     expected = []
     bpf = f"tcp port {port} or tcp port {silent_port}"
+    at = [host for _, bootstrap, leader, *_ in LEADERS for host in (bootstrap, leader)]
     with (
         socket.create_server((HOST, port)) as server,
+        socket.create_server((TWO_HOST, port)) as two,
         socket.create_server((HOST, silent_port)) as silent,
         tcpdump_capture(pcap, port, bpf=bpf),
     ):
-        server.settimeout(10)
-        silent.settimeout(10)
+        for listening in (server, two, silent):
+            listening.settimeout(10)
         threads = [
-            threading.Thread(target=serve, args=(server, port, len(CLIENTS)), daemon=True),
-            threading.Thread(target=serve, args=(silent, silent_port, 1), daemon=True),
+            threading.Thread(
+                target=serve, args=(server, HOST, port, len(CLIENTS) + at.count(HOST)), daemon=True
+            ),
+            threading.Thread(target=serve, args=(two, TWO_HOST, port, at.count(TWO_HOST)), daemon=True),
+            threading.Thread(target=serve, args=(silent, HOST, silent_port, 1), daemon=True),
         ]
         for thread in threads:
             thread.start()
@@ -188,6 +219,13 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple
                 api_versions_request(1, SILENT, 5, "test-client-silent", OTHER_CLUSTER, OTHER_NODE)
             )
             read_frame(client)
+        for client_id, bootstrap, leader, cluster, node, mismatch in LEADERS:
+            client_port = leader_client(client_id, bootstrap, leader, port, cluster, node)
+            if mismatch is not None:
+                expected.append(
+                    (client_id, HOST, client_port, f"test-client-{client_id}", "1.0", leader, port, mismatch)
+                    + (cluster, IDENTITY[leader][0], node, IDENTITY[leader][1])
+                )
         for thread in threads:
             thread.join(timeout=10)
             assert not thread.is_alive()
@@ -202,19 +240,26 @@ def test_api_versions_rows_carry_what_the_client_intended_and_broker_rows_what_i
 ) -> None:
     out, _expected = captured
     requests = ds.dataset(out / "requests").to_table().to_pylist()
-    intents = {
-        r["client_id"]: (r["api_version"], r["intended_cluster_id"], r["intended_node_id"])
+    intents = Counter(
+        (r["client_id"], r["api_version"], r["intended_cluster_id"], r["intended_node_id"])
         for r in requests
         if r["api_key"] == API_VERSIONS
-    }
-    assert intents == {
-        **{c: (v, cluster, None if node < 0 else node) for c, v, cluster, node, _, _ in CLIENTS},
-        SILENT: (5, OTHER_CLUSTER, OTHER_NODE),
-    }
-    reported = {
-        (r["client_id"], r["api_key"], r["cluster_id"]) for r in requests if r["api_key"] != API_VERSIONS
-    }
-    assert reported == {(c, then, REAL_CLUSTER) for c, _, _, _, then, _ in CLIENTS}
+    )
+    assert intents == Counter(
+        [(c, v, cluster, None if node < 0 else node) for c, v, cluster, node, _, _ in CLIENTS]
+        + [(SILENT, 5, OTHER_CLUSTER, OTHER_NODE)]
+        + [(c, 5, None, None) for c, *_ in LEADERS]
+        + [(c, 5, cluster, node) for c, _, _, cluster, node, _ in LEADERS]
+    )
+    reported = Counter(
+        (r["client_id"], r["broker_ip"], r["api_key"], r["cluster_id"])
+        for r in requests
+        if r["api_key"] != API_VERSIONS
+    )
+    assert reported == Counter(
+        [(c, HOST, then, REAL_CLUSTER) for c, _, _, _, then, _ in CLIENTS]
+        + [(c, bootstrap, METADATA, IDENTITY[bootstrap][0]) for c, bootstrap, *_ in LEADERS]
+    )
     assert all(r["cluster_id"] is None for r in requests if r["api_key"] == API_VERSIONS)
 
 
@@ -242,4 +287,7 @@ def test_misrouted_lists_each_connection_whose_intent_differs_from_what_its_brok
         for r in rows["misrouted"]
     ]
     assert got == expected
-    assert [c for c, *_ in got] == ["wrong-cluster", "wrong-node", "wrong-both", "cluster-only", "node-only"]
+    assert [c for c, *_ in got] == [
+        *("wrong-cluster", "wrong-node", "wrong-both", "cluster-only", "node-only"),
+        *("leader-moved", "leader-two-wrong"),
+    ]

@@ -57,8 +57,12 @@ from kafkawire import (
     METADATA_V0_REQUEST,
     METADATA_V0_RESPONSE,
     Flow,
+    i16,
+    i32,
     request,
     response,
+    string,
+    write_pcap,
 )
 
 from kwsniff.cli import main
@@ -234,6 +238,19 @@ def test_errors_only_keeps_error_codes_anywhere_and_unanswered_requests() -> Non
     assert errors("produce_codecs.pcap") == [(14, 3, "JoinGroup", "ok"), (15, 27, "Metadata", "unanswered")]
     # acks=0 Produce requests the broker does not answer are no error (acks_modes: none at all).
     assert errors("acks_modes.pcap") == []
+
+
+def test_each_error_is_named_once_with_its_code_known_or_not(tmp_path: Path) -> None:
+    # A Metadata v0 response whose topics carry a code this Kafka does not know (5120), one it
+    # knows (3) and the unknown one again: the header names each once, in order of first sight.
+    topics = [(5120, "a"), (3, "b"), (5120, "c")]
+    body = i32(0) + i32(len(topics)) + b"".join(i16(code) + string(name) + i32(0) for code, name in topics)
+    flow = Flow().handshake()
+    flow.send(0, request(3, 0, 7, METADATA_V0_REQUEST))
+    flow.send(1, response(7, body))
+    capture = write_pcap(tmp_path / "errors.pcap", flow.packets)
+    header = show(capture)[0]
+    assert header.endswith("  error UNKNOWN_ERROR_CODE(5120), UNKNOWN_TOPIC_OR_PARTITION(3)"), header
 
 
 def test_exchanges_are_printed_as_they_complete_not_at_the_end() -> None:

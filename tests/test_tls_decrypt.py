@@ -414,8 +414,31 @@ def test_wrong_key_counts_every_record_as_a_failed_tag_check(
     conn = read_connection(pcap, port, KeyLog(wrong + "\n"))
     assert conn["tls_state"] == "bad_key"
     assert conn["decrypted_bytes_to_broker"] == conn["decrypted_bytes_to_client"] == 0
-    assert conn["tls_failed_records"] >= 4  # at least each side's Finished and one data record
+    # Every protected record of TLS 1.3 (outer type application_data: the encrypted handshake, the
+    # tickets, the data, the closing alerts) fails, counted in dpkt's view of both directions.
+    protected = [types.count(APPLICATION_DATA) for types in record_types(pcap, port)]
+    assert min(protected) >= 2  # each side's Finished and its data at least
+    assert conn["tls_failed_records"] == sum(protected)
     assert conn["requests"] == 0
+
+
+APPLICATION_DATA = 23
+
+
+def record_types(pcap: Path, port: int) -> list[list[int]]:
+    """The content type of each TLS record (RFC 8446 5.1: type, version, 16-bit length, fragment)
+    of each direction (to the server, to the client), from dpkt's view of the bytes."""
+    stream = [b"", b""]
+    for d, _, data in directions(pcap, port):
+        stream[d] += data
+    types: list[list[int]] = [[], []]
+    for d, data in enumerate(stream):
+        at = 0
+        while at + 5 <= len(data):
+            types[d].append(data[at])
+            at += 5 + int.from_bytes(data[at + 3 : at + 5], "big")
+        assert at == len(data), (d, at, len(data))
+    return types
 
 
 def test_right_key_recovers_exactly_the_payload(certificate: tuple[Path, Path], tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
     python tools/mutate_columns.py                       # every column of every table
     python tools/mutate_columns.py connections.gaps requests.acks --jobs 2 --budget 240
     python tools/mutate_columns.py --report tools/mutation-report.md
+    python tools/mutate_columns.py --registry --ci     # what .ci/run runs (tools/mutation_sample.py)
 
 For each column, every row kwsniff writes carries a changed value in that column (+1 for numbers and
 timestamps, a flipped bool, a string with "~" appended, and for a null a value instead). The change is
@@ -21,6 +22,11 @@ there would catch everything.
 
 Snapshot tests (golden digests, `show` excerpts) are left out: they catch everything and prove
 nothing. Spark tests are left out for time (their executors decode with the same row builder).
+
+`--ci` mutates every column when the row builder (kwsniff/rows/) or this tool changed since HEAD~1,
+else a sample of CI_SAMPLE columns drawn with the commit's hash (tools/mutation_sample.py), without
+the run without mutation (.ci/run has just run every test). The run exits 1 when a column is not
+caught.
 """
 
 from __future__ import annotations
@@ -38,6 +44,20 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = "KWSNIFF_MUTATE"
+# Equivalent mutations: columns whose +1 no test can tell from the truth, with the reason. They are
+# still mutated in a full run (a test may come to catch them), never drawn for CI's sample, and a
+# miss of theirs is reported as allowed, not as a failure.
+ALLOWED = {
+    ("captures", "started"): "the wall-clock time the run of the input began: nothing outside the "
+    "run saw that moment, so 1 µs later is as true (the test bounds it: a 2025-or-later time)",
+    ("captures", "duration_ms"): "the run's own perf_counter time: 1 ms more is a slower run, which "
+    "nothing outside it can refute (the test bounds it: not negative)",
+}
+# CI's sample (with --registry): 6 columns, under a minute on a busy 2-core machine, which leaves
+# mutate_report's sample the rest of three minutes (docs/test-oracles.md has the figures).
+CI_SAMPLE = 6
+# A change here or in this tool makes CI mutate every column.
+WATCHED = ("kwsniff/rows", "tools/mutate_columns.py")
 
 # The test files that read each table's values, fastest first (they run with -x: the first failure
 # stops the column's run). Snapshot and Spark files are deliberately absent.
@@ -146,6 +166,20 @@ class MutatingSink:
             row = {**row, self._column: mutated(row[self._column], self._type)}
         self._sink.add(table, row)
 
+    # The compiled partition walker (kwsniff/rows/compiled.py) hands the Parquet writer `partitions`
+    # rows as values in schema order: without these, its Produce and Fetch rows went out unchanged.
+    def add_values(self, table: str, values: tuple[Any, ...]) -> None:
+        self._sink.add_values(table, self._changed(table, values))
+
+    def add_many_values(self, table: str, many: list[tuple[Any, ...]]) -> None:
+        self._sink.add_many_values(table, [self._changed(table, values) for values in many])
+
+    def _changed(self, table: str, values: tuple[Any, ...]) -> tuple[Any, ...]:
+        if table != self._table:
+            return values
+        at = self._sink.columns(table).index(self._column)
+        return (*values[:at], mutated(values[at], self._type), *values[at + 1 :])
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sink, name)
 
@@ -167,11 +201,26 @@ def _mutation() -> tuple[str, str] | None:
 
 
 def install() -> None:
-    """Patch the row builder's sink (and the live capture's, for capture_stats) to follow KWSNIFF_MUTATE."""
+    """Patch the row builder's sink (and the live capture's, for capture_stats; the captures row's
+    maker, for captures) to follow KWSNIFF_MUTATE."""
+    from kwsniff.pipeline import run
     from kwsniff.rows import builder
 
     if getattr(builder.TableBuilder, "_mutating", False):
         return
+    original_row = run.capture_row
+
+    def capture_row(*args: Any, **kwargs: Any) -> dict[str, object]:
+        # `read` and the Python API write the captures row themselves, not through the row builder.
+        row = original_row(*args, **kwargs)
+        spec = _mutation()
+        if spec is not None and spec[0] == "captures" and spec[1] in row:
+            from kwsniff.tables.schemas import SCHEMAS
+
+            row = {**row, spec[1]: mutated(row[spec[1]], SCHEMAS["captures"].field(spec[1]).type)}
+        return row
+
+    run.capture_row = capture_row  # type: ignore[assignment]
     original_init = builder.TableBuilder.__init__
 
     def init(self: Any, capture: str, sink: Any, *args: Any, **kwargs: Any) -> None:
@@ -250,7 +299,7 @@ def pytest_runtestloop(session: Any) -> bool:
                 return f"not caught within {budget:.0f}s"
         return f"NOT CAUGHT ({time.monotonic() - start:.0f}s, {len(items)} tests)"
 
-    baseline = run(None)
+    baseline = "" if os.environ.get("KWSNIFF_MUTATE_BASELINE") == "no" else run(None)
     if baseline.startswith("tests/"):
         results["(no mutation)"] = f"BASELINE FAILS: {baseline}"
     else:
@@ -278,11 +327,20 @@ def registry() -> dict[str, dict[str, str]]:
 
 
 def run_group(
-    table: str, names: list[str], site: Path, budget: float, tmp: Path, n: int, named: dict[str, str] | None
+    table: str,
+    names: list[str],
+    site: Path,
+    budget: float,
+    tmp: Path,
+    n: int,
+    named: dict[str, str] | None,
+    without_baseline: bool = False,
 ) -> dict[str, str]:
     if named is not None:
-        files = sorted({"tests/" + named[c].split("::")[0] for c in names if c in named})
-        names = [c for c in names if c in named]
+        # Only this group's tests: its run without mutation need not run the table's others.
+        named = {c: named[c] for c in names if c in named}
+        files = sorted({"tests/" + test.split("::")[0] for test in named.values()})
+        names = list(named)
     else:
         files = [f for f in FILES.get(table, []) if (REPO / f).exists()]
     if not files:
@@ -296,6 +354,7 @@ def run_group(
         "KWSNIFF_MUTATE_BUDGET": str(budget),
         "KWSNIFF_MUTATE_OUT": str(out),
         "KWSNIFF_MUTATE_ONLY": json.dumps(named or {}),
+        "KWSNIFF_MUTATE_BASELINE": "no" if without_baseline else "yes",
     }
     env.pop(ENV, None)
     # `-n 0`: the plugin runs the test loop itself, in this one process (pyproject's addopts use xdist).
@@ -325,9 +384,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run only the test tests/test_oracle_registry.py names per column",
     )
+    parser.add_argument(
+        "--ci", action="store_true", help="every column if the row builder changed, else a sample"
+    )
+    parser.add_argument("--sample", type=int, default=CI_SAMPLE, help="the sample's size (with --ci)")
     args = parser.parse_args(argv)
     named_tests = registry() if args.registry else {}
     todo = [c for c in columns() if not args.only or f"{c[0]}.{c[1]}" in args.only]
+    if args.ci:
+        from mutation_sample import ci_choice
+
+        todo = ci_choice([c for c in todo if c not in ALLOWED], args.sample, WATCHED, "mutate_columns")
     groups: list[tuple[str, list[str]]] = []
     for table in dict.fromkeys(t for t, _ in todo):
         names = [c for t, c in todo if t == table]
@@ -347,23 +414,26 @@ def main(argv: list[str] | None = None) -> int:
                     site,
                     n,
                     named_tests.get(table) if args.registry else None,
+                    args.ci,
                 )
                 for n, (table, names) in enumerate(groups)
             ]
             for (table, _), job in zip(groups, jobs, strict=True):
                 for column, how in job.result().items():
+                    if (table, column) in ALLOWED and not how.startswith("tests/"):
+                        how = f"allowed, {how}: {ALLOWED[table, column]}"
                     print(f"{table}.{column}: {how}", flush=True)
                     results.append((table, column, how))
-    missed = [r for r in results if not r[2].startswith("tests/")]
+    caught = sum(how.startswith("tests/") for _, _, how in results)
+    allowed = sum(how.startswith("allowed, ") for _, _, how in results)
+    verdict = f"{caught} of {len(results)} columns caught" + (f", {allowed} allowed" if allowed else "")
     if args.report:
         title = "the registry's test, failing" if args.registry else "first failing test"
         lines = [f"| table | column | {title} |", "|---|---|---|"]
         lines += [f"| {t} | {c} | {how} |" for t, c, how in results]
-        args.report.write_text(
-            "\n".join(lines) + f"\n\n{len(results) - len(missed)} of {len(results)} caught.\n"
-        )
-    print(f"{len(results) - len(missed)} of {len(results)} columns caught")
-    return 1 if missed else 0
+        args.report.write_text("\n".join(lines) + f"\n\n{verdict}.\n")
+    print(verdict)
+    return 0 if caught + allowed == len(results) else 1
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
     python tools/mutate_report.py                          # every mutation below
     python tools/mutate_report.py throughput errors        # the mutations of these sections
     python tools/mutate_report.py --report tools/report-mutation-report.md
+    python tools/mutate_report.py --ci                     # what .ci/run runs (tools/mutation_sample.py)
 
 Each mutation replaces one piece of one section's SQL (kwsniff/report/sections_*.py, upgrade.py) by a
 plausible mistake: SUM(record_count) -> COUNT(*), a MIN for a MAX, a code on the wrong API. It is made
@@ -16,6 +17,11 @@ tests/test_report_oracles.py, the real clients' record (tests/test_report_live.p
 into the inputs of tests/test_report_sections.py (named in INDEPENDENT). DuckDB against Spark, and
 summaries against rows, run the same SQL and are left out: they would pass with any mutation. A run
 without mutation goes first: a test failing there would catch everything.
+
+`--ci` makes every mutation when the report's SQL (kwsniff/report/) or this list changed since
+HEAD~1, else a sample of CI_SAMPLE drawn with the commit's hash (tools/mutation_sample.py), without
+the run without mutation (.ci/run has just run every test). The run exits 1 when a mutation is not
+caught.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from mutation_sample import ci_choice
 
 REPO = Path(__file__).resolve().parent.parent
 ORACLES = "tests/test_report_oracles.py"
@@ -55,10 +63,17 @@ KRAFT = (
     "tests/test_kraft.py::test_report_sections_are_what_was_encoded[duckdb]",
     "tests/test_kraft.py::test_report_command_prints_both_sections",
 )
-# misrouted: ApiVersions v5 intents the test encoded against what its server reported.
+# misrouted: ApiVersions v5 intents the test encoded against what its server reported (DuckDB).
 MISROUTED = (
-    "tests/test_misrouted.py::test_misrouted_lists_each_connection_whose_intent_differs_from_what_its_broker_reported",
+    "tests/test_misrouted.py::test_misrouted_lists_each_connection_whose_intent_differs_from_what_its_broker_reported[duckdb]",
 )
+
+
+# CI's sample: 4 mutations, about two minutes on a busy 2-core machine (10-55 s each: one pytest
+# run of the tests that catch it; docs/test-oracles.md has the figures).
+CI_SAMPLE = 4
+# A change here or in this list makes CI run every mutation.
+WATCHED = ("kwsniff/report", "tools/mutate_report.py")
 
 
 @dataclass(frozen=True)
@@ -134,6 +149,9 @@ MUTATIONS = [
     Mutation("misrouted", ID, "COALESCE(i.intended_node_id <> i.broker_id, FALSE)", "COALESCE(i.intended_node_id = i.broker_id, FALSE)", MISROUTED),
     Mutation("misrouted", ID, "(intended_cluster_id IS NOT NULL OR intended_node_id IS NOT NULL)", "intended_cluster_id IS NOT NULL", MISROUTED),
     Mutation("misrouted", ID, "COALESCE(c.cluster_id, b.cluster_id), FALSE) AS cluster_wrong", "COALESCE(c.cluster_id, b.cluster_id), TRUE) AS cluster_wrong", MISROUTED),
+    # The cluster a leader connection without Metadata reached: the same address's, on another connection.
+    Mutation("misrouted", ID, "COALESCE(c.cluster_id, b.cluster_id) AS reported_cluster_id,\n           COALESCE(i.intended_cluster_id <> COALESCE(c.cluster_id, b.cluster_id), FALSE)", "c.cluster_id AS reported_cluster_id,\n           COALESCE(i.intended_cluster_id <> c.cluster_id, FALSE)", MISROUTED),
+    Mutation("misrouted", ID, "ON b.capture = i.capture AND b.broker_ip = i.broker_ip AND", "ON b.capture = i.capture AND", MISROUTED),
 ]  # fmt: skip
 
 
@@ -167,7 +185,10 @@ def run_tests(root: Path, tests: tuple[str, ...], budget_s: float) -> tuple[str 
     took = time.monotonic() - started
     failed = re.search(r"^FAILED (\S+)", done.stdout, re.MULTILINE)
     if failed:
-        return failed.group(1).split(str(REPO) + "/")[-1], took
+        # The node id as pytest printed it, relative to the copy (a repository under /tmp shows as
+        # ../../repo/tests/...): from its tests/ folder on.
+        path, sep, name = failed.group(1).partition("::")
+        return path[path.rfind("tests/") :] + sep + name, took
     if done.returncode not in (0, 5):
         return f"(pytest exit {done.returncode}: {done.stdout[-300:]}{done.stderr[-300:]})", took
     return None, took
@@ -178,13 +199,20 @@ def main() -> int:
     parser.add_argument("sections", nargs="*", help="only the mutations of these sections")
     parser.add_argument("--report", type=Path, help="write the table of results as Markdown here")
     parser.add_argument("--budget", type=float, default=900.0, help="seconds per pytest run")
+    parser.add_argument(
+        "--ci", action="store_true", help="every mutation if the report's SQL changed, else a sample"
+    )
+    parser.add_argument("--sample", type=int, default=CI_SAMPLE, help="the sample's size (with --ci)")
     args = parser.parse_args()
     chosen = [m for m in MUTATIONS if not args.sections or m.section in args.sections]
+    if args.ci:
+        chosen = ci_choice(chosen, args.sample, WATCHED, "mutate_report")
     with tempfile.TemporaryDirectory(prefix="mutate-report-") as tmp:
         root = Path(tmp) / "pkg"
         tests = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
-        caught, took = run_tests(staged(None, root), tests, args.budget)
-        print(f"no mutation: {caught or 'all pass'} ({took:.0f} s)", flush=True)
+        caught, took = (None, 0.0) if args.ci else run_tests(staged(None, root), tests, args.budget)
+        if not args.ci:
+            print(f"no mutation: {caught or 'all pass'} ({took:.0f} s)", flush=True)
         if caught:
             print("mutate_report: a test fails without any mutation; fix it first", file=sys.stderr)
             return 1
@@ -194,7 +222,8 @@ def main() -> int:
             caught, took = run_tests(staged(m, root), m.tests, args.budget)
             missed += caught is None
             print(f"{m.section}: {m.label}: {caught or 'NOT CAUGHT'} ({took:.0f} s)", flush=True)
-            lines.append(f"| `{m.section}` | {m.label} | {caught or '**not caught**'} |")
+            cell = m.label.replace("|", "\\|")  # a pipe in SQL would end the Markdown cell
+            lines.append(f"| `{m.section}` | {cell} | {caught or '**not caught**'} |")
     if args.report:
         verdict = "every mutation caught" if not missed else f"{missed} not caught"
         title = f"# `python3 tools/mutate_report.py`: its last run ({verdict})\n\n"

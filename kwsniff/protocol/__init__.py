@@ -13,7 +13,7 @@ from kwsniff.protocol.decode import (
     schema_triples,
 )
 from kwsniff.protocol.decode_error import DecodeError
-from kwsniff.protocol.error_codes import error_name, error_names, error_retriable
+from kwsniff.protocol.error_codes import error_label, error_name, error_names, error_retriable
 from kwsniff.protocol.headers import (
     api_name,
     api_names,
@@ -36,6 +36,7 @@ __all__ = [
     "decode_request_view",
     "decode_response_view",
     "decode_response",
+    "error_label",
     "error_name",
     "error_names",
     "error_retriable",

@@ -36,6 +36,12 @@ def error_names() -> list[str]:
     return list(_NAMES.values())
 
 
+def error_label(code: int) -> str:
+    """ "NOT_LEADER_OR_FOLLOWER(6)" for 6; "UNKNOWN_ERROR_CODE(1234)" for a code whose name holds it."""
+    name = _NAMES.get(code)
+    return f"{name}({code})" if name is not None else error_name(code)
+
+
 def error_retriable(code: int) -> bool:
     """Whether Kafka marks the error retriable (unknown codes are not)."""
     return code in _RETRIABLE

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from kwsniff.protocol.error_codes import error_label
 from kwsniff.protocol.partial import CutRecords
 from kwsniff.rows.extract import error_rows
 from kwsniff.view.escape import visible
@@ -242,8 +243,7 @@ def _error_summary(row: dict[str, Any]) -> str:
     if not response:
         return ""
     names = dict.fromkeys(
-        f"{e['error_name']}({e['error_code']})"
-        for e in error_rows(row["api_key"], row["api_version"], response)
+        error_label(e["error_code"]) for e in error_rows(row["api_key"], row["api_version"], response)
     )
     return f"  error {', '.join(names)}" if names else ""
 

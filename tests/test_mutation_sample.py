@@ -1,6 +1,7 @@
 """CI's choice of mutations (tools/mutation_sample.py, used by `--ci` of tools/mutate_report.py and
-tools/mutate_columns.py): every one when a watched file changed since HEAD~1, else a sample drawn
-with the commit's hash, the same for a commit and another for the next."""
+tools/mutate_columns.py): a sample drawn with the commit's hash, the same for a commit and another for
+the next; three times as large, the changed code's own mutations first, when a watched file changed
+since HEAD~1."""
 
 from __future__ import annotations
 
@@ -67,17 +68,24 @@ def test_a_commit_outside_the_watched_paths_draws_the_same_sample_each_time_and_
     )
 
 
-def test_a_watched_file_changed_by_the_last_commit_or_the_work_tree_makes_every_mutation(
+def test_a_watched_file_changed_by_the_last_commit_or_the_work_tree_triples_the_sample_its_own_first(
     repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    def touches(m: str, files: list[str]) -> bool:  # m0..m3 check pkg/report/sql.py
+        return m in ("m0", "m1", "m2", "m3") and "pkg/report/sql.py" in files
+
     commit(repo, "pkg/report/sql.py", "SELECT 2\n")
-    assert ci_choice(EVERYTHING, 5, WATCHED, "tool", repo) == EVERYTHING
+    chosen = ci_choice(EVERYTHING, 5, WATCHED, "tool", repo, touches)
+    assert len(chosen) == 15 and chosen[:4] == ["m0", "m1", "m2", "m3"]
     commit(repo, "docs/page.md", "one\n")
-    assert len(ci_choice(EVERYTHING, 5, WATCHED, "tool", repo)) == 5
-    (repo / "pkg/report/new.py").write_text("SELECT 3\n")  # untracked
-    assert ci_choice(EVERYTHING, 5, WATCHED, "tool", repo) == EVERYTHING
-    assert capsys.readouterr().out.splitlines()[-1] == (
-        "tool: all 40 mutations: changed since HEAD~1: pkg/report/new.py"
+    assert len(ci_choice(EVERYTHING, 5, WATCHED, "tool", repo, touches)) == 5
+    (repo / "pkg/report/new.py").write_text("SELECT 3\n")  # untracked: the sample tripled
+    chosen = ci_choice(EVERYTHING, 5, WATCHED, "tool", repo, touches)
+    assert len(chosen) == 15
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[-1]
+        .startswith("tool: 15 of 40 mutations (0 of the changed code's own), seed ")
     )
 
 

@@ -387,8 +387,8 @@ def test_options_are_the_commands_long_names(tmp_path: Path) -> None:
 
 
 def test_the_api_is_typed_for_its_users(tmp_path: Path) -> None:
-    # mypy over a user's script: every name has its type (kwsniff.report the function, not the
-    # package of that name), and a wrong use is found. kwsniff ships py.typed (PEP 561).
+    # mypy over a user's script: every name has its type (kwsniff.report the function), and a
+    # wrong use is found. kwsniff ships py.typed (PEP 561).
     script = tmp_path / "use.py"
     script.write_text(
         "import pyarrow as pa\n"

@@ -223,9 +223,9 @@ def per_section(tables: Path, memory_limit: int | None = 4 << 30) -> None:
     """CPU and wall seconds of opening the tables (views, shared temp tables) and of each section,
     in this process, as a text report runs them (each answer kept in DuckDB, its first 20 rows out)."""
     sys.path.insert(0, str(ROOT))
-    from kwsniff.report.engines import DuckEngine, Filters
-    from kwsniff.report.run import answer_top
-    from kwsniff.report.sections import SECTIONS
+    from kwsniff.sections.catalog import SECTIONS
+    from kwsniff.sections.engines import DuckEngine, Filters
+    from kwsniff.sections.run import answer_top
 
     def clocks() -> tuple[float, float]:
         return time.process_time(), time.perf_counter()

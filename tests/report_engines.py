@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
-from kwsniff.report.run import answer
-from kwsniff.report.sections import BY_NAME
+from kwsniff.sections.catalog import BY_NAME
+from kwsniff.sections.engines import DuckEngine, Filters, SparkEngine
+from kwsniff.sections.run import answer
 
 
 def answer_sections(

@@ -35,9 +35,9 @@ from realparts import free_port, run_kwsniff, tcpdump_capture
 from report_engines import answer_sections
 
 from kwsniff.cli import main
-from kwsniff.report.engines import DuckEngine, Filters
-from kwsniff.report.run import answer
-from kwsniff.report.sections import BY_NAME
+from kwsniff.sections.catalog import BY_NAME
+from kwsniff.sections.engines import DuckEngine, Filters
+from kwsniff.sections.run import answer
 
 FETCH = 1
 # Fetch v4 and v11 (names, classic header), v12 (names, flexible), v13-v14 (topic ids), v15-v18

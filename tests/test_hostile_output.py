@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from kafkawire import Flow, i16, i32, response, write_pcap
 
 from kwsniff.cli import main
-from kwsniff.report.output import as_csv
+from kwsniff.sections.output import as_csv
 
 # Client ids (and topics named like them) a hostile client sends: formulas (OWASP's list of first
 # characters), the window-title and cursor-position-query sequences, clear-screen, an 8-bit CSI

@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from kwsniff.report.sections import SECTIONS
+from kwsniff.sections.catalog import SECTIONS
 from kwsniff.tables.schemas import SCHEMAS
 
 TESTS = Path(__file__).parent

@@ -188,8 +188,8 @@ def test_report_answers_what_the_report_command_answers(tmp_path: Path) -> None:
     from_tables = kwsniff.report(tables)
     from_dataset = kwsniff.report(tmp_path / "out")
     assert list(from_tables) == list(command)
-    from kwsniff.report.engines import rows_of
-    from kwsniff.report.output import as_json
+    from kwsniff.sections.engines import rows_of
+    from kwsniff.sections.output import as_json
 
     for name in command:
         assert from_tables[name].equals(from_dataset[name]), name
@@ -245,6 +245,21 @@ def test_import_kwsniff_loads_neither_pyarrow_nor_the_decoder() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["[]", "[]", "[]"]
+
+
+def test_report_is_a_function_whatever_was_imported_before() -> None:
+    # The report's sections are the package kwsniff.sections: importing it (as `kwsniff report`
+    # does) leaves the root's `report` the API's function, never a module (issue 46).
+    probe = (
+        "import kwsniff.sections.run, kwsniff.commands.report\n"
+        "import kwsniff\n"
+        "from kwsniff import report\n"
+        "from kwsniff.api.reporting import report as api_report\n"
+        "print(type(kwsniff.report).__name__, report is kwsniff.report is api_report, callable(kwsniff.sections))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["function", "True", "False"]
 
 
 def test_the_public_names_are_these() -> None:
@@ -372,8 +387,8 @@ def test_options_are_the_commands_long_names(tmp_path: Path) -> None:
 
 
 def test_the_api_is_typed_for_its_users(tmp_path: Path) -> None:
-    # mypy over a user's script: every name has its type (kwsniff.report the function, not the
-    # package of that name), and a wrong use is found. kwsniff ships py.typed (PEP 561).
+    # mypy over a user's script: every name has its type (kwsniff.report the function), and a
+    # wrong use is found. kwsniff ships py.typed (PEP 561).
     script = tmp_path / "use.py"
     script.write_text(
         "import pyarrow as pa\n"

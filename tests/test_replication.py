@@ -48,10 +48,10 @@ from kwsniff.cli import main
 from kwsniff.pipeline.live_worker import RowRelay
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
-from kwsniff.report.engines import DuckEngine, Filters
-from kwsniff.report.run import answer
-from kwsniff.report.sections import BY_NAME
 from kwsniff.rows import ListSink
+from kwsniff.sections.catalog import BY_NAME
+from kwsniff.sections.engines import DuckEngine, Filters
+from kwsniff.sections.run import answer
 from kwsniff.view.metrics import Metrics
 from kwsniff.view.replication import ReplicationTracker
 from kwsniff.view.stats import LiveStats, Pending, StatsSink

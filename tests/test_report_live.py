@@ -353,9 +353,9 @@ def test_each_group_state_is_what_the_test_did_to_its_consumer(traffic: dict) ->
 
 
 def window_answers(out: Any, since: Any = None, until: Any = None, spark: Any = None) -> dict:
-    from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
-    from kwsniff.report.run import answer
-    from kwsniff.report.sections import BY_NAME
+    from kwsniff.sections.catalog import BY_NAME
+    from kwsniff.sections.engines import DuckEngine, Filters, SparkEngine
+    from kwsniff.sections.run import answer
 
     filters = Filters(since=since, until=until, session_timeout_ms=6000)
     sections = [BY_NAME[n] for n in ("lag", "stopped", "member_lag")]

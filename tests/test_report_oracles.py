@@ -29,8 +29,8 @@ from kafkawire import i8, i16, i32, i64, request, response, string
 from realparts import LOOPBACK, free_port, tcpdump_capture
 
 from kwsniff.cli import main
-from kwsniff.report.engines import DuckEngine, Filters
-from kwsniff.report.run import answer
+from kwsniff.sections.engines import DuckEngine, Filters
+from kwsniff.sections.run import answer
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURES = sorted((ROOT / "tests/data/captures").glob("*.pcap")) + [ROOT / "sample_pcaps/quickstart.pcap"]

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from kwsniff.cli import main
-from kwsniff.report import figures
+from kwsniff.sections import figures
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "sample_pcaps/quickstart.pcap"

@@ -21,12 +21,12 @@ from click.testing import CliRunner
 from test_share_wire import share_capture
 
 from kwsniff.cli import main
-from kwsniff.report import summaries
-from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
-from kwsniff.report.output import sort_rows
-from kwsniff.report.run import answer, answer_top, keep
-from kwsniff.report.sections import BY_NAME, SECTIONS
-from kwsniff.report.views import FILLED, GROUPS_CONTRACT
+from kwsniff.sections import summaries
+from kwsniff.sections.catalog import BY_NAME, SECTIONS
+from kwsniff.sections.engines import DuckEngine, Filters, SparkEngine
+from kwsniff.sections.output import sort_rows
+from kwsniff.sections.run import answer, answer_top, keep
+from kwsniff.sections.views import FILLED, GROUPS_CONTRACT
 from kwsniff.tables.names import SUMMARIES
 from kwsniff.tables.schemas import SCHEMAS
 
@@ -242,7 +242,7 @@ def test_a_figure_takes_its_top_series_and_one_line_of_the_others_from_the_engin
 ) -> None:
     from collections import defaultdict
 
-    from kwsniff.report.run import figure_rows
+    from kwsniff.sections.run import figure_rows
 
     # From the section's own rows, in Python: series by label, ranked by their largest lag.
     series: dict[str, dict[Any, float]] = defaultdict(dict)
@@ -276,8 +276,8 @@ def test_a_figure_takes_its_top_series_and_one_line_of_the_others_from_the_engin
 def test_latest_takes_the_value_of_the_latest_time_then_the_highest_tie_on_both_engines(spark: Any) -> None:
     import duckdb
 
-    from kwsniff.report.engines import to_spark
-    from kwsniff.report.sql import latest
+    from kwsniff.sections.engines import to_spark
+    from kwsniff.sections.sql import latest
 
     t0 = dt.datetime(2026, 11, 27, 12, 0, tzinfo=dt.UTC)
     us = dt.timedelta(microseconds=1)

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kwsniff.report.engines import DuckEngine, Filters, SparkEngine
-from kwsniff.report.run import answer
-from kwsniff.report.sections import BY_NAME
+from kwsniff.sections.catalog import BY_NAME
+from kwsniff.sections.engines import DuckEngine, Filters, SparkEngine
+from kwsniff.sections.run import answer
 from kwsniff.tables.schemas import SCHEMAS
 
 T0 = dt.datetime(2026, 5, 4, 12, 0, 0, tzinfo=dt.UTC)

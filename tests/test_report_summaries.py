@@ -1,4 +1,4 @@
-"""The report's per-capture summaries (kwsniff.report.summaries): `read` and `spark` write them beside
+"""The report's per-capture summaries (kwsniff.sections.summaries): `read` and `spark` write them beside
 the tables (`read` on runs of SUMMARIZE_MIN_ROWS rows or more, or with --summaries always), `report`
 reads them instead of the rows for the captures they cover and computes the others' parts from their
 rows, and the answers are the same as from the rows (on Spark too: tests/test_report_sections.py)."""
@@ -19,11 +19,11 @@ from click.testing import CliRunner
 
 from kwsniff.cli import main
 from kwsniff.commands.summarize import summarize
-from kwsniff.report import summaries
-from kwsniff.report.engines import DuckEngine, Filters
-from kwsniff.report.output import sort_rows
-from kwsniff.report.run import answer, answer_top, keep
-from kwsniff.report.sections import PARTS, SECTIONS
+from kwsniff.sections import summaries
+from kwsniff.sections.catalog import PARTS, SECTIONS
+from kwsniff.sections.engines import DuckEngine, Filters
+from kwsniff.sections.output import sort_rows
+from kwsniff.sections.run import answer, answer_top, keep
 from kwsniff.sinks import output_name
 from kwsniff.sinks.dataset import path_digest_of
 from kwsniff.spark.pipeline import decode, write
@@ -32,7 +32,7 @@ from kwsniff.tables.names import DEFAULT_TABLES, SUMMARIES, TABLES
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "sample_pcaps/quickstart.pcap"
 CAPTURES = sorted((ROOT / "tests/data/captures").glob("*.pcap")) + [QUICKSTART]
-# The sections that read a part (sections.PARTS; the others never do).
+# The sections that read a part (catalog.PARTS; the others never do).
 SUMMARIZED = [s for s in SECTIONS if "summary_" in s.sql]
 
 

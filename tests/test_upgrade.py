@@ -29,7 +29,7 @@ from kafkawire import Flow, cstring, i8, i16, i32, i64, request, response, strin
 
 from kwsniff.cli import main
 from kwsniff.protocol import api_names, magic_removed_in, removed_in
-from kwsniff.report.upgrade import UPGRADE_COLUMNS, UPGRADE_SQL, ZOOKEEPER_SQL
+from kwsniff.sections.upgrade import UPGRADE_COLUMNS, UPGRADE_SQL, ZOOKEEPER_SQL
 
 SPECS = Path(__file__).resolve().parent.parent / "tools"
 PRODUCE = 0

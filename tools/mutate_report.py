@@ -5,7 +5,7 @@
     python tools/mutate_report.py --report tools/report-mutation-report.md
     python tools/mutate_report.py --ci                     # what .ci/run runs (tools/mutation_sample.py)
 
-Each mutation replaces one piece of one section's SQL (kwsniff/report/sections_*.py, upgrade.py) by a
+Each mutation replaces one piece of one section's SQL (kwsniff/sections/sections_*.py, upgrade.py) by a
 plausible mistake: SUM(record_count) -> COUNT(*), a MIN for a MAX, a code on the wrong API. It is made
 in a copy of the kwsniff package (the source tree is never touched), which the tests then import:
 pytest runs with that copy's folder as its working directory (first on sys.path), and the CLI
@@ -80,7 +80,7 @@ WATCHED = ("kwsniff/report", "tools/mutate_report.py")
 @dataclass(frozen=True)
 class Mutation:
     section: str
-    file: str  # under kwsniff/report/
+    file: str  # under kwsniff/sections/
     old: str
     new: str
     tests: tuple[str, ...] = (ORACLES, *INDEPENDENT)
@@ -162,7 +162,7 @@ def staged(mutation: Mutation | None, into: Path) -> Path:
         shutil.rmtree(into)
     shutil.copytree(REPO / "kwsniff", into / "kwsniff", ignore=shutil.ignore_patterns("__pycache__"))
     if mutation is not None:
-        path = into / "kwsniff/report" / mutation.file
+        path = into / "kwsniff/sections" / mutation.file
         text = path.read_text()
         if text.count(mutation.old) != 1:
             found = text.count(mutation.old)

@@ -1,4 +1,4 @@
-"""`kwsniff.report`: the report's sections (kwsniff.report.sections, the one SQL of each answer) over
+"""`kwsniff.report`: the report's sections (kwsniff.sections.catalog, the one SQL of each answer) over
 a dataset or a :class:`kwsniff.Tables`, on DuckDB or on the caller's SparkSession, as pyarrow Tables."""
 
 from __future__ import annotations
@@ -102,9 +102,9 @@ def report(
     import duckdb
 
     from kwsniff.commands.report import NEEDED
-    from kwsniff.report.engines import Filters
-    from kwsniff.report.run import answer_arrow, open_engine
-    from kwsniff.report.sections import SECTIONS
+    from kwsniff.sections.catalog import SECTIONS
+    from kwsniff.sections.engines import Filters
+    from kwsniff.sections.run import answer_arrow, open_engine
 
     unknown = sorted(set(chosen) - {s.name for s in SECTIONS})
     if unknown:

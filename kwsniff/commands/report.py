@@ -1,4 +1,4 @@
-"""`kwsniff report`: the sections of kwsniff.report.sections over a tables directory, on DuckDB (the
+"""`kwsniff report`: the sections of kwsniff.sections.catalog over a tables directory, on DuckDB (the
 default, embedded) or on Spark (`--master`), as text, JSON, CSV and a self-contained HTML page."""
 
 from __future__ import annotations
@@ -128,10 +128,10 @@ def report(
     if missing:
         messages.error(f"{tables}: no {', '.join(missing)} table (written by kwsniff read or spark)")
         sys.exit(1)
-    from kwsniff.report import output
-    from kwsniff.report.engines import Filters
-    from kwsniff.report.run import answer, answer_top, figure_rows, open_engine
-    from kwsniff.report.sections import SECTIONS
+    from kwsniff.sections import output
+    from kwsniff.sections.catalog import SECTIONS
+    from kwsniff.sections.engines import Filters
+    from kwsniff.sections.run import answer, answer_top, figure_rows, open_engine
 
     filters = Filters(_utc(since), _utc(until), topic, client, group, session_timeout_ms)
     unknown = sorted(set(chosen) - {s.name for s in SECTIONS})
@@ -173,7 +173,7 @@ def report(
         shown = {n: rows[:limit] if limit else rows for n, rows in first.items()}
         drawn = {}
         if html_file is not None or plots is not None:
-            from kwsniff.report.figures import draw
+            from kwsniff.sections.figures import draw
 
             undrawn: list[str] = []
             drawn = draw(figure_rows(engine, filters, sections, min(top or 8, 12)), undrawn)
@@ -186,7 +186,7 @@ def report(
     except Exception as exc:
         import duckdb  # a base dependency; already loaded where the engine is DuckDB
 
-        from kwsniff.report.engines import DatasetError
+        from kwsniff.sections.dataset import DatasetError
 
         if isinstance(exc, DatasetError):  # a file it cannot read: one line naming it
             messages.error(str(exc))
@@ -220,14 +220,14 @@ def report(
         for s in sections:
             click.echo(output.text_table(s.title, shown[s.name], totals[s.name]))
     if plots is not None:
-        from kwsniff.report.figures import FIGURES
+        from kwsniff.sections.figures import FIGURES
 
         plots.mkdir(parents=True, exist_ok=True)
         for section, png in drawn.items():
             (plots / FIGURES[section].file).write_bytes(png)
         click.echo("\nplots: " + ", ".join(str(plots / FIGURES[s].file) for s in drawn), err=True)
     if html_file is not None:
-        from kwsniff.report.html import page
+        from kwsniff.sections.html import page
 
         titles = {s.name: s.title for s in sections}
         rows = {n: r[:HTML_ROWS] for n, r in first.items()}

@@ -28,7 +28,7 @@ SUMMARIZE_MIN_CAPTURES = 100
 def summarize(
     stage: Path, memory_limit: int | None, mode: str = "auto", adding_to: Path | None = None
 ) -> None:
-    """Write the summaries of the captures in ``stage`` (kwsniff.report.summaries), DuckDB holding at
+    """Write the summaries of the captures in ``stage`` (kwsniff.sections.summaries), DuckDB holding at
     most ``memory_limit`` bytes (the run's --memory-limit, its decoding done): ``mode`` "always",
     "never", or "auto" (`worth_summarizing`; ``adding_to``: the dataset the run's tables are added to,
     under `--append`). `report` computes a capture's parts from its rows when it has none. When they
@@ -36,7 +36,7 @@ def summarize(
     those sections from the rows, as it does for tables written before summaries existed)."""
     if mode == "never" or (mode == "auto" and not worth_summarizing(stage, adding_to)):
         return
-    from kwsniff.report import summaries
+    from kwsniff.sections import summaries
 
     try:
         summaries.write(stage, memory_limit, SPILL_LIMIT)

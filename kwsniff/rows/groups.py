@@ -10,7 +10,7 @@ The request's facts are kept in its small summary while it waits for the respons
 request, kwsniff/rows/builder.py); the row merges both. Assignments name topics by id (KIP-848), so
 a row with ids is written through the capture's topic-id map (:class:`TopicNames`), held until
 every id is named or the capture ends. A rebalance is derived from these rows in
-the report's `rebalances` section (kwsniff/report/sections_groups.py).
+the report's `rebalances` section (kwsniff/sections/sections_groups.py).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ TABLES = (
 OPT_IN_TABLES = frozenset({"records", "capture_stats"})
 DEFAULT_TABLES = tuple(t for t in TABLES if t not in OPT_IN_TABLES)
 # Per-capture summaries beside the tables, written with them by `read` and `spark` for `report`
-# (kwsniff.report.summaries, docs/report.md "Summaries"): in a dataset, handled like the tables.
+# (kwsniff.sections.summaries, docs/report.md "Summaries"): in a dataset, handled like the tables.
 SUMMARIES = (
     "summary_captures",
     "summary_inventory",

@@ -1,7 +1,7 @@
 """Consumer-group lag as the capture goes, from `partitions` rows as they are decoded.
 
-The definition is the report's `lag` section (kwsniff/report/sections_lag.py, over the shared views
-of kwsniff/report/views.py), evaluated incrementally instead of over the whole capture:
+The definition is the report's `lag` section (kwsniff/sections/sections_lag.py, over the shared views
+of kwsniff/sections/views.py), evaluated incrementally instead of over the whole capture:
 
 - a partition's high watermark is the largest one seen so far: Fetch responses' `high_watermark`,
   and each acknowledged Produce batch's `last_offset + 1` (the `watermarks` view);

@@ -1,7 +1,7 @@
 """Replication lag per follower and partition as the capture goes, from `partitions` rows as they are
 decoded (the metrics' replication gauges).
 
-The definition is the report's `replication` section (kwsniff/report/sections_brokers.py, docs/report.md
+The definition is the report's `replication` section (kwsniff/sections/sections_brokers.py, docs/report.md
 "Brokers and replication"), evaluated at each follower fetch instead of over the whole capture:
 
 - lag in records: the high watermark the fetch's response carried minus its fetch offset F;

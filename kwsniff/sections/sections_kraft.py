@@ -3,7 +3,7 @@ leaders ask the controller for, and the KRaft quorum as its exchanges show it.""
 
 from __future__ import annotations
 
-from kwsniff.report.sql import pct
+from kwsniff.sections.sql import pct
 
 FETCH, ALTER_PARTITION = 1, 56
 # Vote, BeginQuorumEpoch, EndQuorumEpoch (KIP-595), BrokerRegistration, BrokerHeartbeat (KIP-631);

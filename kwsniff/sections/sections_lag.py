@@ -8,7 +8,7 @@ Produce is not in the capture, minus the record's own timestamp (the `records` t
 
 from __future__ import annotations
 
-from kwsniff.report.sql import bucket, int64_minus, latest, offset_bucket, seconds
+from kwsniff.sections.sql import bucket, int64_minus, latest, offset_bucket, seconds
 
 
 def _lag_seconds(at: str) -> str:
@@ -211,7 +211,7 @@ def windowed(name: str, since: str | None, until: str | None) -> str:
     every row up to ``until``, whatever ``since`` cuts from the other sections. `lag`: its seconds in
     the window and the lag at ``since``; `stopped`: the state at the window's end (``until`` or the
     capture's end, the earlier); `member_lag`: each member's last Fetch up to ``until``."""
-    from kwsniff.report.views import known
+    from kwsniff.sections.views import known
 
     if name == "lag":
         return known(lag_sql(since, until))

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kwsniff.report.engines import DuckEngine, Filters, Row, SparkEngine
-from kwsniff.report.sections import SECTIONS, Section
-from kwsniff.report.sql import split_order
+from kwsniff.sections.catalog import SECTIONS, Section
+from kwsniff.sections.engines import DuckEngine, Filters, Row, SparkEngine
+from kwsniff.sections.sql import split_order
 
 # --topic/--client/--group match these columns of a section's rows, where it has them.
 NAME_FILTERS = {"topic": ("topic",), "client": ("client_id",), "group": ("group_id",)}
@@ -83,7 +83,7 @@ def answer_top(
 ) -> dict[str, tuple[list[Row], int]]:
     """{section name: (its first ``limit`` rows, sorted by ``sort_by`` when given, and its row count)}:
     what a text report or ``--top N`` shows, the rows of :func:`answer` then output.sort_rows, cut."""
-    from kwsniff.report.output import sort_rows
+    from kwsniff.sections.output import sort_rows
 
     out = {}
     for s in sections:
@@ -102,7 +102,7 @@ def figure_rows(
     """{section name: the rows its figure draws} (figures.FIGURES), each reduced from the section's
     answer by the figure's SQL inside the engine, after --topic/--client/--group: at most ``top``
     series and one line of the others, or ``top`` bars, whatever the answer's size."""
-    from kwsniff.report.figures import FIGURES
+    from kwsniff.sections.figures import FIGURES
 
     out = {}
     for s in sections:
@@ -129,7 +129,7 @@ def wanted(filters: Filters) -> dict[str, str]:
 def _bind(section: Section, filters: Filters) -> str:
     """The section's SQL for ``filters``: a section that keeps state, under --since/--until, reads
     every row up to --until (sections_lag.windowed)."""
-    from kwsniff.report.sections_lag import SESSION_TIMEOUT, STATEFUL, windowed
+    from kwsniff.sections.sections_lag import SESSION_TIMEOUT, STATEFUL, windowed
 
     sql = section.sql
     if section.name in STATEFUL and (filters.since is not None or filters.until is not None):

@@ -54,7 +54,7 @@ SELECT
 FROM flagged
 GROUP BY {_KEYS}{_ORDER}"""
 
-# The same answer in two steps, as the report runs it: per capture (kwsniff.report.summaries'
+# The same answer in two steps, as the report runs it: per capture (kwsniff.sections.summaries'
 # `summary_upgrade`), then added up over the captures.
 UPGRADE_ROWS = f"""{_FLAGGED}
 SELECT

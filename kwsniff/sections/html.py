@@ -7,7 +7,7 @@ import base64
 from html import escape
 from typing import Any
 
-from kwsniff.report.output import cell
+from kwsniff.sections.output import cell
 
 STYLE = """
 body { font-family: sans-serif; margin: 1.5em; color: #212121; }

@@ -9,7 +9,7 @@ the run never learned it).
 
 from __future__ import annotations
 
-from kwsniff.report.sql import int64_minus, latest, offset_bucket, pct, seconds
+from kwsniff.sections.sql import int64_minus, latest, offset_bucket, pct, seconds
 
 # Fetches of brokers (docs/tables.md "Who is fetching"): followers replicating a partition, and the
 # KRaft metadata log. Null in tables written before `fetcher` existed: neither counted nor a share.

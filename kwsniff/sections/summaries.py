@@ -4,7 +4,7 @@ reads them instead of the rows.
 
 All sections but ten (`latency`, `long_polls`, `produce_latency`, `errors`, `throttled`, `throughput`,
 `churn`, `brokers`, `isr_changes` and `controller`: percentiles, counts and histories over every
-capture at once) join, window and group rows only within one capture. What each computes per capture is a query of its own (sections.PARTS:
+capture at once) join, window and group rows only within one capture. What each computes per capture is a query of its own (catalog.PARTS:
 `summary_lag`, ...), and the section is a small query over that. `kwsniff read` and `kwsniff spark`
 run PARTS over the captures they stage (DuckDB, under the run's --memory-limit) and write, per
 capture and part, one file beside its tables, named like its table files
@@ -29,11 +29,11 @@ from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kwsniff.report.sections import PARTS
+from kwsniff.sections.catalog import PARTS
 from kwsniff.tables.names import SUMMARIES
 
 if TYPE_CHECKING:
-    from kwsniff.report.engines import Filters
+    from kwsniff.sections.dataset import Filters
 
 # Raised whenever a part's query or columns change: summaries of another version are not read.
 # 2: stopped's states and never_committed rows; 3: rebalances count only MEMBER_ID_REQUIRED attempts;
@@ -64,7 +64,7 @@ def stored(
     `spark`), one without is not (its parts are computed from its rows), and one whose row is named
     like a table file makes every part computed from the rows (that capture's rows would then be in
     files its summaries were not made from)."""
-    from kwsniff.report.engines import files
+    from kwsniff.sections.dataset import files
 
     if filters.since is not None or filters.until is not None:
         return None
@@ -114,7 +114,7 @@ def write(stage: Path, memory_limit: int | None = None, spill_limit: int | None 
     import pyarrow as pa
     from pyarrow._parquet import ParquetWriter
 
-    from kwsniff.report.engines import DuckEngine, Filters
+    from kwsniff.sections.dataset import DuckTables, Filters
     from kwsniff.sinks.parquet import WRITER_OPTIONS
 
     def save(path: Path, schema: Any, tables: Iterable[Any] = ()) -> None:
@@ -125,7 +125,7 @@ def write(stage: Path, memory_limit: int | None = None, spill_limit: int | None 
         finally:
             out.close()
 
-    with DuckEngine(stage, Filters(), memory_limit, spill_limit, summaries=False) as engine:
+    with DuckTables(stage, Filters(), memory_limit, spill_limit) as engine:
         stems = _stems(engine)
         if not stems:
             return 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kwsniff.report.sql import bucket, millis, offset_bucket, offset_buckets, pct, ranked
+from kwsniff.sections.sql import bucket, millis, offset_bucket, offset_buckets, pct, ranked
 
 # APIs by the role they show a client in (Metadata, FindCoordinator, ApiVersions... show none).
 PRODUCER_APIS = "0, 22, 24, 26, 28"  # Produce, InitProducerId, AddPartitionsToTxn, EndTxn, TxnOffsetCommit
@@ -12,7 +12,7 @@ CONSUMER_APIS = (
 # Topics, configs, ACLs, groups, partitions and transactions administered or described.
 ADMIN_APIS = "15, 16, 19, 20, 21, 29, 30, 31, 32, 33, 37, 42, 43, 44, 47, 48, 49, 50, 51, 60, 65, 66, 67, 69, 77, 89, 90, 91, 92"
 
-# Per capture (`summary_inventory`, kwsniff.report.summaries): each client's requests, records and
+# Per capture (`summary_inventory`, kwsniff.sections.summaries): each client's requests, records and
 # bytes per role, topic and group; the section adds the captures up.
 INVENTORY_ROWS = f"""
 WITH rows AS (

@@ -3,7 +3,7 @@ where an older table lacks one) and a few derived views shared by sections, in D
 
 from __future__ import annotations
 
-from kwsniff.report.sql import int64_minus, offset_bucket, offset_buckets
+from kwsniff.sections.sql import int64_minus, offset_bucket, offset_buckets
 
 # The groups columns of the KIP-848/share/streams decoding (docs/groups.md "Columns"): the report
 # reads them whether or not the tables it is given were written by a kwsniff that fills them.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kwsniff.report.sql import bucket, millis, pct
+from kwsniff.sections.sql import bucket, millis, pct
 
 # Classic generations: from the first JoinGroup request of a generation (a member's
 # MEMBER_ID_REQUIRED attempt, KIP-394, counts for the generation it then joins; a JoinGroup failing

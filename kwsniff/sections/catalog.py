@@ -1,12 +1,12 @@
 """Every section of `kwsniff report`: its name (the JSON key, `--section`), title and one SQL query.
 
 A new section is one line in SECTIONS, e.g. ``Section("upgrade", "...", UPGRADE_SQL)``, its SQL written in
-DuckDB's dialect over the views of kwsniff.report.views (the tables by name); `--section`, JSON, CSV,
+DuckDB's dialect over the views of kwsniff.sections.views (the tables by name); `--section`, JSON, CSV,
 text, HTML and the both-engines test pick it up from there. docs/report.md says
 what each answers.
 
 Most sections never look past one capture. Their work per capture is a query of its own, a part
-(PARTS, `summary_<name>`), kept with the tables by `read` and `spark` (kwsniff.report.summaries);
+(PARTS, `summary_<name>`), kept with the tables by `read` and `spark` (kwsniff.sections.summaries);
 the section is a small query over it. A section whose every row is of one capture is its own part
 (:func:`per_capture`); others add their parts up over the captures (`inventory`, `upgrade`...).
 """
@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kwsniff.report import sections_brokers as b
-from kwsniff.report import sections_groups as g
-from kwsniff.report import sections_identity as identity
-from kwsniff.report import sections_kraft as kraft
-from kwsniff.report import sections_lag as lag
-from kwsniff.report import sections_traffic as t
-from kwsniff.report.sql import split_order
-from kwsniff.report.upgrade import UPGRADE_ROWS, UPGRADE_SUMMED, ZOOKEEPER_ROWS, ZOOKEEPER_SUMMED
+from kwsniff.sections import sections_brokers as b
+from kwsniff.sections import sections_groups as g
+from kwsniff.sections import sections_identity as identity
+from kwsniff.sections import sections_kraft as kraft
+from kwsniff.sections import sections_lag as lag
+from kwsniff.sections import sections_traffic as t
+from kwsniff.sections.sql import split_order
+from kwsniff.sections.upgrade import UPGRADE_ROWS, UPGRADE_SUMMED, ZOOKEEPER_ROWS, ZOOKEEPER_SUMMED
 
 
 @dataclass(frozen=True)

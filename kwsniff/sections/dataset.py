@@ -1,10 +1,6 @@
-"""Two engines for one set of report sections: DuckDB (embedded, the default) and Spark (`--master`).
-
-Every section is one SQL query in DuckDB's dialect over views named after the tables
-(`requests`, `connections`, `groups`, ...). DuckDB runs it as written; for Spark, sqlglot transpiles
-it to Spark SQL. Chosen over Ibis because a section stays plain SQL a reader can paste into
-`duckdb` or `spark-sql`, and other sections (the `upgrade` one) arrive as SQL strings too.
-Both engines return rows as lists of dicts with UTC datetimes, so their answers compare directly.
+"""A tables directory as DuckDB views: its Parquet files found and checked, the rows the filters
+keep, and the views the sections share (views.py). Below the summaries (which compute the sections'
+per-capture parts on it) and the report's engines (engines.py, which read those parts back).
 """
 
 from __future__ import annotations
@@ -16,11 +12,9 @@ import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
-from kwsniff.report.sql import split_order
-from kwsniff.report.summaries import PARTS, stored
-from kwsniff.report.views import DERIVED, FILLED, KNOWN, MATERIALIZED, fill, known, table_columns
+from kwsniff.sections.views import DERIVED, FILLED, KNOWN, MATERIALIZED, fill, known, table_columns
 
 Row = dict[str, Any]
 
@@ -38,7 +32,7 @@ class Filters:
     session_timeout_ms: int = 45_000
 
 
-def _time_filter(table: str, f: Filters) -> str:
+def time_filter(table: str, f: Filters) -> str:
     """A WHERE clause keeping a table's rows inside --since/--until (by the table's own time)."""
     column = {
         "requests": "ts_request",
@@ -69,7 +63,7 @@ def known_views(
     to create them: each table's rows up to --until, whatever --since says. The sections that keep
     state (lag, stopped, member_lag) read them under a window: what the capture saw before the
     window is what they know at its start."""
-    until = _time_filter
+    until = time_filter
     out = {}
     for table in in_fill_order(columns):
         where = until(table, replace(f, since=None))
@@ -166,29 +160,6 @@ def written(con: Any, paths: dict[str, list[str]]) -> dict[str, tuple[set[str], 
     }
 
 
-# The captures whose parts a report computes from their rows, beside the others' summaries.
-UNSUMMARIZED = "_unsummarized"
-
-
-def derived(parts: dict[str, list[str]] | None, rest: bool = False) -> dict[str, str]:
-    """The views sections share (views.DERIVED), then the sections' per-capture parts: their
-    summaries' files when ``parts`` gives them, else their queries over the rows; with ``rest``, the
-    summaries' rows and the query's rows of the captures in the UNSUMMARIZED table (a part never
-    looks past one capture: each capture's rows are its own)."""
-    out = dict(DERIVED)
-    for name, sql in PARTS.items():
-        if not parts:
-            out[name] = sql
-        elif not rest:
-            out[name] = f"SELECT * FROM read_parquet({parts[name]!r})"
-        else:
-            out[name] = (
-                f"SELECT * FROM read_parquet({parts[name]!r}) UNION ALL BY NAME SELECT * FROM ({sql}) AS p"
-                f" WHERE capture IN (SELECT capture FROM {UNSUMMARIZED})"
-            )
-    return out
-
-
 def in_fill_order(columns: dict[str, Any]) -> list[str]:
     """The tables, `connections` and `requests` first: the others are filled from them."""
     first = ["connections", "requests"]
@@ -221,8 +192,10 @@ def files(tables: Path, table: str) -> list[str]:
     return [str(p) for p in kept]
 
 
-class DuckEngine:
-    """The tables as DuckDB views over their Parquet files (read in place, nothing loaded up front)."""
+class DuckTables:
+    """The tables as DuckDB views over their Parquet files (read in place, nothing loaded up front),
+    and the views the sections share; the engine that writes the summaries (summaries.write). The
+    report's engine (engines.DuckEngine) adds the sections' per-capture parts."""
 
     name = "duckdb"
 
@@ -232,10 +205,7 @@ class DuckEngine:
         filters: Filters,
         memory_limit: int | None = None,
         spill_limit: int | None = None,
-        summaries: bool = True,
     ) -> None:
-        """``summaries``: read the summaries kept with ``tables`` when they cover them; False for
-        the engine that writes them (kwsniff.report.summaries.write), which has no part views."""
         import duckdb
 
         # DuckDB holds at most ``memory_limit`` bytes (its own default is 80% of the machine) and
@@ -250,12 +220,12 @@ class DuckEngine:
             config["max_temp_directory_size"] = f"{spill_limit}B"
         self.con = duckdb.connect(config=config)
         try:
-            self._views(tables, filters, summaries)
+            self._views(tables, filters)
         except BaseException:
             self.close()
             raise
 
-    def _views(self, tables: Path, filters: Filters, summaries: bool) -> None:
+    def _views(self, tables: Path, filters: Filters) -> None:
         self.con.execute("SET TimeZone = 'UTC'")
         # Each file's footer read once per report, not again by every section (a dataset of many
         # captures is thousands of files).
@@ -273,7 +243,7 @@ class DuckEngine:
             select = ", ".join(f'"{c}"' if c in present else f'CAST(NULL AS {t}) AS "{c}"' for c, t in wanted)
             self.con.execute(f"CREATE VIEW _{table}_all AS SELECT {select} FROM {source}")
         for table in in_fill_order(columns):
-            where = _time_filter(table, filters)
+            where = time_filter(table, filters)
             if found[table][1]:
                 self.con.execute(f"CREATE VIEW {table} AS SELECT * FROM _{table}_all{where}")
             else:
@@ -283,22 +253,19 @@ class DuckEngine:
                 sql = fill(table, columns[table], f"_{table}_all")
                 self.con.execute(f"CREATE {kind} {table} AS SELECT * FROM ({sql}) AS f{where}")
         # The shared views; those in MATERIALIZED are computed once, when a section first reads them
-        # (`--section latency` computes none of the lag ones). Then the sections' per-capture parts:
-        # read from the summaries kept with the tables, or computed from the rows (report.summaries).
-        found_parts = stored(self.con, tables, paths, filters) if summaries else None
-        parts, rest = found_parts or (None, [])
-        # Every part read from the summaries alone (engines.top reads such answers in place).
-        self.summarized = parts is not None and not rest
-        if rest:
-            self.con.execute(f"CREATE TEMP TABLE {UNSUMMARIZED} (capture VARCHAR)")
-            self.con.executemany(f"INSERT INTO {UNSUMMARIZED} VALUES (?)", [[c] for c in rest])
-        # An engine that writes summaries runs the parts' queries itself: no views of them.
-        self.derived = derived(parts, bool(rest)) if summaries else dict(DERIVED)
+        # (`--section latency` computes none of the lag ones). Then whatever views an engine adds
+        # after them (the report's: the sections' per-capture parts).
+        self.derived = {**DERIVED, **self._more_views(tables, filters)}
         if windowed(filters):
             self.derived.update(known_views(columns, found, filters))
         for name, sql in self.derived.items():
             self.con.execute(f"CREATE VIEW {name} AS {sql}")
         self._kept: set[str] = set()
+
+    def _more_views(self, tables: Path, filters: Filters) -> dict[str, str]:
+        """{name: SQL} of views made after the shared ones; none here (the summaries' writer runs
+        the parts' queries itself)."""
+        return {}
 
     def _keep_shared(self, sql: str) -> None:
         """Materialize the MATERIALIZED views ``sql`` reads (directly or through another shared
@@ -346,119 +313,12 @@ class DuckEngine:
         query = f"SELECT DISTINCT capture, filename FROM read_parquet({listed!r}, union_by_name = true, filename = true)"
         return [(c, f) for c, f in self.con.execute(query).fetchall()]
 
-    def top(self, sql: str, wanted: dict[str, str], sort_by: str | None, limit: int) -> tuple[list[Row], int]:
-        """The first ``limit`` rows of ``sql`` (whose columns equal ``wanted`` where it has them,
-        sorted by ``sort_by`` descending when it has it) and the count of all such rows.
-
-        The same rows as run.keep and output.sort_rows over every row, without carrying millions of
-        rows into Python for a text report of twenty, and without sorting them all: the answer is
-        kept unsorted as a temporary table, counted there, and its first rows taken by the section's
-        own ORDER BY (after ``sort_by``) with a top-N heap. An answer read from the summaries alone
-        is not kept: read twice (counted from the files' footers, then cut) it costs less than
-        copying its millions of rows."""
-        body, order = split_order(sql)
-        self._keep_shared(body)
-        sources = set(re.findall(r"\b(?:FROM|JOIN)\s+([A-Za-z_]\w*)", body, re.IGNORECASE))
-        if self.summarized and sources and all(s.startswith("summary_") for s in sources):
-            source = f"({body}) AS _answer"
-            columns = [d[0] for d in self.con.execute(f"DESCRIBE {body}").fetchall()]
-        else:
-            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _answer AS {body}")
-            source, columns = "_answer", self.con.table("_answer").columns
-        where = [f'"{c}" = ?' for c in wanted if c in columns]
-        values = [v for c, v in wanted.items() if c in columns]
-        kept = f"FROM {source}{' WHERE ' + ' AND '.join(where) if where else ''}"
-        keys = ([f'"{sort_by}" DESC NULLS LAST'] if sort_by in columns else []) + ([order] if order else [])
-        ((total,),) = self.con.execute(f"SELECT COUNT(*) {kept}", values).fetchall()
-        rows = self.run(
-            f"SELECT * {kept} {'ORDER BY ' + ', '.join(keys) if keys else ''} LIMIT {int(limit)}", values
-        )
-        return rows, total
-
     def close(self) -> None:
         self.con.close()
         shutil.rmtree(self._spill, ignore_errors=True)
 
-    def __enter__(self) -> DuckEngine:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def to_spark(sql: str) -> str:
-    """DuckDB SQL as Spark SQL (sqlglot; epoch_us has no sqlglot mapping, it is Spark's unix_micros)."""
-    import sqlglot
-
-    out = sqlglot.transpile(sql, read="duckdb", write="spark")[0]
-    # sqlglot writes quantile_disc as PERCENTILE_DISC(x, p); Spark takes the standard's ordered-set form.
-    out = _PERCENTILE_DISC.sub(r"PERCENTILE_DISC(\2) WITHIN GROUP (ORDER BY \1)", out)
-    return out.replace("EPOCH_US(", "UNIX_MICROS(")
-
-
-_PERCENTILE_DISC = re.compile(r"PERCENTILE_DISC\(([\w.`]+), ([0-9.]+)\)")
-
-
-class SparkEngine:
-    """The same views as Spark temporary views; the same SQL, transpiled."""
-
-    name = "spark"
-
-    def __init__(self, tables: Path, filters: Filters, spark: Any) -> None:
-        import duckdb
-
-        self.spark = spark
-        columns = table_columns()
-        paths = {table: files(tables, table) for table in columns}
-        with duckdb.connect() as footers:
-            found = written(footers, paths)
-            found_parts = stored(footers, tables, paths, filters)
-        # Spark reads the summaries only when they cover every capture (else every part from the rows).
-        parts = found_parts[0] if found_parts is not None and not found_parts[1] else None
-        self.summarized = parts is not None
-        for table, wanted in columns.items():
-            # The schema given, not inferred: no job to merge file schemas, and columns a file
-            # lacks read as nulls.
-            ddl = ", ".join(f"`{c}` {_spark_type(t)}" for c, t in wanted)
-            df = (
-                spark.read.schema(ddl).parquet(*paths[table])
-                if paths[table]
-                else spark.createDataFrame([], ddl)
-            )
-            df.createOrReplaceTempView(f"_{table}_all")
-        for table in in_fill_order(columns):
-            source = (
-                f"_{table}_all"
-                if found[table][1]
-                else f"({fill(table, columns[table], f'_{table}_all')}) AS f"
-            )
-            spark.sql(
-                to_spark(f"SELECT * FROM {source}{_time_filter(table, filters)}")
-            ).createOrReplaceTempView(table)
-            # Every section reads the tables again: kept after the first read (spilled to disk
-            # when large).
-            spark.catalog.cacheTable(table)
-        for name, sql in derived(None).items():
-            if parts and name in parts:
-                spark.read.parquet(*parts[name]).createOrReplaceTempView(name)
-            else:
-                spark.sql(to_spark(sql)).createOrReplaceTempView(name)
-        if windowed(filters):
-            for name, sql in known_views(columns, found, filters).items():
-                spark.sql(to_spark(sql)).createOrReplaceTempView(name)
-
-    def run(self, sql: str) -> list[Row]:
-        return rows_of(self.arrow(sql))
-
-    def arrow(self, sql: str) -> Any:
-        return self.spark.sql(to_spark(sql)).toArrow()
-
-    def close(self) -> None:
-        for table in table_columns():
-            self.spark.catalog.uncacheTable(table)
-
-
-def _spark_type(duck: str) -> str:
-    return {"VARCHAR": "string", "TIMESTAMPTZ": "timestamp", "BLOB": "binary", "DOUBLE": "double"}.get(
-        duck, duck.lower()
-    )

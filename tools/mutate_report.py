@@ -19,7 +19,7 @@ summaries against rows, run the same SQL and are left out: they would pass with 
 without mutation goes first: a test failing there would catch everything.
 
 `--ci` makes a sample of CI_SAMPLE drawn with the commit's hash (tools/mutation_sample.py), three
-times as many, the changed section files' own first, when the report's SQL (kwsniff/report/) or this
+times as many, the changed section files' own first, when the report's SQL (kwsniff/sections/) or this
 list changed since HEAD~1, without
 the run without mutation (.ci/run has just run every test). The run exits 1 when a mutation is not
 caught.
@@ -74,7 +74,7 @@ MISROUTED = (
 # run of the tests that catch it; docs/test-oracles.md has the figures).
 CI_SAMPLE = 4
 # A change here or in this list triples CI's sample.
-WATCHED = ("kwsniff/report", "tools/mutate_report.py")
+WATCHED = ("kwsniff/sections", "tools/mutate_report.py")
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,7 @@ def main() -> int:
             args.sample,
             WATCHED,
             "mutate_report",
-            touches=lambda m, files: f"kwsniff/report/{m.file}" in files,
+            touches=lambda m, files: f"kwsniff/sections/{m.file}" in files,
         )
     with tempfile.TemporaryDirectory(prefix="mutate-report-") as tmp:
         root = Path(tmp) / "pkg"

@@ -3,6 +3,7 @@
     python tools/snap_length_table.py                        # values per snap length, 60..600 bytes
     python tools/snap_length_table.py --every-4              # the same, every 4 bytes from 60 to 600
     python tools/snap_length_table.py --per-capture          # per capture, 64..512 bytes
+    python tools/snap_length_table.py --every-4 --capture other.pcap:9092   # another capture's values
     python tools/snap_length_table.py --make-java-capture tests/data/snaplen/java_client.pcap
 
 The first table sums over the captures, per snap length: the `requests` and `partitions` rows of the
@@ -54,7 +55,13 @@ def captures() -> list[Path]:
     ]
 
 
+# Captures named on the command line (--capture PCAP:PORT), in place of the repository's.
+CHOSEN: dict[Path, int] = {}
+
+
 def broker_port(pcap: Path) -> int:
+    if pcap in CHOSEN:
+        return CHOSEN[pcap]
     for sidecar in (Path(f"{pcap}.tshark.json"), Path(f"{pcap}.json")):
         if sidecar.exists():
             return int(json.loads(sidecar.read_text())["broker_port"])
@@ -124,7 +131,7 @@ def values_table(snap_lengths: Sequence[int]) -> None:
     print("|---|---|---|---|---|---|---|")
     tmp = Path(tempfile.mkdtemp(prefix="snaplen-"))
     try:
-        fulls = {full: keyed_tables(tables(full)) for full in captures()}
+        fulls = {full: keyed_tables(tables(full)) for full in (list(CHOSEN) or captures())}
         for n in snap_lengths:
             counts = dict.fromkeys(("requests", "partitions", "values", "wrong", "nulls", "ok", "want"), 0)
             for full, whole in fulls.items():
@@ -180,7 +187,17 @@ def main() -> None:
     parser.add_argument("--make-java-capture", type=Path, metavar="PCAP")
     parser.add_argument("--per-capture", action="store_true", help="requests recovered per capture")
     parser.add_argument("--every-4", action="store_true", help="every 4 bytes from 60 to 600")
+    parser.add_argument(
+        "--capture",
+        action="append",
+        default=[],
+        metavar="PCAP:PORT",
+        help="the values table of this capture (its broker port) instead of the repository's; repeatable",
+    )
     args = parser.parse_args()
+    for spec in args.capture:
+        path, _, port = spec.rpartition(":")
+        CHOSEN[Path(path).resolve()] = int(port)
     if args.make_java_capture:
         make_java_capture(args.make_java_capture)
     elif args.per_capture:

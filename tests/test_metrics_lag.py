@@ -129,7 +129,7 @@ def test_series_past_the_cap_are_not_made_and_their_updates_counted() -> None:
     metrics = Metrics(max_series=2)
     topics = [(f"topic-{i}", "Produce", 1, 10) for i in range(4)]
     metrics.update(CaptureCounters(), ([], [], topics, [], [], []), 0)
-    metrics.update(CaptureCounters(), ([], [], topics, [(("g", "topic-0", 0), 3, 1.5)], [], []), 0)
+    metrics.update(CaptureCounters(), ([], [], topics, [(("g", "topic-0", 0), 3, 1.5, None)], [], []), 0)
     values = scraped(metrics)
     made = sorted(k for k in values if k.startswith("kwsniff_produced_records_total"))
     assert made == [

@@ -38,7 +38,7 @@ _SHAPES = {
     "error": (700, 2),
     "broker_latency": (4_000, 18),
     "topic_io": (2_600, 8),  # produced and fetched records and bytes: four counters
-    "lag": (1_500, 2),  # two gauges
+    "lag": (2_200, 3),  # three gauges: records, seconds and its lower bound
     "replication": (1_500, 2),
     "group": (1_500, 2),
 }
@@ -91,7 +91,15 @@ class Metrics:
         )
         self.lag_seconds = Gauge(
             "kwsniff_consumer_group_lag_seconds",
-            "How long ago the group's committed offset was acknowledged to its producer (0 when caught up)",
+            "How long ago the group's committed offset was acknowledged to its producer (0 when caught up;"
+            " interpolated between the acknowledgements held around it)",
+            group_labels,
+            registry=r,
+        )
+        self.lag_lower_bound = Gauge(
+            "kwsniff_consumer_group_lag_seconds_lower_bound",
+            "When the committed offset is older than every acknowledgement held: at least this many seconds"
+            " behind (kwsniff_consumer_group_lag_seconds then has no sample)",
             group_labels,
             registry=r,
         )
@@ -221,7 +229,7 @@ class Metrics:
                 )
                 records_of.labels(topic).inc(records)
                 bytes_of.labels(topic).inc(record_bytes)
-        self._lags("lag", lags, self.lag_records, self.lag_seconds)
+        self._group_lags(lags)
         self._lags("replication", replication, self.replication_records, self.replication_seconds)
         for group, members, ts_us in joins:
             group = bounded_label(group)
@@ -242,6 +250,19 @@ class Metrics:
                     records.labels(*labels).set(lag_records)
                 if lag_s is not None:
                     seconds.labels(*labels).set(lag_s)
+
+    def _group_lags(self, rows: Any) -> None:
+        """Each group's lag in records, in seconds and its lower bound: an unknown one (None) has no
+        sample, its series removed, so a lag that became unknown or bounded never holds a stale value."""
+        gauges = (self.lag_records, self.lag_seconds, self.lag_lower_bound)
+        for (group, topic, partition), *values in rows:
+            labels = (bounded_label(group), bounded_label(topic), str(partition))
+            if self._allowed("lag", labels):
+                for gauge, value in zip(gauges, values, strict=True):
+                    if value is None:
+                        gauge.remove(*labels)
+                    else:
+                        gauge.labels(*labels).set(value)
 
     def _allowed(self, metric: str, labels: tuple[str, ...]) -> bool:
         """Whether the series of ``labels`` (already bounded) exists or may be made under max_series

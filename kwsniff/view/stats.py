@@ -58,8 +58,9 @@ class Pending(NamedTuple):
     errors: list[str]  # the error name of each `errors` row
     # (topic, api, records, bytes) per Produce request or Fetch response partition with record batches
     topics: list[tuple[str, str, int, int]]
-    # (group, topic, partition) whose lag moved, with its lag in records and in seconds
-    lags: list[tuple[tuple[str, str, int], int | None, float | None]]
+    # (group, topic, partition) whose lag moved, with its lag in records, in seconds, and the lower
+    # bound of its lag in seconds when the committed offset is older than every batch held
+    lags: list[tuple[tuple[str, str, int], int | None, float | None, float | None]]
     # (group, members, ts_us) per successful JoinGroup response that named the members (classic
     # protocol: only the group's leader is sent the member list, at each rebalance)
     joins: list[tuple[str, int, int]]
@@ -213,7 +214,8 @@ class LiveStats:
             if self.lag is not None:
                 lags = self.lag.lags
                 pending.lags.extend(
-                    (key, lags[key].offset_lag, lags[key].lag_seconds) for key in self.lag.take_changed()
+                    (key, lags[key].offset_lag, lags[key].lag_seconds, lags[key].lag_lower_bound)
+                    for key in self.lag.take_changed()
                 )
             if self.replication is not None:
                 fetches = self.replication.fetches

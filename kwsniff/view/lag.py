@@ -26,11 +26,13 @@ readable.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from kwsniff.defaults import int64_or_none
+from kwsniff.view.group_status import KEPT_COMMITS, LEFT, GroupActivity, partition_state, worst
 from kwsniff.view.offset_times import MAX_POINTS, OffsetTimes
 
 PRODUCE, FETCH, OFFSET_COMMIT, OFFSET_FETCH = 0, 1, 8, 9
@@ -64,6 +66,8 @@ class GroupLag:
     # When the committed offset is older than every batch held: at least this many seconds behind
     # (lag_seconds is then None); else None.
     lag_lower_bound: float | None = None
+    # The latest commits (time, offset, lag in records then), for the group's status.
+    commits: deque[tuple[int, int, int | None]] = field(default_factory=lambda: deque(maxlen=KEPT_COMMITS))
 
 
 Key = tuple[str, str, int]  # group, topic, partition
@@ -111,6 +115,31 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
         )
         self.max_points = max_points
         self.lags: dict[Key, GroupLag] = {}
+        self.activity = GroupActivity()
+        self.now = 0  # the latest packet time of a row followed: the status's clock
+
+    def group_row(self, row: dict[str, Any]) -> None:
+        """A `groups` row: a group's exchange, or its leaving (for its status)."""
+        self.activity.row(row)
+        ts = row.get("ts_request")
+        if ts is not None and row.get("group_id") in self.activity.active:
+            self.now = max(self.now, ts)
+
+    def statuses(self) -> list[tuple[str, str, str, int]]:
+        """(group, topic, state, latest commit µs) of every group followed, at the latest time seen
+        (kwsniff.view.group_status)."""
+        judged: dict[tuple[str, str], tuple[list[str], int]] = {}
+        for (group, topic, _partition), lag in self.lags.items():
+            states, last = judged.setdefault((group, topic), ([], lag.commit_ts))
+            state = partition_state(lag.commits, lag.offset_lag, self.now)
+            if state is not None:
+                states.append(state)
+            judged[(group, topic)] = (states, max(last, lag.commit_ts))
+        return [
+            (group, topic, LEFT if self.activity.has_left(group) else worst(states), last)
+            for (group, topic), (states, last) in judged.items()
+            if states or self.activity.has_left(group)
+        ]
 
     def row(self, row: dict[str, Any]) -> None:
         get = row.get
@@ -156,6 +185,7 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
                 lag.produced_at = ts
 
     def _watermark(self, log: PartitionLog, topic: str, partition: int, hwm: int, ts: int) -> None:
+        self.now = max(self.now, ts)
         if log.high_watermark is None or hwm > log.high_watermark:
             log.high_watermark = hwm
         log.times.watermarked(hwm, ts)
@@ -172,7 +202,10 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
             lag.commit_ts, lag.committed_offset, lag.produced_at = ts, offset, None
         else:
             return
+        self.now = max(self.now, ts)
+        self.activity.acted(key[0], ts)
         self._evaluate(key, log, ts)
+        lag.commits.append((ts, offset, lag.offset_lag))
 
     def _evaluate(self, key: Key, log: PartitionLog, ts: int) -> None:
         lag = self.lags[key]

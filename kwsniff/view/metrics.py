@@ -21,6 +21,7 @@ from kwsniff.capture.live import CaptureCounters
 from kwsniff.defaults import DEFAULT_METRICS_MAX_SERIES
 from kwsniff.memory import VIEW, MemoryBudget
 from kwsniff.protocol import api_names, error_names
+from kwsniff.view.group_status import STATES
 from kwsniff.view.stats import Pending
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -41,6 +42,7 @@ _SHAPES = {
     "lag": (2_200, 3),  # three gauges: records, seconds and its lower bound
     "replication": (1_500, 2),
     "group": (1_500, 2),
+    "status": (4_900, 6),  # a gauge per state and the last commit's
 }
 LINE_COST = 100
 # API and error names a Kafka release defines: a fixed set, always made. Names made of a number the
@@ -142,6 +144,20 @@ class Metrics:
             registry=r,
         )
         self._rebalanced: dict[str, int] = {}
+        self.group_status = Gauge(
+            "kwsniff_consumer_group_status",
+            "1 for the group's state on the topic, 0 for the others: OK, WARN (lag rising at every commit),"
+            " STALL (committing the same offset while behind), STOP (no commit for 60 s while behind),"
+            ' LEFT (its last act was leaving); docs/live-capture.md "Group status"',
+            ["group", "topic", "state"],
+            registry=r,
+        )
+        self.group_last_commit = Gauge(
+            "kwsniff_consumer_group_last_commit_timestamp_seconds",
+            "When the group's latest commit on the topic was seen (OffsetCommit request, OffsetFetch response)",
+            ["group", "topic"],
+            registry=r,
+        )
         self.broker_latency = Histogram(
             "kwsniff_broker_request_latency_seconds",
             "Time from request to response, per API and broker (ip:port)",
@@ -204,7 +220,7 @@ class Metrics:
         self.if_drops.inc(max(0, counters.if_drops - last.if_drops))
         self.queue_drops.inc(counters.queue_drops - last.queue_drops)
         self._last = counters
-        requests, errors, topics, lags, joins, replication = pending
+        requests, errors, topics, lags, joins, replication, statuses = pending
         allowed = self._allowed
         for api, broker, latency_s in requests:
             if api not in _KNOWN_APIS:
@@ -231,6 +247,12 @@ class Metrics:
                 bytes_of.labels(topic).inc(record_bytes)
         self._group_lags(lags)
         self._lags("replication", replication, self.replication_records, self.replication_seconds)
+        for group, topic, state, last_commit_us in statuses:
+            labels = (bounded_label(group), bounded_label(topic))
+            if self._allowed("status", labels):
+                for each in STATES:
+                    self.group_status.labels(*labels, each).set(1 if each == state else 0)
+                self.group_last_commit.labels(*labels).set(last_commit_us / 1e6)
         for group, members, ts_us in joins:
             group = bounded_label(group)
             # The latest join by its time: a worker's rows may come after another's later ones.

@@ -66,10 +66,12 @@ class Pending(NamedTuple):
     joins: list[tuple[str, int, int]]
     # (replica id, topic, partition) of a follower whose replication lag moved, in records and seconds
     replication: list[tuple[tuple[int, str, int], int | None, float | None]]
+    # (group, topic, state, latest commit µs) of every group followed (kwsniff.view.group_status)
+    statuses: list[tuple[str, str, str, int]]
 
 
 def no_pending() -> Pending:
-    return Pending([], [], [], [], [], [])
+    return Pending([], [], [], [], [], [], [])
 
 
 JOIN_GROUP = 11
@@ -153,6 +155,9 @@ class LiveStats:
                 with self.lock:
                     self.replication.row(row)
         elif table == "groups":
+            if self.lag is not None:
+                with self.lock:
+                    self.lag.group_row(row)
             if (
                 self.collect_pending
                 and get("api_key") == JOIN_GROUP
@@ -217,6 +222,7 @@ class LiveStats:
                     (key, lags[key].offset_lag, lags[key].lag_seconds, lags[key].lag_lower_bound)
                     for key in self.lag.take_changed()
                 )
+                pending.statuses.extend(self.lag.statuses())
             if self.replication is not None:
                 fetches = self.replication.fetches
                 pending.replication.extend(

@@ -101,3 +101,14 @@ def test_the_status_gauge_has_one_series_per_state_and_the_last_commit_its_time(
         'kwsniff_consumer_group_last_commit_timestamp_seconds{group="g",topic="t"}': acked(115 * RATE, RATE)
         / S,
     }
+
+
+def test_statuses_are_judged_at_most_once_per_five_seconds_of_packet_time() -> None:
+    stats = LiveStats(collect_pending=True)
+    assert stats.lag is not None
+    run(30, lambda second: 100, stats.lag)  # the latest packet at 29.9 s
+    assert [s[2] for s in stats.take_pending().statuses] == ["STALL"]
+    stats.row("partitions", produce(30 * RATE + 48, RATE))  # 4.9 s later: not yet
+    assert stats.take_pending().statuses == []
+    stats.row("partitions", produce(30 * RATE + 49, RATE))  # 5 s later
+    assert [s[2] for s in stats.take_pending().statuses] == ["STALL"]

@@ -80,6 +80,9 @@ JOIN_GROUP = 11
 LAG_APIS = frozenset({0, 1, 8, 9})
 # The partitions rows replication lag follows: Produce (when the log reached an offset), Fetch.
 REPLICATION_APIS = frozenset({0, 1})
+# Group statuses are judged for every group at most once per this much packet time (µs): a sweep
+# of 10,000 groups' partitions takes about 0.1 s, and the status window is a minute.
+STATUS_EVERY = 5 * 1_000_000
 MAX_LAG_PARTITIONS = 100_000  # partitions whose log the lag follows; past it they are refused, counted
 
 
@@ -102,6 +105,7 @@ class LiveStats:
         self.pending = no_pending()
         # Consumer-group lag as the rows come (the metrics' lag gauges), when metrics are served.
         self.lag = LagTracker(MAX_LAG_PARTITIONS) if collect_pending else None
+        self.judged_at: int | None = None  # the packet time of the last status sweep
         # Followers' replication lag (the metrics' replication gauges), the same bound on partitions.
         self.replication = ReplicationTracker(MAX_LAG_PARTITIONS) if collect_pending else None
 
@@ -222,7 +226,10 @@ class LiveStats:
                     (key, lags[key].offset_lag, lags[key].lag_seconds, lags[key].lag_lower_bound)
                     for key in self.lag.take_changed()
                 )
-                pending.statuses.extend(self.lag.statuses())
+                now = self.lag.now
+                if self.judged_at is None or now >= self.judged_at + STATUS_EVERY:
+                    pending.statuses.extend(self.lag.statuses())
+                    self.judged_at = now
             if self.replication is not None:
                 fetches = self.replication.fetches
                 pending.replication.extend(

@@ -89,7 +89,8 @@ VIEW_FIELDS = {
         "fetcher",
     ),
     "connections": ("gaps", "gap_bytes"),
-    "groups": ("api_key", "group_id", "members", "error_code", "ts_response"),
+    # Joins (members), and each exchange's event and time for the group's status (LEFT).
+    "groups": ("api_key", "group_id", "members", "error_code", "event", "ts_request", "ts_response"),
 }
 
 
@@ -138,7 +139,7 @@ class RowRelay(LiveStats):
         if fields is None:
             return
         # The view counts partitions with record bytes; the metrics also follow the lag's rows
-        # (commits, watermarks) and the groups' joins.
+        # (commits, watermarks) and the groups' exchanges.
         if not self.metrics and table == "groups":
             return
         lag_row = self.metrics and get("api_key") in LAG_APIS

@@ -16,22 +16,26 @@ of kwsniff/sections/views.py), evaluated incrementally instead of over the whole
 
 What differs from the report: the report keeps each second's worst value, this keeps the value at
 the latest event; rows decoded out of time order (several workers) count when they are decoded, a
-commit older than the latest watermark being judged at that watermark's time; an offset is dated
-from the batches of its partition still held (``max_batches`` per partition, the oldest below every
-group's commit dropped first).
+commit older than the latest watermark being judged at that watermark's time. Offsets are dated by
+each partition's :class:`~kwsniff.view.offset_times.OffsetTimes`, which holds at most ``max_points``
+batches spread over the whole capture: an offset in a batch it no longer holds is interpolated
+between the batches around it; an offset older than every batch it holds has no lag in seconds but
+a lower bound (``lag_lower_bound``): the event's time minus when the capture first saw the offset
+readable.
 """
 
 from __future__ import annotations
 
-import bisect
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from kwsniff.defaults import int64_or_none
+from kwsniff.view.group_status import KEPT_COMMITS, LEFT, GroupActivity, partition_state, worst
+from kwsniff.view.offset_times import MAX_POINTS, OffsetTimes
 
 PRODUCE, FETCH, OFFSET_COMMIT, OFFSET_FETCH = 0, 1, 8, 9
-MAX_BATCHES = 1024  # acknowledged batches held per partition to date committed offsets
 
 
 @dataclass
@@ -44,8 +48,8 @@ class PartitionLog:
     # When the latest watermark was seen: rows of several workers come out of time order, and a
     # commit decoded after a later watermark is judged at that watermark, the latest event known.
     watermark_ts: int = 0
-    # Acknowledged Produce batches, sorted: (first_offset, last_offset, ts_ack_us).
-    batches: list[tuple[int, int, int]] = field(default_factory=list)
+    # When its offsets were acknowledged (a bounded offset-to-time index).
+    times: OffsetTimes = field(default_factory=OffsetTimes)
     groups: set[str] = field(default_factory=set)  # the groups that committed on it
 
 
@@ -55,10 +59,15 @@ class GroupLag:
 
     commit_ts: int
     committed_offset: int
-    produced_at: int | None = None  # ack time of the batch holding committed_offset, once known
+    produced_at: int | None = None  # ack time of a held batch holding committed_offset, once known
     at: int = 0  # the event the figures below were evaluated at (µs)
     offset_lag: int | None = None
     lag_seconds: float | None = None
+    # When the committed offset is older than every batch held: at least this many seconds behind
+    # (lag_seconds is then None); else None.
+    lag_lower_bound: float | None = None
+    # The latest commits (time, offset, lag in records then), for the group's status.
+    commits: deque[tuple[int, int, int | None]] = field(default_factory=lambda: deque(maxlen=KEPT_COMMITS))
 
 
 Key = tuple[str, str, int]  # group, topic, partition
@@ -99,10 +108,38 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
     figures moved. ``max_partitions`` bounds the partitions followed (new ones past it are refused
     and counted in ``refused``); the groups per partition are bounded by the caller's series cap."""
 
-    def __init__(self, max_partitions: int, max_batches: int = MAX_BATCHES) -> None:
-        super().__init__(max_partitions, PartitionLog)
-        self.max_batches = max_batches
+    def __init__(self, max_partitions: int, max_points: int = MAX_POINTS) -> None:
+        super().__init__(
+            max_partitions,
+            lambda topic, partition: PartitionLog(topic, partition, times=OffsetTimes(max_points)),
+        )
+        self.max_points = max_points
         self.lags: dict[Key, GroupLag] = {}
+        self.activity = GroupActivity()
+        self.now = 0  # the latest packet time of a row followed: the status's clock
+
+    def group_row(self, row: dict[str, Any]) -> None:
+        """A `groups` row: a group's exchange, or its leaving (for its status)."""
+        self.activity.row(row)
+        ts = row.get("ts_request")
+        if ts is not None and row.get("group_id") in self.activity.active:
+            self.now = max(self.now, ts)
+
+    def statuses(self) -> list[tuple[str, str, str, int]]:
+        """(group, topic, state, latest commit µs) of every group followed, at the latest time seen
+        (kwsniff.view.group_status)."""
+        judged: dict[tuple[str, str], tuple[list[str], int]] = {}
+        for (group, topic, _partition), lag in self.lags.items():
+            states, last = judged.setdefault((group, topic), ([], lag.commit_ts))
+            state = partition_state(lag.commits, lag.offset_lag, self.now)
+            if state is not None:
+                states.append(state)
+            judged[(group, topic)] = (states, max(last, lag.commit_ts))
+        return [
+            (group, topic, LEFT if self.activity.has_left(group) else worst(states), last)
+            for (group, topic), (states, last) in judged.items()
+            if states or self.activity.has_left(group)
+        ]
 
     def row(self, row: dict[str, Any]) -> None:
         get = row.get
@@ -139,10 +176,7 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
 
     # -- events --------------------------------------------------------------------------------------
     def _batch(self, log: PartitionLog, first: int, last: int, ts: int) -> None:
-        batches = log.batches
-        bisect.insort(batches, (first, last, ts))
-        if len(batches) > self.max_batches:
-            self._prune(log)
+        log.times.add(first, last, ts)
         # A group whose committed offset this batch holds can now be dated.
         for group in log.groups:
             lag = self.lags.get((group, log.topic, log.partition))
@@ -151,8 +185,10 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
                 lag.produced_at = ts
 
     def _watermark(self, log: PartitionLog, topic: str, partition: int, hwm: int, ts: int) -> None:
+        self.now = max(self.now, ts)
         if log.high_watermark is None or hwm > log.high_watermark:
             log.high_watermark = hwm
+        log.times.watermarked(hwm, ts)
         log.watermark_ts = max(log.watermark_ts, ts)
         for group in log.groups:
             self._evaluate((group, topic, partition), log, ts)
@@ -166,9 +202,10 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
             lag.commit_ts, lag.committed_offset, lag.produced_at = ts, offset, None
         else:
             return
-        if lag.produced_at is None:
-            lag.produced_at = self._dated(log, offset)
+        self.now = max(self.now, ts)
+        self.activity.acted(key[0], ts)
         self._evaluate(key, log, ts)
+        lag.commits.append((ts, offset, lag.offset_lag))
 
     def _evaluate(self, key: Key, log: PartitionLog, ts: int) -> None:
         lag = self.lags[key]
@@ -181,32 +218,22 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
         hwm, committed = log.high_watermark, lag.committed_offset
         # A lag past int64 (a watermark near 2^63 over a commit near -2^63) is unknown, as the
         # partitions table's lag is (docs/tables.md "Values past int64").
+        lag.lag_lower_bound = None
         if hwm is None:
             lag.offset_lag = lag.lag_seconds = None
         elif committed >= hwm:
             lag.offset_lag, lag.lag_seconds = int64_or_none(hwm - committed), 0.0
         else:
-            if lag.produced_at is None:
-                lag.produced_at = self._dated(log, committed)
             lag.offset_lag = int64_or_none(hwm - committed)
-            lag.lag_seconds = None if lag.produced_at is None else (ts - lag.produced_at) / 1e6
+            produced: float | None = lag.produced_at
+            if produced is None:
+                produced, exact = log.times.date(committed)
+                if exact and produced is not None:
+                    lag.produced_at = int(produced)  # held: a later thinning cannot move it
+            if produced is not None:
+                lag.lag_seconds = (ts - produced) / 1e6
+            else:
+                lag.lag_seconds = None
+                readable = log.times.readable_by(committed)
+                lag.lag_lower_bound = None if readable is None else (ts - readable) / 1e6
         self.changed.add(key)
-
-    @staticmethod
-    def _dated(log: PartitionLog, offset: int) -> int | None:
-        """The earliest acknowledgement of a held batch holding ``offset``."""
-        batches = log.batches
-        end = bisect.bisect_right(batches, (offset, float("inf"), 0))
-        times = [ts for first, last, ts in batches[:end] if first <= offset <= last]
-        return min(times) if times else None
-
-    def _prune(self, log: PartitionLog) -> None:
-        """Over max_batches: the batches wholly below every following group's commit go first (they
-        date nothing the groups hold), then the oldest."""
-        batches = log.batches
-        commits = [self.lags[(group, log.topic, log.partition)].committed_offset for group in log.groups]
-        if commits:
-            floor = min(commits)
-            batches[:] = [b for b in batches if b[1] >= floor]
-        if len(batches) > self.max_batches:
-            del batches[: len(batches) - self.max_batches]

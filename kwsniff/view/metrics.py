@@ -21,6 +21,7 @@ from kwsniff.capture.live import CaptureCounters
 from kwsniff.defaults import DEFAULT_METRICS_MAX_SERIES
 from kwsniff.memory import VIEW, MemoryBudget
 from kwsniff.protocol import api_names, error_names
+from kwsniff.view.group_status import STATES
 from kwsniff.view.stats import Pending
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -38,9 +39,10 @@ _SHAPES = {
     "error": (700, 2),
     "broker_latency": (4_000, 18),
     "topic_io": (2_600, 8),  # produced and fetched records and bytes: four counters
-    "lag": (1_500, 2),  # two gauges
+    "lag": (2_200, 3),  # three gauges: records, seconds and its lower bound
     "replication": (1_500, 2),
     "group": (1_500, 2),
+    "status": (4_900, 6),  # a gauge per state and the last commit's
 }
 LINE_COST = 100
 # API and error names a Kafka release defines: a fixed set, always made. Names made of a number the
@@ -91,7 +93,15 @@ class Metrics:
         )
         self.lag_seconds = Gauge(
             "kwsniff_consumer_group_lag_seconds",
-            "How long ago the group's committed offset was acknowledged to its producer (0 when caught up)",
+            "How long ago the group's committed offset was acknowledged to its producer (0 when caught up;"
+            " interpolated between the acknowledgements held around it)",
+            group_labels,
+            registry=r,
+        )
+        self.lag_lower_bound = Gauge(
+            "kwsniff_consumer_group_lag_seconds_lower_bound",
+            "When the committed offset is older than every acknowledgement held: at least this many seconds"
+            " behind (kwsniff_consumer_group_lag_seconds then has no sample)",
             group_labels,
             registry=r,
         )
@@ -134,6 +144,20 @@ class Metrics:
             registry=r,
         )
         self._rebalanced: dict[str, int] = {}
+        self.group_status = Gauge(
+            "kwsniff_consumer_group_status",
+            "1 for the group's state on the topic, 0 for the others: OK, WARN (lag rising at every commit),"
+            " STALL (committing the same offset while behind), STOP (no commit for 60 s while behind),"
+            ' LEFT (its last act was leaving); docs/live-capture.md "Group status"',
+            ["group", "topic", "state"],
+            registry=r,
+        )
+        self.group_last_commit = Gauge(
+            "kwsniff_consumer_group_last_commit_timestamp_seconds",
+            "When the group's latest commit on the topic was seen (OffsetCommit request, OffsetFetch response)",
+            ["group", "topic"],
+            registry=r,
+        )
         self.broker_latency = Histogram(
             "kwsniff_broker_request_latency_seconds",
             "Time from request to response, per API and broker (ip:port)",
@@ -196,7 +220,7 @@ class Metrics:
         self.if_drops.inc(max(0, counters.if_drops - last.if_drops))
         self.queue_drops.inc(counters.queue_drops - last.queue_drops)
         self._last = counters
-        requests, errors, topics, lags, joins, replication = pending
+        requests, errors, topics, lags, joins, replication, statuses = pending
         allowed = self._allowed
         for api, broker, latency_s in requests:
             if api not in _KNOWN_APIS:
@@ -221,8 +245,14 @@ class Metrics:
                 )
                 records_of.labels(topic).inc(records)
                 bytes_of.labels(topic).inc(record_bytes)
-        self._lags("lag", lags, self.lag_records, self.lag_seconds)
+        self._group_lags(lags)
         self._lags("replication", replication, self.replication_records, self.replication_seconds)
+        for group, topic, state, last_commit_us in statuses:
+            labels = (bounded_label(group), bounded_label(topic))
+            if self._allowed("status", labels):
+                for each in STATES:
+                    self.group_status.labels(*labels, each).set(1 if each == state else 0)
+                self.group_last_commit.labels(*labels).set(last_commit_us / 1e6)
         for group, members, ts_us in joins:
             group = bounded_label(group)
             # The latest join by its time: a worker's rows may come after another's later ones.
@@ -242,6 +272,19 @@ class Metrics:
                     records.labels(*labels).set(lag_records)
                 if lag_s is not None:
                     seconds.labels(*labels).set(lag_s)
+
+    def _group_lags(self, rows: Any) -> None:
+        """Each group's lag in records, in seconds and its lower bound: an unknown one (None) has no
+        sample, its series removed, so a lag that became unknown or bounded never holds a stale value."""
+        gauges = (self.lag_records, self.lag_seconds, self.lag_lower_bound)
+        for (group, topic, partition), *values in rows:
+            labels = (bounded_label(group), bounded_label(topic), str(partition))
+            if self._allowed("lag", labels):
+                for gauge, value in zip(gauges, values, strict=True):
+                    if value is None:
+                        gauge.remove(*labels)
+                    else:
+                        gauge.labels(*labels).set(value)
 
     def _allowed(self, metric: str, labels: tuple[str, ...]) -> bool:
         """Whether the series of ``labels`` (already bounded) exists or may be made under max_series

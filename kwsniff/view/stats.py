@@ -58,17 +58,20 @@ class Pending(NamedTuple):
     errors: list[str]  # the error name of each `errors` row
     # (topic, api, records, bytes) per Produce request or Fetch response partition with record batches
     topics: list[tuple[str, str, int, int]]
-    # (group, topic, partition) whose lag moved, with its lag in records and in seconds
-    lags: list[tuple[tuple[str, str, int], int | None, float | None]]
+    # (group, topic, partition) whose lag moved, with its lag in records, in seconds, and the lower
+    # bound of its lag in seconds when the committed offset is older than every batch held
+    lags: list[tuple[tuple[str, str, int], int | None, float | None, float | None]]
     # (group, members, ts_us) per successful JoinGroup response that named the members (classic
     # protocol: only the group's leader is sent the member list, at each rebalance)
     joins: list[tuple[str, int, int]]
     # (replica id, topic, partition) of a follower whose replication lag moved, in records and seconds
     replication: list[tuple[tuple[int, str, int], int | None, float | None]]
+    # (group, topic, state, latest commit µs) of every group followed (kwsniff.view.group_status)
+    statuses: list[tuple[str, str, str, int]]
 
 
 def no_pending() -> Pending:
-    return Pending([], [], [], [], [], [])
+    return Pending([], [], [], [], [], [], [])
 
 
 JOIN_GROUP = 11
@@ -77,6 +80,9 @@ JOIN_GROUP = 11
 LAG_APIS = frozenset({0, 1, 8, 9})
 # The partitions rows replication lag follows: Produce (when the log reached an offset), Fetch.
 REPLICATION_APIS = frozenset({0, 1})
+# Group statuses are judged for every group at most once per this much packet time (µs): a sweep
+# of 10,000 groups' partitions takes about 0.1 s, and the status window is a minute.
+STATUS_EVERY = 5 * 1_000_000
 MAX_LAG_PARTITIONS = 100_000  # partitions whose log the lag follows; past it they are refused, counted
 
 
@@ -99,6 +105,7 @@ class LiveStats:
         self.pending = no_pending()
         # Consumer-group lag as the rows come (the metrics' lag gauges), when metrics are served.
         self.lag = LagTracker(MAX_LAG_PARTITIONS) if collect_pending else None
+        self.judged_at: int | None = None  # the packet time of the last status sweep
         # Followers' replication lag (the metrics' replication gauges), the same bound on partitions.
         self.replication = ReplicationTracker(MAX_LAG_PARTITIONS) if collect_pending else None
 
@@ -152,6 +159,9 @@ class LiveStats:
                 with self.lock:
                     self.replication.row(row)
         elif table == "groups":
+            if self.lag is not None:
+                with self.lock:
+                    self.lag.group_row(row)
             if (
                 self.collect_pending
                 and get("api_key") == JOIN_GROUP
@@ -213,8 +223,13 @@ class LiveStats:
             if self.lag is not None:
                 lags = self.lag.lags
                 pending.lags.extend(
-                    (key, lags[key].offset_lag, lags[key].lag_seconds) for key in self.lag.take_changed()
+                    (key, lags[key].offset_lag, lags[key].lag_seconds, lags[key].lag_lower_bound)
+                    for key in self.lag.take_changed()
                 )
+                now = self.lag.now
+                if self.judged_at is None or now >= self.judged_at + STATUS_EVERY:
+                    pending.statuses.extend(self.lag.statuses())
+                    self.judged_at = now
             if self.replication is not None:
                 fetches = self.replication.fetches
                 pending.replication.extend(

@@ -1,0 +1,114 @@
+"""A consumer group's status live (issue 48 goal 2): kwsniff.view.group_status's rule over the
+LagTracker, fed `partitions` and `groups` rows whose packet times are the clock, and the gauges."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import generate_latest
+from test_lag_index import BATCH, S, acked, commit, produce
+
+from kwsniff.capture.live import CaptureCounters
+from kwsniff.view.group_status import STATUS_WINDOW
+from kwsniff.view.lag import LagTracker
+from kwsniff.view.metrics import Metrics
+from kwsniff.view.stats import LiveStats
+
+RATE = 10  # batches a second
+
+
+def run(
+    seconds: int, committed: Callable[[int], int | None], tracker: LagTracker | None = None
+) -> LagTracker:
+    """A producer at RATE batches a second for ``seconds``; every 5 s the group commits
+    ``committed(second)`` (batches; None: no commit)."""
+    lag = tracker or LagTracker(max_partitions=10)
+    for i in range(seconds * RATE):
+        lag.row(produce(i, RATE))
+        second = i // RATE
+        if i % (5 * RATE) == 0 and (batches := committed(second)) is not None:
+            lag.row(commit(batches * BATCH, acked(i, RATE)))
+    return lag
+
+
+def status(lag: LagTracker) -> str:
+    ((group, topic, state, _last),) = lag.statuses()
+    assert (group, topic) == ("g", "t")
+    return state
+
+
+def test_a_group_at_the_watermark_is_ok() -> None:
+    assert status(run(120, lambda second: second * RATE)) == "OK"
+
+
+def test_a_group_whose_lag_rises_at_every_commit_warns() -> None:
+    # It consumes 5 batches a second of the 10 produced: 25 more batches behind at each commit.
+    assert status(run(120, lambda second: second * RATE // 2)) == "WARN"
+
+
+def test_a_group_committing_the_same_offset_while_behind_stalls() -> None:
+    assert status(run(120, lambda second: 100)) == "STALL"
+
+
+def test_a_group_that_stops_committing_while_behind_stops_after_the_window() -> None:
+    # Keeping up for a minute, then no commit: the last at 60 s (offset of batch 600, the
+    # watermark then). Its lag grows from there: the window is judged on packet times.
+    lag = run(61, lambda second: second * RATE)
+    assert status(lag) == "OK"
+    last = acked(600, RATE)
+    for i in range(610, 1_300):
+        lag.row(produce(i, RATE))
+        if acked(i, RATE) - last <= STATUS_WINDOW:
+            assert status(lag) == "OK", i  # behind, but its last commit is within the window
+        else:
+            assert status(lag) == "STOP", i
+    ((_group, _topic, _state, last_commit),) = lag.statuses()
+    assert last_commit == last
+
+
+def test_a_group_whose_last_act_was_leaving_has_left_until_it_acts_again() -> None:
+    stats = LiveStats(collect_pending=True)
+    lag = stats.lag
+    assert lag is not None
+    run(30, lambda second: 100, lag)
+    leave = {"api_key": 13, "group_id": "g", "event": "leave", "ts_request": 31 * S + 1_000 * S}
+    stats.row("groups", leave)
+    assert status(lag) == "LEFT"
+    stats.row("groups", {**leave, "group_id": "other"})  # a group that never committed: not followed
+    assert lag.activity.left.keys() == {"g"}
+    stats.row("groups", {**leave, "api_key": 12, "event": "heartbeat", "ts_request": leave["ts_request"] + 1})
+    assert status(lag) == "STALL"
+
+
+def test_the_status_gauge_has_one_series_per_state_and_the_last_commit_its_time() -> None:
+    stats = LiveStats(collect_pending=True)
+    assert stats.lag is not None
+    run(120, lambda second: 100, stats.lag)
+    metrics = Metrics()
+    metrics.update(CaptureCounters(), stats.take_pending(), 0)
+    values = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in generate_latest(metrics.registry).decode().splitlines()
+        if line.startswith("kwsniff_consumer_group_status")
+        or "last_commit" in line
+        and not line.startswith("#")
+    }
+    assert values == {
+        **{
+            f'kwsniff_consumer_group_status{{group="g",state="{state}",topic="t"}}': float(state == "STALL")
+            for state in ("OK", "WARN", "STALL", "STOP", "LEFT")
+        },
+        'kwsniff_consumer_group_last_commit_timestamp_seconds{group="g",topic="t"}': acked(115 * RATE, RATE)
+        / S,
+    }
+
+
+def test_statuses_are_judged_at_most_once_per_five_seconds_of_packet_time() -> None:
+    stats = LiveStats(collect_pending=True)
+    assert stats.lag is not None
+    run(30, lambda second: 100, stats.lag)  # the latest packet at 29.9 s
+    assert [s[2] for s in stats.take_pending().statuses] == ["STALL"]
+    stats.row("partitions", produce(30 * RATE + 48, RATE))  # 4.9 s later: not yet
+    assert stats.take_pending().statuses == []
+    stats.row("partitions", produce(30 * RATE + 49, RATE))  # 5 s later
+    assert [s[2] for s in stats.take_pending().statuses] == ["STALL"]

@@ -29,7 +29,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -100,8 +100,11 @@ def _add_action(relative: str, size: int, rows: int, date: str, host: str) -> Ad
     )
 
 
-def open_table(location: Location, table: str, schema: pa.Schema) -> DeltaTable:
-    """The Delta table of ``table`` at ``location``, created (empty, version 0) when there is none.
+def open_table(
+    location: Location, table: str, schema: pa.Schema, configuration: Mapping[str, str] | None = None
+) -> DeltaTable:
+    """The Delta table of ``table`` at ``location``, created (empty, version 0) when there is none,
+    with the table properties ``configuration`` (``delta.checkpointInterval``...) if it is created.
 
     Writers that create the same table at once all end up with it: the one whose version 0 lost the
     race opens the winner's. A table with other partition columns is refused."""
@@ -119,6 +122,7 @@ def open_table(location: Location, table: str, schema: pa.Schema) -> DeltaTable:
                 delta_schema(schema),
                 partition_by=list(PARTITION_COLUMNS),
                 mode="ignore",
+                configuration=dict(configuration) if configuration else None,
                 storage_options=options,
             )
         except DeltaError:
@@ -139,11 +143,17 @@ class DeltaTableWriter:
         writer.commit(staged)   # one new version holding every file, or an exception and none
     """
 
-    def __init__(self, location: Location, table: str, schema: pa.Schema) -> None:
+    def __init__(
+        self,
+        location: Location,
+        table: str,
+        schema: pa.Schema,
+        configuration: Mapping[str, str] | None = None,
+    ) -> None:
         self.location = location
         self.table = table
         self.schema = delta_schema(schema)
-        self.delta = open_table(location, table, schema)
+        self.delta = open_table(location, table, schema, configuration)
 
     def stage(self, path: str | os.PathLike[str], *, date: str, host: str) -> StagedFile:
         """Move (local) or upload and remove (S3) the finished Parquet file ``path`` into the table's

@@ -132,6 +132,32 @@ def test_four_processes_appending_at_once_commit_every_append_once(s3: SeaweedS3
     assert duckdb_counts(location) == (48 * ROWS_PER_FILE, 48 * ROWS_PER_FILE)
 
 
+def test_writers_that_create_the_table_at_once_all_commit_to_one_table(
+    location: Location, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            writer_argv(location, f"c{w}", 1, 1, "--go", str(go)),
+            env=writer_process_env(location),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(3)
+    ]
+    go.touch()
+    outputs = [proc.communicate(timeout=PROCESS_TIMEOUT_S) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0] * 3, [err[-2000:] for _, err in outputs]
+
+    delta = DeltaTable(location.table_uri("requests"), storage_options=dict(location.storage_options))
+    assert Counter(h["operation"] for h in delta.history()) == {"WRITE": 3, "CREATE TABLE": 1}
+    want: Counter[tuple[str, int, str]] = Counter()
+    for w in range(3):
+        want += expected([f"c{w}-0-0"], f"c{w}")
+    assert rows_by_file(location) == want
+
+
 def test_writer_killed_between_staging_and_commit_leaves_the_table_whole(
     location: Location, tmp_path: Path
 ) -> None:

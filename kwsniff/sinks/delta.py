@@ -23,6 +23,7 @@ columns. ``deltalake`` is imported only when a table is opened: it costs ~0.1 s 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -116,17 +117,23 @@ def open_table(
     try:
         opened = DeltaTable(uri, storage_options=options)
     except TableNotFoundError:
-        try:
-            opened = DeltaTable.create(
+        # Writers creating the table at once: one version 0 is written. Another create() must not
+        # retry at version 1 (delta-rs would: a second CREATE TABLE, new metadata, and every writer
+        # holding version 0 then fails "Metadata changed since last commit"), and may return a table
+        # object of its own unwritten version 0: so no retries, and the table is read back either way.
+        from deltalake import CommitProperties
+
+        with contextlib.suppress(DeltaError):
+            DeltaTable.create(
                 uri,
                 delta_schema(schema),
                 partition_by=list(PARTITION_COLUMNS),
                 mode="ignore",
                 configuration=dict(configuration) if configuration else None,
                 storage_options=options,
+                commit_properties=CommitProperties(max_commit_retries=0),
             )
-        except DeltaError:
-            opened = DeltaTable(uri, storage_options=options)  # another writer created it first
+        opened = DeltaTable(uri, storage_options=options)
     partitions = tuple(opened.metadata().partition_columns)
     if partitions != PARTITION_COLUMNS:
         raise DeltaTableError(f"{uri}: a Delta table partitioned by {partitions}, not {PARTITION_COLUMNS}")

@@ -4,7 +4,8 @@
 
 Each commit appends FILES files of ROWS_PER_FILE `requests` rows whose (capture, conn_id) name the
 writer, the commit and the file, so a reader can tell every row apart. Storage options come from the
-AWS_* environment. ``--go PATH``: wait (bounded) until PATH exists, so several writers start at once.
+AWS_* environment. ``--go PATH``: print "ready" once the table is open, then wait (bounded) until PATH exists, so several
+writers start at once.
 ``--stage-and-wait``: stage the files of one commit, print "staged" and the staged paths, and block on
 stdin without committing (the test kills the process there).
 """
@@ -45,6 +46,7 @@ def main() -> None:
     args = parser.parse_args()
     writer = DeltaTableWriter(parse_location(args.uri), args.table, SCHEMAS[args.table])
     if args.go:
+        print("ready", flush=True)
         deadline = time.monotonic() + GO_TIMEOUT_S
         while not Path(args.go).exists():
             if time.monotonic() > deadline:

@@ -43,6 +43,7 @@ from kwsniff.sinks.parquet import safe_file_stem
 
 if TYPE_CHECKING:
     import pyarrow.dataset
+    import pyarrow.fs
     from deltalake import DeltaTable
     from deltalake.transaction import AddAction
 
@@ -161,6 +162,7 @@ class DeltaTableWriter:
         self.table = table
         self.schema = delta_schema(schema)
         self.delta = open_table(location, table, schema, configuration)
+        self._filesystem: tuple[pyarrow.fs.FileSystem, str] | None = None
 
     def stage(self, path: str | os.PathLike[str], *, date: str, host: str) -> StagedFile:
         """Move (local) or upload and remove (S3) the finished Parquet file ``path`` into the table's
@@ -181,7 +183,9 @@ class DeltaTableWriter:
                 shutil.copyfile(source, target)
                 source.unlink()
         else:
-            fs, root = self.location.filesystem()
+            if self._filesystem is None:
+                self._filesystem = self.location.filesystem()
+            fs, root = self._filesystem
             pafs.copy_files(
                 str(source), f"{root}/{self.table}/{relative}", destination_filesystem=fs, chunk_size=8 << 20
             )

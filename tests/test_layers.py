@@ -36,6 +36,7 @@ LAYERS: list[set[str]] = [
     {"pipeline.run_workers"},  # their coordinator
     {"spark"},  # the fleet pipeline (imports pyspark only when called)
     {"report"},  # the report's sections over the tables and their plots
+    {"core"},  # the jobs both doors call: options, decoding inputs into sinks, outputs, report answers
     {"commands"},
     {"api"},  # the Python API (kwsniff.read, kwsniff.report), built on the commands' code and options
     {"cli"},

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kwsniff.api.errors import InputError, StrictError, UsageError
-from kwsniff.api.options import command_values
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -21,9 +20,6 @@ if TYPE_CHECKING:
     from kwsniff.pipeline.session import SessionOptions
     from kwsniff.sinks.arrow import ArrowSink
 
-# `read`'s options the API offers in its own way: Tables.write (--out, --overwrite, --append); it
-# never prints (--quiet).
-OWN = ("captures", "out", "overwrite", "append", "quiet")
 Captures = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 
 
@@ -47,18 +43,22 @@ class Run:
 
 
 def settings(captures: Captures, given: dict[str, Any]) -> Run:
-    """The run ``read(captures, **given)`` asks for, checked as `kwsniff read` checks it."""
-    import click
-
+    """The run ``read(captures, **given)`` asks for, checked as `kwsniff read` checks it: each
+    keyword by its field of kwsniff.core.options.ReadOptions."""
     from kwsniff import codecache
-    from kwsniff.commands.options import decoding, session_options, tunnel_settings
-    from kwsniff.commands.read import decoding_fields, read
-    from kwsniff.memory import ROWS, SECRETS, MemoryBudget
+    from kwsniff.core.decoding import read_session_options
+    from kwsniff.core.options import WRITE_OPTIONS, OptionError, ReadOptions, from_keywords
+    from kwsniff.core.values import BadValue
+    from kwsniff.memory import ROWS, MemoryBudget
+    from kwsniff.pipeline.keylogs import KeyLogError
     from kwsniff.tables import DEFAULT_TABLES
 
     if "broker_ports" in given:  # the plural reads naturally for a list; the command's name is singular
         given = {("broker_port" if k == "broker_ports" else k): v for k, v in given.items()}
-    v = command_values(read, given, OWN)
+    try:
+        asked = from_keywords(ReadOptions, given, "read", skip=WRITE_OPTIONS)
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
     given_paths = [captures] if isinstance(captures, str | os.PathLike) else captures
     listed = list(given_paths) if isinstance(given_paths, Iterable) else [given_paths]
     if not all(isinstance(c, str | os.PathLike) for c in listed):
@@ -68,33 +68,16 @@ def settings(captures: Captures, given: dict[str, Any]) -> Run:
         raise UsageError("read: no captures given")
     if any(str(p) == "-" for p in paths):
         raise UsageError("read: standard input (-) is for the command; give a file")
-    tunnels = tunnel_settings(v["vxlan_port"], v["geneve_port"], v["tunnel_port"], v["fragment_memory"])
-    fields = decoding_fields(
-        v["broker_port"],
-        v["auto_detect"],
-        v["max_frame_size"],
-        v["records"],
-        v["record_payloads"],
-        v["max_decompressed"],
-        v["idle_timeout"],
-    )
     try:
-        asked = decoding((), tunnels, v["memory_limit"], v["broker_map"])
-    except click.BadParameter as exc:
-        raise UsageError(f"read: fragment_memory: {exc.format_message()}") from None
-    options = session_options(asked, **fields)
-    if v["keylog"]:
-        from kwsniff.pipeline.keylogs import KeyLogError, load_keylog
-
-        try:
-            keys = load_keylog(v["keylog"], MemoryBudget(v["memory_limit"]).cap(SECRETS))
-            options = dataclasses.replace(options, keylog=keys)
-        except KeyLogError as exc:
-            raise InputError(str(exc)) from None
+        options = read_session_options(asked)
+    except BadValue as exc:
+        raise UsageError(f"read: fragment_memory: Invalid value for --fragment-memory: {exc}") from None
+    except KeyLogError as exc:
+        raise InputError(str(exc)) from None
     codecache.use_directory(codecache.cache_dir(os.environ))  # as `read` does: decoders kept for the next run
     tables = (*DEFAULT_TABLES, "records") if options.records else DEFAULT_TABLES
-    rows = MemoryBudget(v["memory_limit"]).cap(ROWS)
-    return Run(paths, options, tables, rows, v["strict"], v["continuous"])
+    rows = MemoryBudget(asked.memory_limit).cap(ROWS)
+    return Run(paths, options, tables, rows, asked.strict, asked.continuous)
 
 
 class Done(NamedTuple):

@@ -41,20 +41,20 @@ def _text(value: object, name: str) -> str | None:
 
 
 def _sizes(memory_limit: object, spill_limit: object, session_timeout_ms: object) -> tuple[int, int, int]:
-    """The DuckDB limits (`report`'s defaults for None) and the session timeout, checked by the
-    `report` command's own option types."""
-    from kwsniff.api.options import UNSET, option_of, option_value
-    from kwsniff.commands.report import report as command
+    """The DuckDB limits (`report`'s defaults for None) and the session timeout, checked by their
+    fields of kwsniff.core.options.ReportOptions, as the `report` command checks them."""
+    from kwsniff.core.options import OptionError, ReportOptions, from_keywords
 
     given = {
         "memory_limit": memory_limit,
         "spill_limit": spill_limit,
         "session_timeout_ms": session_timeout_ms,
     }
-    return tuple(  # type: ignore[return-value]
-        option_value(command, option_of(command, name), UNSET if value is None else value)
-        for name, value in given.items()
-    )
+    try:
+        asked = from_keywords(ReportOptions, {k: v for k, v in given.items() if v is not None}, "report")
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
+    return asked.memory_limit, asked.spill_limit, asked.session_timeout_ms
 
 
 def report(

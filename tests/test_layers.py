@@ -37,8 +37,8 @@ LAYERS: list[set[str]] = [
     {"spark"},  # the fleet pipeline (imports pyspark only when called)
     {"report"},  # the report's sections over the tables and their plots
     {"core"},  # the jobs both doors call: options, decoding inputs into sinks, outputs, report answers
-    {"commands"},
-    {"api"},  # the Python API (kwsniff.read, kwsniff.report), built on the commands' code and options
+    # The two doors onto the core, side by side: neither imports the other (SIBLINGS).
+    {"commands", "api"},
     {"cli"},
     {"entry"},
     {"__main__"},
@@ -52,6 +52,11 @@ EXCEPTIONS: set[tuple[str, str]] = {
     # imported the root's attribute is the package, so the package is callable and calls the API.
     ("report", "api"),
 }
+
+
+# Layers of one level may not import each other: the command line and the Python API are two doors
+# onto the core, and what one needs of the other belongs in the core.
+SIBLINGS = {("commands", "api"), ("api", "commands")}
 
 
 def layer_of(module: str) -> str:
@@ -95,6 +100,7 @@ def test_no_module_imports_a_layer_above_or_beside_its_own() -> None:
             (layer_of(importer), layer_of(imported))
             for importer, imported in imports()
             if layer_of(importer) != layer_of(imported)
+            # Beside: another layer of the same level, as the doors are (SIBLINGS).
             and level(layer_of(imported)) >= level(layer_of(importer))
         }
         - EXCEPTIONS
@@ -108,6 +114,14 @@ def test_the_checker_sees_an_upward_import() -> None:
     assert ("kwsniff.pipeline.connection", "kwsniff.pipeline.session") not in imports()
     assert ("kwsniff.pipeline.session", "kwsniff.pipeline.connection") in imports()
     assert ("kwsniff.kafka.pairing", "kwsniff.protocol") in imports()  # kafka sits above protocol
+
+
+def test_the_doors_are_siblings_that_may_not_import_each_other() -> None:
+    assert level("commands") == level("api")
+    assert level("core") < level("commands") and level("cli") > level("api")
+    importers = {(layer_of(a), layer_of(b)) for a, b in imports()}
+    assert ("commands", "core") in importers and ("api", "core") in importers
+    assert not SIBLINGS & importers
 
 
 def test_the_development_page_lists_the_layers_in_this_order() -> None:

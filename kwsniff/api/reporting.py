@@ -57,6 +57,25 @@ def _sizes(memory_limit: object, spill_limit: object, session_timeout_ms: object
     return asked.memory_limit, asked.spill_limit, asked.session_timeout_ms
 
 
+REPORT_KEYWORDS = (
+    "sections",
+    "since",
+    "until",
+    "topic",
+    "client",
+    "group",
+    "session_timeout_ms",
+    "memory_limit",
+    "spill_limit",
+    "spark",
+)
+
+
+def locals_of_report(given: dict[str, Any]) -> dict[str, Any]:
+    """The keywords of a :func:`report` call, from its locals."""
+    return {k: given[k] for k in REPORT_KEYWORDS}
+
+
 def report(
     tables: Tables | str | os.PathLike[str],
     *,
@@ -86,45 +105,31 @@ def report(
     if isinstance(tables, Tables):
         with tempfile.TemporaryDirectory(prefix="kwsniff-report-") as folder:
             dataset = tables.write(Path(folder) / "tables")
-            return report(
-                dataset,
-                sections=sections,
-                since=since,
-                until=until,
-                topic=topic,
-                client=client,
-                group=group,
-                session_timeout_ms=session_timeout_ms,
-                memory_limit=memory_limit,
-                spill_limit=spill_limit,
-                spark=spark,
-            )
+            return report(dataset, **locals_of_report(locals()))
     import duckdb
 
-    from kwsniff.commands.report import NEEDED
+    from kwsniff.core.answers import chosen_sections, missing_tables, refusal
     from kwsniff.report.engines import Filters
     from kwsniff.report.run import answer_arrow, open_engine
-    from kwsniff.report.sections import SECTIONS
 
-    unknown = sorted(set(chosen) - {s.name for s in SECTIONS})
-    if unknown:
-        raise UsageError(f"no section {', '.join(unknown)}; sections: {', '.join(s.name for s in SECTIONS)}")
+    try:
+        asked = chosen_sections(chosen)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if not isinstance(tables, str | os.PathLike):
         raise UsageError(f"report: {tables!r} is not Tables or a directory")
     path = Path(tables)
     try:
-        missing = [n for n in NEEDED if not any((path / n).rglob("*.parquet"))] if path.is_dir() else None
+        problem = refusal(path, missing_tables(path))
     except OSError as exc:  # a name too long for the file system, a folder it may not read
         raise ReportError(f"{str(path)[:200]}: {exc.strerror or exc}") from None
-    if missing is None:
-        raise ReportError(f"{path}: not a directory of kwsniff tables")
-    if missing:
-        raise ReportError(f"{path}: no {', '.join(missing)} table (written by kwsniff read or spark)")
+    if problem:
+        raise ReportError(problem)
     filters = Filters(*times, *names, timeout)
     engine = None
     try:
         engine = open_engine(path, filters, spark, memory, spill)
-        return answer_arrow(engine, filters, [s for s in SECTIONS if not chosen or s.name in chosen])
+        return answer_arrow(engine, filters, asked)
     except duckdb.OutOfMemoryException as exc:
         raise ReportError(
             f"{path}: DuckDB ran out of memory or spill space ({str(exc).splitlines()[0]})"

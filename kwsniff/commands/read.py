@@ -21,6 +21,7 @@ from kwsniff.commands.fields import gathered
 from kwsniff.commands.summarize import summarize
 from kwsniff.core.decoding import read_session_options
 from kwsniff.core.options import ReadOptions
+from kwsniff.core.output import too_long
 from kwsniff.core.values import BadValue
 from kwsniff.memory import ROWS, MemoryBudget
 from kwsniff.pipeline.run import (
@@ -170,9 +171,9 @@ def _read_all(
     files = [p for p in captures if str(p) != STDIN]
     keys = capture_keys(files, output.kept_names("requests"))
     names = {p: stream_name("stdin") if str(p) == STDIN else output_name(p) for p in captures}
-    too_long = _too_long(names, output.name_max())
-    if too_long:
-        messages.error(too_long)
+    refused = too_long(names, output.name_max())
+    if refused:
+        messages.error(refused)
         return 1
     undecoded = 0
     # In input order: (result, row counts) of each decoded input, (name, reason) of each failed one.
@@ -301,17 +302,3 @@ def _read_series(
         click.echo(f"kwsniff: strict: {result.name}: " + "; ".join(reasons), err=True)
         return EXIT_STRICT
     return 0
-
-
-def _too_long(names: dict[Path, str], name_max: int) -> str:
-    """One line naming an input whose files' names the filesystem of --out cannot hold, or ""."""
-    from kwsniff.sinks import ParquetSink
-
-    for path, name in names.items():
-        longest = len(os.fsencode(ParquetSink(".", name).temp_path("requests").name))
-        if longest > name_max:
-            return (
-                f"{path}: file name too long for --out ({longest} bytes with kwsniff's suffixes, the "
-                f"filesystem allows {name_max}); rename or link the capture under a shorter name"
-            )
-    return ""

@@ -13,11 +13,11 @@ from kwsniff.commands import messages
 from kwsniff.commands.extras import require
 from kwsniff.commands.fields import options_of
 from kwsniff.commands.values import BoundedInt
+from kwsniff.core.answers import chosen_sections, missing_tables, refusal
 from kwsniff.core.options import ReportOptions
 
 TEXT_ROWS = 20
 HTML_ROWS = 50
-NEEDED = ("requests", "connections", "errors", "partitions", "groups")
 
 
 def _utc(value: dt.datetime | None) -> dt.datetime | None:
@@ -90,24 +90,20 @@ def report(
     for option, given in (("--plots", plots), ("--html", html_file)):
         if given is not None:
             require(f"kwsniff report {option}", "report", ("matplotlib",))
-    if not tables.is_dir():
-        messages.error(f"{tables}: not a directory of kwsniff tables")
-        sys.exit(1)
-    missing = [n for n in NEEDED if not any((tables / n).rglob("*.parquet"))]
-    if missing:
-        messages.error(f"{tables}: no {', '.join(missing)} table (written by kwsniff read or spark)")
+    problem = refusal(tables, missing_tables(tables))
+    if problem:
+        messages.error(problem)
         sys.exit(1)
     from kwsniff.report import output
     from kwsniff.report.engines import Filters
     from kwsniff.report.run import answer, answer_top, figure_rows, open_engine
-    from kwsniff.report.sections import SECTIONS
 
     filters = Filters(_utc(since), _utc(until), topic, client, group, session_timeout_ms)
-    unknown = sorted(set(chosen) - {s.name for s in SECTIONS})
-    if unknown:
-        messages.error(f"no section {', '.join(unknown)}; sections: {', '.join(s.name for s in SECTIONS)}")
+    try:
+        sections = chosen_sections(chosen)
+    except ValueError as exc:
+        messages.error(str(exc))
         sys.exit(2)
-    sections = [s for s in SECTIONS if not chosen or s.name in chosen]
     spark = None
     if master is not None:
         from kwsniff.spark.pipeline import first_line, spark_session, unreachable_master

@@ -1,24 +1,21 @@
 """`kwsniff.read` and `kwsniff.iter_read`: captures decoded in the calling process into Arrow
-tables, with `kwsniff read`'s decoder, options and row batches (kwsniff.commands.read)."""
+tables, with `kwsniff read`'s decoder, options and row batches: the keywords checked by
+kwsniff.core.options, the inputs decoded by kwsniff.core.decode."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import time
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kwsniff.api.errors import InputError, StrictError, UsageError
+from kwsniff.core.decode import Done, InputMissing, Run, decode
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from kwsniff.api.tables import Tables
-    from kwsniff.pipeline.run import CaptureResult
-    from kwsniff.pipeline.session import SessionOptions
-    from kwsniff.sinks.arrow import ArrowSink
 
 Captures = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 
@@ -28,18 +25,6 @@ class Batch(NamedTuple):
 
     table: str
     batch: pa.RecordBatch
-
-
-@dataclasses.dataclass
-class Run:
-    """`read`'s options as the API was given them."""
-
-    paths: list[Path]
-    options: SessionOptions
-    tables: tuple[str, ...]
-    row_buffer_bytes: int
-    strict: bool
-    continuous: bool
 
 
 def settings(captures: Captures, given: dict[str, Any]) -> Run:
@@ -80,95 +65,6 @@ def settings(captures: Captures, given: dict[str, Any]) -> Run:
     return Run(paths, options, tables, rows, asked.strict, asked.continuous)
 
 
-class Done(NamedTuple):
-    """An input decoded to its end (``result``), or failed (``reason``, and its `captures` row)."""
-
-    file_name: str  # the name of its table files
-    name: str  # its `capture` value
-    result: CaptureResult | None
-    reason: str | None
-
-
-def decode(run: Run) -> Iterator[tuple[str, pa.RecordBatch] | Done]:
-    """Every input of ``run`` in order: its batches as they fill, then its Done. Inputs are opened
-    (format checked) first, as `read` does: a missing input, or no readable one, raises InputError."""
-    from kwsniff.capture import CaptureError, check_capture, open_capture
-    from kwsniff.pipeline.run import Series, failed_row, failure_reason, result_row
-    from kwsniff.sinks import capture_keys, output_name
-    from kwsniff.sinks.arrow import ArrowSink
-
-    unreadable: dict[Path, str] = {}
-    for path in run.paths:
-        try:
-            check_capture(path)
-        except CaptureError as exc:
-            if not os.path.exists(path):  # missing, or a name the file system refuses: nothing runs
-                raise InputError(str(exc)) from None
-            unreadable[path] = str(exc)
-    if unreadable and (len(unreadable) == len(run.paths) or run.continuous):
-        raise InputError(next(iter(unreadable.values())))
-    if run.continuous:
-        sink = ArrowSink(output_name(run.paths[0]), run.tables, row_buffer_bytes=run.row_buffer_bytes)
-        series = Series(run.paths)
-        try:
-            name = Path(series.order[0]).name
-            result = yield from _session(series, str(series.order[0]), name, sink, run.options)
-        except CaptureError as exc:
-            raise InputError(str(exc)) from None
-        result.pieces = series.pieces
-        sink.add("captures", result_row(result))
-        yield from _taken(sink, close=True)
-        yield Done(output_name(run.paths[0]), result.name, result, None)
-        return
-    keys = capture_keys(run.paths, set())
-    for path in run.paths:
-        file_name = output_name(path)
-        started_us, started = time.time_ns() // 1000, time.perf_counter()
-        sink = ArrowSink(file_name, run.tables, row_buffer_bytes=run.row_buffer_bytes)
-        try:
-            with open_capture(path) as reader:
-                result = yield from _session(reader, str(path), keys[path] or reader.name, sink, run.options)
-        except Exception as exc:  # not a capture, or a decoder bug: this input fails, the others go on
-            reason = failure_reason(exc, str(path))
-            failed = ArrowSink(file_name, ("captures",))
-            failed.add("captures", failed_row(path, keys[path] or path.name, reason, started_us, started))
-            yield from _taken(failed, close=True)
-            yield Done(file_name, keys[path] or path.name, None, reason)
-            continue
-        sink.add("captures", result_row(result))
-        yield from _taken(sink, close=True)
-        yield Done(file_name, result.name, result, None)
-
-
-def _session(
-    reader: Any, path: str, name: str, sink: ArrowSink, options: SessionOptions
-) -> Generator[tuple[str, pa.RecordBatch], None, CaptureResult]:
-    """run_capture's loop (kwsniff.pipeline.run), handing on the sink's batches as they fill;
-    returns the CaptureResult."""
-    from kwsniff.pipeline.run import reader_result, reader_session
-
-    started_us, started = time.time_ns() // 1000, time.perf_counter()
-    session = reader_session(reader, name, sink, options)
-    feed, ready = session.packet, sink.ready
-    last = -1
-    for last, linktype, data in reader.packets():
-        feed(last, linktype, data)
-        if ready:
-            yield from _taken(sink)
-    result = reader_result(reader, session, name, path, started_us, started, last)
-    yield from _taken(sink)  # the rows session.finish() wrote
-    return result
-
-
-def _taken(sink: ArrowSink, close: bool = False) -> Iterator[tuple[str, pa.RecordBatch]]:
-    """The batches ``sink`` filled (all it holds, ``close``), oldest first, let go as handed on."""
-    if close:
-        sink.close()
-    ready = sink.ready
-    while ready:
-        yield ready.popleft()
-
-
 def iter_read(captures: Captures, **options: Any) -> Iterator[Batch]:
     """Decode ``captures`` as :func:`read` does, yielding each table's record batches as they fill
     (``Batch(table, batch)``), under the row buffer of ``memory_limit`` (`--memory-limit`): memory
@@ -180,7 +76,7 @@ def iter_read(captures: Captures, **options: Any) -> Iterator[Batch]:
 
     run = settings(captures, options)
     reasons = []
-    for item in decode(run):
+    for item in _decoded(run):
         if isinstance(item, Done):
             if item.reason is not None:
                 raise InputError(f"{item.name}: {item.reason}")
@@ -208,7 +104,7 @@ def read(captures: Captures, **options: Any) -> Tables:
     parts: list[Part] = []
     batches: dict[str, list[pa.RecordBatch]] = {}
     summaries, warnings, reasons, failed_inputs = {}, [], [], []
-    for item in decode(run):
+    for item in _decoded(run):
         if not isinstance(item, Done):
             batches.setdefault(item[0], []).append(item[1])
             continue
@@ -235,3 +131,11 @@ def read(captures: Captures, **options: Any) -> Tables:
         failed = len(parts) - len(summaries)
         raise StrictError(reasons + ([f"{failed} of {len(parts)} inputs failed"] if failed else []), tables)
     return tables
+
+
+def _decoded(run: Run) -> Iterator[tuple[str, pa.RecordBatch] | Done]:
+    """kwsniff.core.decode.decode, an input that is missing (or none readable) an InputError."""
+    try:
+        yield from decode(run)
+    except InputMissing as exc:
+        raise InputError(str(exc)) from None

@@ -28,7 +28,6 @@ from kwsniff.pipeline.run import (
     CaptureResult,
     ReadGate,
     failed_row,
-    failure_reason,
     result_row,
     run_capture,
 )
@@ -211,9 +210,9 @@ def _read_all(
             messages.error(f"{path}: writing {output.shown}: {exc.strerror or exc}")
             return 1
         except Exception as exc:  # not a capture, or a decoder bug: this input fails, the others go on
-            reason = failure_reason(exc, str(path))
-            failures.append((path, failed_row(path, shown_name, reason, started_us, started)))
-            results.append((shown_name, reason))  # said in input order, after the commit
+            row = failed_row(path, shown_name, exc, started_us, started)
+            failures.append((path, row))
+            results.append((shown_name, str(row["reason"])))  # said in input order, after the commit
             continue
         finally:
             signals.gate, signals.abandon = None, False

@@ -300,6 +300,7 @@ def value_of(spec: Spec, value: Any, command: str, default: Any = None) -> Any:
             raise OptionError(f"{command}: {name}={value!r}: a flag, True or False")
         return value
     if spec.multiple:
+        given = value
         if isinstance(value, str | bytes | int | float) or hasattr(value, "__fspath__"):
             value = (value,)
         else:
@@ -312,7 +313,7 @@ def value_of(spec: Spec, value: Any, command: str, default: Any = None) -> Any:
         try:
             return tuple(spec.check(v) for v in value)
         except values.BadValue as exc:
-            raise OptionError(f"{command}: {name}={value!r}: Invalid value for {spec.hint}: {exc}") from None
+            raise OptionError(f"{command}: {name}={given!r}: Invalid value for {spec.hint}: {exc}") from None
     if value is None:
         if default is None:
             return None

@@ -112,7 +112,7 @@ class Tables(Mapping[str, "pa.Table"]):
         files, the same bytes, the report's summaries beside them as ``summaries`` says: `read
         --summaries`), published in one step; a dataset already there is refused (OutputError)
         unless ``overwrite``. Returns ``out``."""
-        from kwsniff.core.output import summarize, too_long
+        from kwsniff.core.output import commit, too_long
         from kwsniff.sinks import ExistingOutput, Output, ParquetSink
         from kwsniff.sinks import OutputError as DatasetError
 
@@ -129,8 +129,7 @@ class Tables(Mapping[str, "pa.Table"]):
                     for table in part.tables:
                         for batch in part.batches.get(table, []):
                             sink.write_batch(table, batch)
-            summarize(output.stage, self.memory_limit, summaries, None, _warn)
-            output.commit()
+            commit(output, self.memory_limit, summaries, _warn)
         except DatasetError as exc:
             raise OutputError(str(exc)) from None
         except OSError as exc:

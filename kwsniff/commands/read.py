@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 import click
 
 from kwsniff import codecache
-from kwsniff.capture import STDIN, CaptureError, check_capture
+from kwsniff.capture import STDIN, CaptureError
 from kwsniff.commands import messages
 from kwsniff.commands.exits import EXIT_STRICT
 from kwsniff.commands.fields import gathered
-from kwsniff.commands.summarize import summarize
+from kwsniff.core.decode import InputMissing, unreadable_inputs
 from kwsniff.core.decoding import read_session_options
 from kwsniff.core.options import ReadOptions
-from kwsniff.core.output import too_long
+from kwsniff.core.output import commit, too_long
 from kwsniff.core.values import BadValue
 from kwsniff.memory import ROWS, MemoryBudget
 from kwsniff.pipeline.run import (
@@ -73,17 +73,11 @@ def read(captures: tuple[Path, ...], options: ReadOptions, quiet: bool) -> None:
     )
     # Every input is opened (format checked) before --out is touched or anything is decoded. An
     # input that is not a capture fails alone (its `captures` row says why), unless none is left.
-    unreadable: dict[Path, str] = {}
-    for path in captures:
-        if str(path) != STDIN:
-            try:
-                check_capture(path)
-            except CaptureError as exc:
-                if not os.path.exists(path):
-                    # A missing input is the command line's mistake, not a bad capture: nothing runs.
-                    messages.error(str(exc))
-                    sys.exit(1)
-                unreadable[path] = str(exc)
+    try:
+        unreadable = unreadable_inputs(captures)
+    except InputMissing as exc:
+        messages.error(str(exc))
+        sys.exit(1)
     if unreadable and (len(unreadable) == len(captures) or continuous):
         if len(captures) == 1 or continuous:
             messages.error(next(iter(unreadable.values())))
@@ -231,9 +225,8 @@ def _read_all(
         # A failed input leaves only its `captures` row, which says why.
         with ParquetSink(output.stage, names[path], ("captures",)) as failed_sink:
             failed_sink.add("captures", row)
-    summarize(output.stage, options.memory_limit, summaries, output.appending_to)
     try:
-        output.commit()
+        commit(output, options.memory_limit, summaries, messages.warnings)
     except OutputError as exc:
         messages.error(str(exc))
         return 1
@@ -277,8 +270,7 @@ def _read_series(
             result = run_series(list(captures), sink, options)
             if "captures" in tables:
                 sink.add("captures", result_row(result))
-        summarize(output.stage, options.memory_limit, summaries, output.appending_to)
-        output.commit()
+        commit(output, options.memory_limit, summaries, messages.warnings)
     except CaptureError as exc:
         messages.error(str(exc))
         return 1

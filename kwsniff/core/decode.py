@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -44,22 +44,34 @@ class Done(NamedTuple):
     reason: str | None
 
 
+def unreadable_inputs(paths: Iterable[Path]) -> dict[Path, str]:
+    """{input: why} of the inputs that are not captures, each opened (format checked) before anything
+    is decoded or written (standard input, `-`, is not checked); a missing input (or a name the file
+    system refuses) raises InputMissing: the caller's mistake, not a bad capture, and nothing runs."""
+    from kwsniff.capture import STDIN, CaptureError, check_capture
+
+    unreadable: dict[Path, str] = {}
+    for path in paths:
+        if str(path) == STDIN:
+            continue
+        try:
+            check_capture(path)
+        except CaptureError as exc:
+            if not os.path.exists(path):
+                raise InputMissing(str(exc)) from None
+            unreadable[path] = str(exc)
+    return unreadable
+
+
 def decode(run: Run) -> Iterator[tuple[str, pa.RecordBatch] | Done]:
     """Every input of ``run`` in order: its batches as they fill, then its Done. Inputs are opened
     (format checked) first, as `read` does: a missing input, or no readable one, raises InputError."""
-    from kwsniff.capture import CaptureError, check_capture, open_capture
+    from kwsniff.capture import CaptureError, open_capture
     from kwsniff.pipeline.run import Series, failed_row, result_row
     from kwsniff.sinks import capture_keys, output_name
     from kwsniff.sinks.arrow import ArrowSink
 
-    unreadable: dict[Path, str] = {}
-    for path in run.paths:
-        try:
-            check_capture(path)
-        except CaptureError as exc:
-            if not os.path.exists(path):  # missing, or a name the file system refuses: nothing runs
-                raise InputMissing(str(exc)) from None
-            unreadable[path] = str(exc)
+    unreadable = unreadable_inputs(run.paths)
     if unreadable and (len(unreadable) == len(run.paths) or run.continuous):
         raise InputMissing(next(iter(unreadable.values())))
     if run.continuous:

@@ -9,10 +9,14 @@ import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kwsniff.core.options import SUMMARIZE_MIN_ROWS
 from kwsniff.memory import DEFAULT_MEMORY_LIMIT
 from kwsniff.tables.names import SUMMARIES, TABLES
+
+if TYPE_CHECKING:
+    from kwsniff.sinks import Output
 
 # Disk DuckDB may spill into while it summarizes, as `report --spill-limit` by default.
 SPILL_LIMIT = 16 * DEFAULT_MEMORY_LIMIT
@@ -43,6 +47,14 @@ def summarize(stage: Path, memory_limit: int | None, mode: str, adding_to: Path 
             shutil.rmtree(stage / name, ignore_errors=True)
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         warn("summaries", [f"not written ({reason}); `kwsniff report` computes those sections from the rows"])
+
+
+def commit(output: Output, memory_limit: int | None, summaries: str, warn: Warn) -> None:
+    """Publish the staged tables of ``output`` in one step, the report's summaries written beside
+    them first as ``summaries`` (`--summaries`) says: how `read` and :meth:`kwsniff.Tables.write`
+    both end. Raises kwsniff.sinks.OutputError when the commit fails."""
+    summarize(output.stage, memory_limit, summaries, output.appending_to, warn)
+    output.commit()
 
 
 def worth_summarizing(stage: Path, adding_to: Path | None) -> bool:

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 Time = dt.datetime | str | None
 
 
-def _utc(value: Time, name: str) -> dt.datetime | None:
-    """A time as `report --since/--until` takes it: naive times are UTC; text is ISO 8601."""
+def _time(value: Time, name: str) -> dt.datetime | None:
+    """A time as `report --since/--until` takes it: text is ISO 8601 (naive times are UTC: core.answers.filters)."""
     if isinstance(value, str):
         try:
             value = dt.datetime.fromisoformat(value)
@@ -31,7 +31,7 @@ def _utc(value: Time, name: str) -> dt.datetime | None:
         return None
     if not isinstance(value, dt.datetime):
         raise UsageError(f"report: {name}={value!r} is not a datetime or an ISO 8601 time")
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
+    return value
 
 
 def _text(value: object, name: str) -> str | None:
@@ -97,7 +97,7 @@ def report(
     from kwsniff.api.tables import Tables
 
     memory, spill, timeout = _sizes(memory_limit, spill_limit, session_timeout_ms)
-    times = (_utc(since, "since"), _utc(until, "until"))
+    times = (_time(since, "since"), _time(until, "until"))
     names = (_text(topic, "topic"), _text(client, "client"), _text(group, "group"))
     chosen = [sections] if isinstance(sections, str) else list(sections or ())
     if not all(isinstance(s, str) for s in chosen):
@@ -109,7 +109,7 @@ def report(
     import duckdb
 
     from kwsniff.core.answers import chosen_sections, missing_tables, refusal
-    from kwsniff.report.engines import Filters
+    from kwsniff.core.answers import filters as report_filters
     from kwsniff.report.run import answer_arrow, open_engine
 
     try:
@@ -125,7 +125,7 @@ def report(
         raise ReportError(f"{str(path)[:200]}: {exc.strerror or exc}") from None
     if problem:
         raise ReportError(problem)
-    filters = Filters(*times, *names, timeout)
+    filters = report_filters(*times, *names, timeout)
     engine = None
     try:
         engine = open_engine(path, filters, spark, memory, spill)

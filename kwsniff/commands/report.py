@@ -14,14 +14,11 @@ from kwsniff.commands.extras import require
 from kwsniff.commands.fields import options_of
 from kwsniff.commands.values import BoundedInt
 from kwsniff.core.answers import chosen_sections, missing_tables, refusal
+from kwsniff.core.answers import filters as report_filters
 from kwsniff.core.options import ReportOptions
 
 TEXT_ROWS = 20
 HTML_ROWS = 50
-
-
-def _utc(value: dt.datetime | None) -> dt.datetime | None:
-    return None if value is None else value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
 
 
 @click.command()
@@ -95,10 +92,9 @@ def report(
         messages.error(problem)
         sys.exit(1)
     from kwsniff.report import output
-    from kwsniff.report.engines import Filters
     from kwsniff.report.run import answer, answer_top, figure_rows, open_engine
 
-    filters = Filters(_utc(since), _utc(until), topic, client, group, session_timeout_ms)
+    filters = report_filters(since, until, topic, client, group, session_timeout_ms)
     try:
         sections = chosen_sections(chosen)
     except ValueError as exc:

@@ -3,11 +3,13 @@ hold, and the sections asked for by name."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kwsniff.report.engines import Filters
     from kwsniff.report.sections import Section
 
 # The tables every report reads; a dataset without one of them is refused.
@@ -41,3 +43,21 @@ def chosen_sections(chosen: Iterable[str]) -> list[Section]:
     if unknown:
         raise ValueError(f"no section {', '.join(unknown)}; sections: {', '.join(s.name for s in SECTIONS)}")
     return [s for s in SECTIONS if not names or s.name in names]
+
+
+def filters(
+    since: dt.datetime | None,
+    until: dt.datetime | None,
+    topic: str | None,
+    client: str | None,
+    group: str | None,
+    session_timeout_ms: int,
+) -> Filters:
+    """The report's filters (`--since` ... `--session-timeout-ms`); a time without a zone is UTC."""
+    from kwsniff.report.engines import Filters
+
+    return Filters(_utc(since), _utc(until), topic, client, group, session_timeout_ms)
+
+
+def _utc(value: dt.datetime | None) -> dt.datetime | None:
+    return None if value is None else value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value

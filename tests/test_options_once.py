@@ -6,6 +6,8 @@ and the first test fails when a field has none: a new option cannot be forgotten
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -137,3 +139,23 @@ def test_every_field_says_its_default_unit_and_help() -> None:
             assert spec.help and spec.flag == "--" + f.name.replace("_", "-")
             assert spec.is_flag or spec.unit or spec.check.__class__.__name__ == "Choice", f.name
             assert f.default is not dataclasses.MISSING
+
+
+def test_the_api_runs_without_click(tmp_path: Path) -> None:
+    """The API's keywords are checked by the options' fields, not by a click.Context around the
+    command (issue 46): reading, writing and reporting never import click."""
+    script = (
+        "import sys, kwsniff\n"
+        f"tables = kwsniff.read({str(CAPTURE)!r}, memory_limit='512MiB', broker_port=19103)\n"
+        f"kwsniff.report(tables.write({str(tmp_path / 'out')!r}), sections=['latency'])\n"
+        "try:\n"
+        "    kwsniff.read('x.pcap', max_frame_size='0')\n"
+        "except kwsniff.UsageError as exc:\n"
+        "    print(exc)\n"
+        "print(sorted(m for m in sys.modules if m == 'click' or m.startswith(('click.', 'kwsniff.commands'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.stdout.splitlines() == [
+        "read: max_frame_size='0': Invalid value for '--max-frame-size': '0' must be more than 0 bytes",
+        "[]",
+    ], done.stderr

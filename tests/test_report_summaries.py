@@ -244,7 +244,7 @@ def test_auto_writes_summaries_for_runs_of_at_least_the_minimum_rows(
     assert rows == 922  # 357 requests, 475 partitions, 58 connections, 6 errors, 21 groups, 5 captures
     assert sorted(p.name for p in never.iterdir()) == sorted(DEFAULT_TABLES)
     for minimum, written in ((rows, True), (rows + 1, False)):
-        monkeypatch.setattr("kwsniff.commands.summarize.SUMMARIZE_MIN_ROWS", minimum)
+        monkeypatch.setattr("kwsniff.core.output.SUMMARIZE_MIN_ROWS", minimum)
         out = tmp_path / f"auto-{minimum}"
         read(out, *CAPTURES, summaries="auto")
         assert sorted(p.name for p in out.iterdir()) == sorted(
@@ -259,7 +259,7 @@ def test_auto_writes_summaries_for_runs_of_at_least_the_minimum_rows(
     summarized = tmp_path / f"auto-{rows}"
     read(summarized, QUICKSTART, append=True, summaries="auto")
     assert duck_answer(summarized)[0]
-    monkeypatch.setattr("kwsniff.commands.summarize.SUMMARIZE_MIN_CAPTURES", 2)
+    monkeypatch.setattr("kwsniff.core.output.SUMMARIZE_MIN_CAPTURES", 2)
     few = tmp_path / "few"
     read(few, QUICKSTART, summaries="never")
     for adding, written in ((CAPTURES[0], False), (CAPTURES[1], True)):  # to 1 capture, then to 2

@@ -1,5 +1,6 @@
 """kwsniff as a library (docs/python-api.md): decode captures into Arrow tables in this process,
-stream their batches, and run the report's sections, with the commands' own code and options.
+stream their batches, and run the report's sections, with the same core as the commands
+(kwsniff.core): the same options, decoder, outputs and answers.
 
 Re-exported by the package root (``kwsniff.read``...), which imports this module only when one of
 these names is first used: ``import kwsniff`` stays light. Nothing here imports pyarrow until a

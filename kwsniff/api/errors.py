@@ -1,10 +1,10 @@
 """The Python API's exceptions: one family, mirroring why the commands exit non-zero
-(kwsniff.commands.exits, docs/datasets.md). Imports nothing heavy: `except kwsniff.KwsniffError`
+(kwsniff.core.exits, docs/datasets.md). Imports nothing heavy: `except kwsniff.KwsniffError`
 costs no pyarrow."""
 
 from __future__ import annotations
 
-from kwsniff.commands.exits import EXIT_STRICT
+from kwsniff.core.exits import EXIT_STRICT
 
 
 class KwsniffError(Exception):

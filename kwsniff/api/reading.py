@@ -1,29 +1,22 @@
 """`kwsniff.read` and `kwsniff.iter_read`: captures decoded in the calling process into Arrow
-tables, with `kwsniff read`'s decoder, options and row batches (kwsniff.commands.read)."""
+tables, with `kwsniff read`'s decoder, options and row batches: the keywords checked by
+kwsniff.core.options, the inputs decoded by kwsniff.core.decode."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import time
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kwsniff.api.errors import InputError, StrictError, UsageError
-from kwsniff.api.options import command_values
+from kwsniff.core.decode import Done, InputMissing, Run, decode
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from kwsniff.api.tables import Tables
-    from kwsniff.pipeline.run import CaptureResult
-    from kwsniff.pipeline.session import SessionOptions
-    from kwsniff.sinks.arrow import ArrowSink
 
-# `read`'s options the API offers in its own way: Tables.write (--out, --overwrite, --append); it
-# never prints (--quiet).
-OWN = ("captures", "out", "overwrite", "append", "quiet")
 Captures = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 
 
@@ -34,31 +27,23 @@ class Batch(NamedTuple):
     batch: pa.RecordBatch
 
 
-@dataclasses.dataclass
-class Run:
-    """`read`'s options as the API was given them."""
-
-    paths: list[Path]
-    options: SessionOptions
-    tables: tuple[str, ...]
-    row_buffer_bytes: int
-    strict: bool
-    continuous: bool
-
-
 def settings(captures: Captures, given: dict[str, Any]) -> Run:
-    """The run ``read(captures, **given)`` asks for, checked as `kwsniff read` checks it."""
-    import click
-
+    """The run ``read(captures, **given)`` asks for, checked as `kwsniff read` checks it: each
+    keyword by its field of kwsniff.core.options.ReadOptions."""
     from kwsniff import codecache
-    from kwsniff.commands.options import decoding, session_options, tunnel_settings
-    from kwsniff.commands.read import decoding_fields, read
-    from kwsniff.memory import ROWS, SECRETS, MemoryBudget
+    from kwsniff.core.decoding import read_session_options
+    from kwsniff.core.options import WRITE_OPTIONS, OptionError, ReadOptions, from_keywords
+    from kwsniff.core.values import BadValue
+    from kwsniff.memory import ROWS, MemoryBudget
+    from kwsniff.pipeline.keylogs import KeyLogError
     from kwsniff.tables import DEFAULT_TABLES
 
     if "broker_ports" in given:  # the plural reads naturally for a list; the command's name is singular
         given = {("broker_port" if k == "broker_ports" else k): v for k, v in given.items()}
-    v = command_values(read, given, OWN)
+    try:
+        asked = from_keywords(ReadOptions, given, "read", skip=WRITE_OPTIONS)
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
     given_paths = [captures] if isinstance(captures, str | os.PathLike) else captures
     listed = list(given_paths) if isinstance(given_paths, Iterable) else [given_paths]
     if not all(isinstance(c, str | os.PathLike) for c in listed):
@@ -68,122 +53,16 @@ def settings(captures: Captures, given: dict[str, Any]) -> Run:
         raise UsageError("read: no captures given")
     if any(str(p) == "-" for p in paths):
         raise UsageError("read: standard input (-) is for the command; give a file")
-    tunnels = tunnel_settings(v["vxlan_port"], v["geneve_port"], v["tunnel_port"], v["fragment_memory"])
-    fields = decoding_fields(
-        v["broker_port"],
-        v["auto_detect"],
-        v["max_frame_size"],
-        v["records"],
-        v["record_payloads"],
-        v["max_decompressed"],
-        v["idle_timeout"],
-    )
     try:
-        asked = decoding((), tunnels, v["memory_limit"], v["broker_map"])
-    except click.BadParameter as exc:
-        raise UsageError(f"read: fragment_memory: {exc.format_message()}") from None
-    options = session_options(asked, **fields)
-    if v["keylog"]:
-        from kwsniff.pipeline.keylogs import KeyLogError, load_keylog
-
-        try:
-            keys = load_keylog(v["keylog"], MemoryBudget(v["memory_limit"]).cap(SECRETS))
-            options = dataclasses.replace(options, keylog=keys)
-        except KeyLogError as exc:
-            raise InputError(str(exc)) from None
+        options = read_session_options(asked)
+    except BadValue as exc:
+        raise UsageError(f"read: fragment_memory: Invalid value for --fragment-memory: {exc}") from None
+    except KeyLogError as exc:
+        raise InputError(str(exc)) from None
     codecache.use_directory(codecache.cache_dir(os.environ))  # as `read` does: decoders kept for the next run
     tables = (*DEFAULT_TABLES, "records") if options.records else DEFAULT_TABLES
-    rows = MemoryBudget(v["memory_limit"]).cap(ROWS)
-    return Run(paths, options, tables, rows, v["strict"], v["continuous"])
-
-
-class Done(NamedTuple):
-    """An input decoded to its end (``result``), or failed (``reason``, and its `captures` row)."""
-
-    file_name: str  # the name of its table files
-    name: str  # its `capture` value
-    result: CaptureResult | None
-    reason: str | None
-
-
-def decode(run: Run) -> Iterator[tuple[str, pa.RecordBatch] | Done]:
-    """Every input of ``run`` in order: its batches as they fill, then its Done. Inputs are opened
-    (format checked) first, as `read` does: a missing input, or no readable one, raises InputError."""
-    from kwsniff.capture import CaptureError, check_capture, open_capture
-    from kwsniff.pipeline.run import Series, failed_row, failure_reason, result_row
-    from kwsniff.sinks import capture_keys, output_name
-    from kwsniff.sinks.arrow import ArrowSink
-
-    unreadable: dict[Path, str] = {}
-    for path in run.paths:
-        try:
-            check_capture(path)
-        except CaptureError as exc:
-            if not os.path.exists(path):  # missing, or a name the file system refuses: nothing runs
-                raise InputError(str(exc)) from None
-            unreadable[path] = str(exc)
-    if unreadable and (len(unreadable) == len(run.paths) or run.continuous):
-        raise InputError(next(iter(unreadable.values())))
-    if run.continuous:
-        sink = ArrowSink(output_name(run.paths[0]), run.tables, row_buffer_bytes=run.row_buffer_bytes)
-        series = Series(run.paths)
-        try:
-            name = Path(series.order[0]).name
-            result = yield from _session(series, str(series.order[0]), name, sink, run.options)
-        except CaptureError as exc:
-            raise InputError(str(exc)) from None
-        result.pieces = series.pieces
-        sink.add("captures", result_row(result))
-        yield from _taken(sink, close=True)
-        yield Done(output_name(run.paths[0]), result.name, result, None)
-        return
-    keys = capture_keys(run.paths, set())
-    for path in run.paths:
-        file_name = output_name(path)
-        started_us, started = time.time_ns() // 1000, time.perf_counter()
-        sink = ArrowSink(file_name, run.tables, row_buffer_bytes=run.row_buffer_bytes)
-        try:
-            with open_capture(path) as reader:
-                result = yield from _session(reader, str(path), keys[path] or reader.name, sink, run.options)
-        except Exception as exc:  # not a capture, or a decoder bug: this input fails, the others go on
-            reason = failure_reason(exc, str(path))
-            failed = ArrowSink(file_name, ("captures",))
-            failed.add("captures", failed_row(path, keys[path] or path.name, reason, started_us, started))
-            yield from _taken(failed, close=True)
-            yield Done(file_name, keys[path] or path.name, None, reason)
-            continue
-        sink.add("captures", result_row(result))
-        yield from _taken(sink, close=True)
-        yield Done(file_name, result.name, result, None)
-
-
-def _session(
-    reader: Any, path: str, name: str, sink: ArrowSink, options: SessionOptions
-) -> Generator[tuple[str, pa.RecordBatch], None, CaptureResult]:
-    """run_capture's loop (kwsniff.pipeline.run), handing on the sink's batches as they fill;
-    returns the CaptureResult."""
-    from kwsniff.pipeline.run import reader_result, reader_session
-
-    started_us, started = time.time_ns() // 1000, time.perf_counter()
-    session = reader_session(reader, name, sink, options)
-    feed, ready = session.packet, sink.ready
-    last = -1
-    for last, linktype, data in reader.packets():
-        feed(last, linktype, data)
-        if ready:
-            yield from _taken(sink)
-    result = reader_result(reader, session, name, path, started_us, started, last)
-    yield from _taken(sink)  # the rows session.finish() wrote
-    return result
-
-
-def _taken(sink: ArrowSink, close: bool = False) -> Iterator[tuple[str, pa.RecordBatch]]:
-    """The batches ``sink`` filled (all it holds, ``close``), oldest first, let go as handed on."""
-    if close:
-        sink.close()
-    ready = sink.ready
-    while ready:
-        yield ready.popleft()
+    rows = MemoryBudget(asked.memory_limit).cap(ROWS)
+    return Run(paths, options, tables, rows, asked.strict, asked.continuous)
 
 
 def iter_read(captures: Captures, **options: Any) -> Iterator[Batch]:
@@ -197,7 +76,7 @@ def iter_read(captures: Captures, **options: Any) -> Iterator[Batch]:
 
     run = settings(captures, options)
     reasons = []
-    for item in decode(run):
+    for item in _decoded(run):
         if isinstance(item, Done):
             if item.reason is not None:
                 raise InputError(f"{item.name}: {item.reason}")
@@ -225,7 +104,7 @@ def read(captures: Captures, **options: Any) -> Tables:
     parts: list[Part] = []
     batches: dict[str, list[pa.RecordBatch]] = {}
     summaries, warnings, reasons, failed_inputs = {}, [], [], []
-    for item in decode(run):
+    for item in _decoded(run):
         if not isinstance(item, Done):
             batches.setdefault(item[0], []).append(item[1])
             continue
@@ -252,3 +131,11 @@ def read(captures: Captures, **options: Any) -> Tables:
         failed = len(parts) - len(summaries)
         raise StrictError(reasons + ([f"{failed} of {len(parts)} inputs failed"] if failed else []), tables)
     return tables
+
+
+def _decoded(run: Run) -> Iterator[tuple[str, pa.RecordBatch] | Done]:
+    """kwsniff.core.decode.decode, an input that is missing (or none readable) an InputError."""
+    try:
+        yield from decode(run)
+    except InputMissing as exc:
+        raise InputError(str(exc)) from None

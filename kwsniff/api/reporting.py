@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 Time = dt.datetime | str | None
 
 
-def _utc(value: Time, name: str) -> dt.datetime | None:
-    """A time as `report --since/--until` takes it: naive times are UTC; text is ISO 8601."""
+def _time(value: Time, name: str) -> dt.datetime | None:
+    """A time as `report --since/--until` takes it: text is ISO 8601 (naive times are UTC: core.answers.filters)."""
     if isinstance(value, str):
         try:
             value = dt.datetime.fromisoformat(value)
@@ -31,7 +31,7 @@ def _utc(value: Time, name: str) -> dt.datetime | None:
         return None
     if not isinstance(value, dt.datetime):
         raise UsageError(f"report: {name}={value!r} is not a datetime or an ISO 8601 time")
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
+    return value
 
 
 def _text(value: object, name: str) -> str | None:
@@ -41,20 +41,39 @@ def _text(value: object, name: str) -> str | None:
 
 
 def _sizes(memory_limit: object, spill_limit: object, session_timeout_ms: object) -> tuple[int, int, int]:
-    """The DuckDB limits (`report`'s defaults for None) and the session timeout, checked by the
-    `report` command's own option types."""
-    from kwsniff.api.options import UNSET, option_of, option_value
-    from kwsniff.commands.report import report as command
+    """The DuckDB limits (`report`'s defaults for None) and the session timeout, checked by their
+    fields of kwsniff.core.options.ReportOptions, as the `report` command checks them."""
+    from kwsniff.core.options import OptionError, ReportOptions, from_keywords
 
     given = {
         "memory_limit": memory_limit,
         "spill_limit": spill_limit,
         "session_timeout_ms": session_timeout_ms,
     }
-    return tuple(  # type: ignore[return-value]
-        option_value(command, option_of(command, name), UNSET if value is None else value)
-        for name, value in given.items()
-    )
+    try:
+        asked = from_keywords(ReportOptions, {k: v for k, v in given.items() if v is not None}, "report")
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
+    return asked.memory_limit, asked.spill_limit, asked.session_timeout_ms
+
+
+REPORT_KEYWORDS = (
+    "sections",
+    "since",
+    "until",
+    "topic",
+    "client",
+    "group",
+    "session_timeout_ms",
+    "memory_limit",
+    "spill_limit",
+    "spark",
+)
+
+
+def locals_of_report(given: dict[str, Any]) -> dict[str, Any]:
+    """The keywords of a :func:`report` call, from its locals."""
+    return {k: given[k] for k in REPORT_KEYWORDS}
 
 
 def report(
@@ -78,7 +97,7 @@ def report(
     from kwsniff.api.tables import Tables
 
     memory, spill, timeout = _sizes(memory_limit, spill_limit, session_timeout_ms)
-    times = (_utc(since, "since"), _utc(until, "until"))
+    times = (_time(since, "since"), _time(until, "until"))
     names = (_text(topic, "topic"), _text(client, "client"), _text(group, "group"))
     chosen = [sections] if isinstance(sections, str) else list(sections or ())
     if not all(isinstance(s, str) for s in chosen):
@@ -86,45 +105,31 @@ def report(
     if isinstance(tables, Tables):
         with tempfile.TemporaryDirectory(prefix="kwsniff-report-") as folder:
             dataset = tables.write(Path(folder) / "tables")
-            return report(
-                dataset,
-                sections=sections,
-                since=since,
-                until=until,
-                topic=topic,
-                client=client,
-                group=group,
-                session_timeout_ms=session_timeout_ms,
-                memory_limit=memory_limit,
-                spill_limit=spill_limit,
-                spark=spark,
-            )
+            return report(dataset, **locals_of_report(locals()))
     import duckdb
 
-    from kwsniff.commands.report import NEEDED
-    from kwsniff.sections.catalog import SECTIONS
-    from kwsniff.sections.engines import Filters
+    from kwsniff.core.answers import chosen_sections, missing_tables, refusal
+    from kwsniff.core.answers import filters as report_filters
     from kwsniff.sections.run import answer_arrow, open_engine
 
-    unknown = sorted(set(chosen) - {s.name for s in SECTIONS})
-    if unknown:
-        raise UsageError(f"no section {', '.join(unknown)}; sections: {', '.join(s.name for s in SECTIONS)}")
+    try:
+        asked = chosen_sections(chosen)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if not isinstance(tables, str | os.PathLike):
         raise UsageError(f"report: {tables!r} is not Tables or a directory")
     path = Path(tables)
     try:
-        missing = [n for n in NEEDED if not any((path / n).rglob("*.parquet"))] if path.is_dir() else None
+        problem = refusal(path, missing_tables(path))
     except OSError as exc:  # a name too long for the file system, a folder it may not read
         raise ReportError(f"{str(path)[:200]}: {exc.strerror or exc}") from None
-    if missing is None:
-        raise ReportError(f"{path}: not a directory of kwsniff tables")
-    if missing:
-        raise ReportError(f"{path}: no {', '.join(missing)} table (written by kwsniff read or spark)")
-    filters = Filters(*times, *names, timeout)
+    if problem:
+        raise ReportError(problem)
+    filters = report_filters(*times, *names, timeout)
     engine = None
     try:
         engine = open_engine(path, filters, spark, memory, spill)
-        return answer_arrow(engine, filters, [s for s in SECTIONS if not chosen or s.name in chosen])
+        return answer_arrow(engine, filters, asked)
     except duckdb.OutOfMemoryException as exc:
         raise ReportError(
             f"{path}: DuckDB ran out of memory or spill space ({str(exc).splitlines()[0]})"

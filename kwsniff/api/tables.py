@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator, Mapping
+import sys
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,8 +112,7 @@ class Tables(Mapping[str, "pa.Table"]):
         files, the same bytes, the report's summaries beside them as ``summaries`` says: `read
         --summaries`), published in one step; a dataset already there is refused (OutputError)
         unless ``overwrite``. Returns ``out``."""
-        from kwsniff.commands.read import _too_long
-        from kwsniff.commands.summarize import summarize
+        from kwsniff.core.output import commit, too_long
         from kwsniff.sinks import ExistingOutput, Output, ParquetSink
         from kwsniff.sinks import OutputError as DatasetError
 
@@ -121,16 +121,15 @@ class Tables(Mapping[str, "pa.Table"]):
         except DatasetError as exc:
             raise OutputError(str(exc)) from None
         try:
-            too_long = _too_long({Path(p.file_name): p.file_name for p in self._parts}, output.name_max())
-            if too_long:
-                raise OutputError(too_long)
+            refused = too_long({Path(p.file_name): p.file_name for p in self._parts}, output.name_max())
+            if refused:
+                raise OutputError(refused)
             for part in self._parts:
                 with ParquetSink(output.stage, part.file_name, part.tables) as sink:
                     for table in part.tables:
                         for batch in part.batches.get(table, []):
                             sink.write_batch(table, batch)
-            summarize(output.stage, self.memory_limit, summaries)
-            output.commit()
+            commit(output, self.memory_limit, summaries, _warn)
         except DatasetError as exc:
             raise OutputError(str(exc)) from None
         except OSError as exc:
@@ -138,3 +137,9 @@ class Tables(Mapping[str, "pa.Table"]):
         finally:
             output.close()
         return Path(out)
+
+
+def _warn(what: str, lines: Iterable[str]) -> None:
+    """A warning of the write (summaries not written), on stderr as the command says it."""
+    for line in lines:
+        print(f"kwsniff: warning: {what}: {line}", file=sys.stderr)

@@ -1,5 +1,5 @@
-"""Exit statuses every command shares (docs/datasets.md lists them all). A command stopped by a
-signal: kwsniff/commands/signals.py."""
+"""Exit statuses every command shares (kwsniff.core.exits; docs/datasets.md lists them all)."""
 
-# `--strict`: everything was read, but not everything was decoded (or an input failed).
-EXIT_STRICT = 3
+from kwsniff.core.exits import EXIT_STRICT
+
+__all__ = ["EXIT_STRICT"]

@@ -9,31 +9,25 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from kwsniff import codecache
-from kwsniff.capture import STDIN, CaptureError, check_capture
+from kwsniff.capture import STDIN, CaptureError
 from kwsniff.commands import messages
 from kwsniff.commands.exits import EXIT_STRICT
-from kwsniff.commands.options import (
-    BYTE_SIZE,
-    Decoding,
-    broker_port_option,
-    broker_ports,
-    decoding_options,
-    idle_timeout_option,
-    session_options,
-)
-from kwsniff.commands.summarize import SUMMARIES_MODES, SUMMARIZE_MIN_ROWS, summarize
-from kwsniff.defaults import MAX_DECOMPRESSED, MAX_FRAME_SIZE
+from kwsniff.commands.fields import gathered
+from kwsniff.core.decode import InputMissing, unreadable_inputs
+from kwsniff.core.decoding import read_session_options
+from kwsniff.core.options import ReadOptions
+from kwsniff.core.output import commit, too_long
+from kwsniff.core.values import BadValue
 from kwsniff.memory import ROWS, MemoryBudget
 from kwsniff.pipeline.run import (
     CaptureResult,
     ReadGate,
     failed_row,
-    failure_reason,
     result_row,
     run_capture,
 )
@@ -47,102 +41,9 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.argument("captures", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "--out",
-    "-o",
-    type=click.Path(path_type=Path),
-    # Not `tables`: inside a clone that folder is `kwsniff.tables` to a Python started there (docs/spark.md).
-    default=Path("kafka-tables"),
-    show_default=True,
-    help="Directory of the Parquet datasets (one sub-directory per table).",
-)
-@click.option(
-    "--overwrite",
-    is_flag=True,
-    help="Replace the dataset already in --out (in one step, once this run's tables are written).",
-)
-@click.option(
-    "--append",
-    is_flag=True,
-    help="Add to the dataset already in --out (an input read before replaces its own files).",
-)
-@broker_port_option
-@decoding_options
-@click.option(
-    "--no-auto-detect",
-    "auto_detect",
-    flag_value=False,
-    default=True,
-    help="Only treat --broker-port ports as Kafka.",
-)
-@click.option(
-    "--max-frame-size",
-    type=BYTE_SIZE,
-    default=MAX_FRAME_SIZE,
-    show_default="100MiB",
-    help="Largest plausible Kafka frame (a broker's socket.request.max.bytes); bytes, or e.g. 100MiB.",
-)
-@click.option(
-    "--records",
-    is_flag=True,
-    help="Also write the `records` table: one row per record of every Produce and Fetch (decompresses).",
-)
-@click.option(
-    "--record-payloads",
-    is_flag=True,
-    help="Put record keys and values in the `records` table (implies --records).",
-)
-@click.option(
-    "--max-decompressed",
-    type=BYTE_SIZE,
-    default=MAX_DECOMPRESSED,
-    show_default="64MiB",
-    help="Most bytes one compressed batch may expand to (bytes, or e.g. 64MiB); a batch past it is "
-    "counted as capped.",
-)
-@idle_timeout_option(
-    "Close connections without a packet for this many seconds of capture time (0: never), so a "
-    "capture of many connections keeps bounded memory."
-)
-@click.option(
-    "--strict",
-    is_flag=True,
-    help=f"Exit with status {EXIT_STRICT} if anything was not decoded (reasons on stderr); for CI.",
-)
-@click.option(
-    "--continuous",
-    is_flag=True,
-    help="CAPTURES are consecutive pieces of one capture (a rotated file set): read in the order of "
-    "their first timestamps as one, TCP state carried across; a piece that overlaps the one before "
-    "is refused.",
-)
-@click.option(
-    "--summaries",
-    type=click.Choice(SUMMARIES_MODES),
-    default="auto",
-    show_default=True,
-    help="Write the report's per-capture summaries beside the tables: auto does for runs of "
-    f"{SUMMARIZE_MIN_ROWS:,} rows or more (a report computes the others from their rows); docs/report.md.",
-)
+@gathered(ReadOptions, "options")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
-def read(
-    captures: tuple[Path, ...],
-    out: Path,
-    overwrite: bool,
-    append: bool,
-    broker_port: tuple[int, ...],
-    decoding: Decoding,
-    auto_detect: bool,
-    max_frame_size: int,
-    records: bool,
-    record_payloads: bool,
-    max_decompressed: int,
-    idle_timeout: float,
-    strict: bool,
-    continuous: bool,
-    summaries: str,
-    quiet: bool,
-) -> None:
+def read(captures: tuple[Path, ...], options: ReadOptions, quiet: bool) -> None:
     """Decode CAPTURES (pcap, pcapng, optionally gzipped; `-` for standard input) into Parquet tables
     under --out."""
     # pyarrow (with numpy) only when a run starts: `kwsniff --help` stays light.
@@ -150,13 +51,17 @@ def read(
 
     arrow_without_pandas()
 
-    options = session_options(
-        decoding,
-        **decoding_fields(
-            broker_port, auto_detect, max_frame_size, records, record_payloads, max_decompressed, idle_timeout
-        ),
-    )
-    tables = (*DEFAULT_TABLES, "records") if options.records else DEFAULT_TABLES
+    from kwsniff.pipeline.keylogs import KeyLogError
+
+    try:
+        session = read_session_options(options)
+    except BadValue as exc:
+        raise click.BadParameter(str(exc), param_hint="--fragment-memory") from None
+    except KeyLogError as exc:
+        messages.error(str(exc))
+        sys.exit(1)
+    tables = (*DEFAULT_TABLES, "records") if session.records else DEFAULT_TABLES
+    overwrite, append, continuous = options.overwrite, options.append, options.continuous
     if overwrite and append:
         raise click.UsageError("--overwrite and --append exclude each other")
     if sum(str(p) == STDIN for p in captures) > 1:
@@ -168,17 +73,11 @@ def read(
     )
     # Every input is opened (format checked) before --out is touched or anything is decoded. An
     # input that is not a capture fails alone (its `captures` row says why), unless none is left.
-    unreadable: dict[Path, str] = {}
-    for path in captures:
-        if str(path) != STDIN:
-            try:
-                check_capture(path)
-            except CaptureError as exc:
-                if not os.path.exists(path):
-                    # A missing input is the command line's mistake, not a bad capture: nothing runs.
-                    messages.error(str(exc))
-                    sys.exit(1)
-                unreadable[path] = str(exc)
+    try:
+        unreadable = unreadable_inputs(captures)
+    except InputMissing as exc:
+        messages.error(str(exc))
+        sys.exit(1)
     if unreadable and (len(unreadable) == len(captures) or continuous):
         if len(captures) == 1 or continuous:
             messages.error(next(iter(unreadable.values())))
@@ -188,46 +87,26 @@ def read(
             messages.error(f"none of the {len(captures)} inputs could be read")
         sys.exit(1)
     try:
-        output = Output(out, existing)
+        output = Output(options.out, existing)
     except OutputError as exc:
         messages.error(str(exc))
         sys.exit(1)
     # The decoders this run compiles are kept for the next one (kwsniff.codecache).
     codecache.use_directory(codecache.cache_dir(os.environ))
     signals = StopSignals()
-    row_buffer_bytes = MemoryBudget(decoding.memory_limit).cap(ROWS)
+    row_buffer_bytes = MemoryBudget(options.memory_limit).cap(ROWS)
+    strict, summaries = options.strict, options.summaries
     try:
         with signals:
             if continuous:
-                code = _read_series(captures, output, tables, options, strict, quiet, summaries)
+                code = _read_series(captures, output, tables, session, strict, quiet, summaries)
             else:
                 code = _read_all(
-                    captures, output, tables, options, signals, strict, quiet, row_buffer_bytes, summaries
+                    captures, output, tables, session, signals, strict, quiet, row_buffer_bytes, summaries
                 )
     finally:
         output.close()
     sys.exit(code)
-
-
-def decoding_fields(
-    broker_port: tuple[int, ...],
-    auto_detect: bool,
-    max_frame_size: int,
-    records: bool,
-    record_payloads: bool,
-    max_decompressed: int,
-    idle_timeout: float,
-) -> dict[str, Any]:
-    """The SessionOptions keywords of `read`'s own decoding options (also the Python API's, kwsniff.api)."""
-    return {
-        "idle_timeout_us": int(idle_timeout * 1_000_000),
-        "broker_ports": broker_ports(broker_port),
-        "auto_detect": auto_detect,
-        "max_frame_size": max_frame_size,
-        "records": records or record_payloads,
-        "record_payloads": record_payloads,
-        "max_decompressed": max_decompressed,
-    }
 
 
 class StopSignals:
@@ -285,9 +164,9 @@ def _read_all(
     files = [p for p in captures if str(p) != STDIN]
     keys = capture_keys(files, output.kept_names("requests"))
     names = {p: stream_name("stdin") if str(p) == STDIN else output_name(p) for p in captures}
-    too_long = _too_long(names, output.name_max())
-    if too_long:
-        messages.error(too_long)
+    refused = too_long(names, output.name_max())
+    if refused:
+        messages.error(refused)
         return 1
     undecoded = 0
     # In input order: (result, row counts) of each decoded input, (name, reason) of each failed one.
@@ -325,9 +204,9 @@ def _read_all(
             messages.error(f"{path}: writing {output.shown}: {exc.strerror or exc}")
             return 1
         except Exception as exc:  # not a capture, or a decoder bug: this input fails, the others go on
-            reason = failure_reason(exc, str(path))
-            failures.append((path, failed_row(path, shown_name, reason, started_us, started)))
-            results.append((shown_name, reason))  # said in input order, after the commit
+            row = failed_row(path, shown_name, exc, started_us, started)
+            failures.append((path, row))
+            results.append((shown_name, str(row["reason"])))  # said in input order, after the commit
             continue
         finally:
             signals.gate, signals.abandon = None, False
@@ -346,9 +225,8 @@ def _read_all(
         # A failed input leaves only its `captures` row, which says why.
         with ParquetSink(output.stage, names[path], ("captures",)) as failed_sink:
             failed_sink.add("captures", row)
-    summarize(output.stage, options.memory_limit, summaries, output.appending_to)
     try:
-        output.commit()
+        commit(output, options.memory_limit, summaries, messages.warnings)
     except OutputError as exc:
         messages.error(str(exc))
         return 1
@@ -392,8 +270,7 @@ def _read_series(
             result = run_series(list(captures), sink, options)
             if "captures" in tables:
                 sink.add("captures", result_row(result))
-        summarize(output.stage, options.memory_limit, summaries, output.appending_to)
-        output.commit()
+        commit(output, options.memory_limit, summaries, messages.warnings)
     except CaptureError as exc:
         messages.error(str(exc))
         return 1
@@ -416,17 +293,3 @@ def _read_series(
         click.echo(f"kwsniff: strict: {result.name}: " + "; ".join(reasons), err=True)
         return EXIT_STRICT
     return 0
-
-
-def _too_long(names: dict[Path, str], name_max: int) -> str:
-    """One line naming an input whose files' names the filesystem of --out cannot hold, or ""."""
-    from kwsniff.sinks import ParquetSink
-
-    for path, name in names.items():
-        longest = len(os.fsencode(ParquetSink(".", name).temp_path("requests").name))
-        if longest > name_max:
-            return (
-                f"{path}: file name too long for --out ({longest} bytes with kwsniff's suffixes, the "
-                f"filesystem allows {name_max}); rename or link the capture under a shorter name"
-            )
-    return ""

@@ -6,36 +6,19 @@ from __future__ import annotations
 import datetime as dt
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
 from kwsniff.commands import messages
 from kwsniff.commands.extras import require
-from kwsniff.commands.sizes import BYTE_SIZE
+from kwsniff.commands.fields import options_of
 from kwsniff.commands.values import BoundedInt
-from kwsniff.memory import DEFAULT_MEMORY_LIMIT
+from kwsniff.core.answers import chosen_sections, missing_tables, refusal
+from kwsniff.core.answers import filters as report_filters
+from kwsniff.core.options import ReportOptions
 
 TEXT_ROWS = 20
 HTML_ROWS = 50
-NEEDED = ("requests", "connections", "errors", "partitions", "groups")
-# A group session timeout is an int32 of milliseconds in the JoinGroup request (KIP-62).
-SESSION_TIMEOUT_MS = BoundedInt(1, 2**31 - 1)
-
-
-def _utc(value: dt.datetime | None) -> dt.datetime | None:
-    return None if value is None else value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
-
-
-def _duckdb_bytes(name: str, gib: int, text: str) -> Any:
-    """A size option of the DuckDB engine, ``gib`` GiB by default."""
-    return click.option(
-        name,
-        type=BYTE_SIZE,
-        default=DEFAULT_MEMORY_LIMIT * gib,
-        show_default=f"{gib}GiB",
-        help=f"{text} Not used with --master.",
-    )
 
 
 @click.command()
@@ -68,13 +51,7 @@ def _duckdb_bytes(name: str, gib: int, text: str) -> Any:
     "--since", type=click.DateTime(), help="Only traffic from this UTC time on (e.g. 2026-11-22T17:39:30)."
 )
 @click.option("--until", type=click.DateTime(), help="Only traffic up to this UTC time.")
-@click.option(
-    "--session-timeout-ms",
-    type=SESSION_TIMEOUT_MS,
-    default=45_000,
-    show_default=True,
-    help="Session timeout of groups whose JoinGroup is not in the tables (a group silent longer is stopped).",
-)
+@options_of(ReportOptions, "session_timeout_ms")
 @click.option(
     "--html",
     "html_file",
@@ -84,18 +61,7 @@ def _duckdb_bytes(name: str, gib: int, text: str) -> Any:
 @click.option(
     "--plots", type=click.Path(path_type=Path), help="Also write the plots as PNG files into this directory."
 )
-@_duckdb_bytes(
-    "--memory-limit",
-    4,
-    "Memory DuckDB may hold; past it, it spills to a private temporary folder (docs/report.md). "
-    "Bytes, or e.g. 512MiB.",
-)
-@_duckdb_bytes(
-    "--spill-limit",
-    16,
-    "Disk DuckDB may fill in its temporary folder past --memory-limit; past it, one line and exit 1 "
-    "(docs/report.md).",
-)
+@options_of(ReportOptions, "memory_limit", "spill_limit")
 def report(
     tables: Path,
     master: str | None,
@@ -121,24 +87,19 @@ def report(
     for option, given in (("--plots", plots), ("--html", html_file)):
         if given is not None:
             require(f"kwsniff report {option}", "report", ("matplotlib",))
-    if not tables.is_dir():
-        messages.error(f"{tables}: not a directory of kwsniff tables")
-        sys.exit(1)
-    missing = [n for n in NEEDED if not any((tables / n).rglob("*.parquet"))]
-    if missing:
-        messages.error(f"{tables}: no {', '.join(missing)} table (written by kwsniff read or spark)")
+    problem = refusal(tables, missing_tables(tables))
+    if problem:
+        messages.error(problem)
         sys.exit(1)
     from kwsniff.sections import output
-    from kwsniff.sections.catalog import SECTIONS
-    from kwsniff.sections.engines import Filters
     from kwsniff.sections.run import answer, answer_top, figure_rows, open_engine
 
-    filters = Filters(_utc(since), _utc(until), topic, client, group, session_timeout_ms)
-    unknown = sorted(set(chosen) - {s.name for s in SECTIONS})
-    if unknown:
-        messages.error(f"no section {', '.join(unknown)}; sections: {', '.join(s.name for s in SECTIONS)}")
+    filters = report_filters(since, until, topic, client, group, session_timeout_ms)
+    try:
+        sections = chosen_sections(chosen)
+    except ValueError as exc:
+        messages.error(str(exc))
         sys.exit(2)
-    sections = [s for s in SECTIONS if not chosen or s.name in chosen]
     spark = None
     if master is not None:
         from kwsniff.spark.pipeline import first_line, spark_session, unreachable_master

@@ -1,79 +1,16 @@
-"""The report's per-capture summaries, written by `read` and `spark` beside the tables they stage."""
+"""The report's per-capture summaries that `read` and `spark` write (kwsniff.core.output), with a
+warning on stderr when they cannot be."""
 
 from __future__ import annotations
 
-import itertools
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 from kwsniff.commands import messages
-from kwsniff.memory import DEFAULT_MEMORY_LIMIT
-from kwsniff.tables.names import SUMMARIES, TABLES
-
-# Disk DuckDB may spill into while it summarizes, as `report --spill-limit` by default.
-SPILL_LIMIT = 16 * DEFAULT_MEMORY_LIMIT
-# `--summaries`: what auto does is `worth_summarizing` (docs/report.md).
-SUMMARIES_MODES = ("auto", "always", "never")
-# Summaries cost a run about 0.45 s of CPU (DuckDB's import and 15 queries) plus ~0.6 µs a row, and
-# save each report of a capture 0.25-0.4 s (docs/report.md): on their own they pay from about half a
-# million rows, where they are under a tenth of the read (~8 µs a row).
-SUMMARIZE_MIN_ROWS = 500_000
-# A report computes the parts of every capture without summaries from its rows: past this many
-# captures a dataset keeps summaries for each new one, however small (the report then reads a few
-# summary rows of each instead of all their rows: 19 s against 88 s on 562,400 small captures).
-SUMMARIZE_MIN_CAPTURES = 100
+from kwsniff.core import output
 
 
 def summarize(
     stage: Path, memory_limit: int | None, mode: str = "auto", adding_to: Path | None = None
 ) -> None:
-    """Write the summaries of the captures in ``stage`` (kwsniff.sections.summaries), DuckDB holding at
-    most ``memory_limit`` bytes (the run's --memory-limit, its decoding done): ``mode`` "always",
-    "never", or "auto" (`worth_summarizing`; ``adding_to``: the dataset the run's tables are added to,
-    under `--append`). `report` computes a capture's parts from its rows when it has none. When they
-    cannot be written: one warning, and the tables are committed without them (`report` then computes
-    those sections from the rows, as it does for tables written before summaries existed)."""
-    if mode == "never" or (mode == "auto" and not worth_summarizing(stage, adding_to)):
-        return
-    from kwsniff.sections import summaries
-
-    try:
-        summaries.write(stage, memory_limit, SPILL_LIMIT)
-    except Exception as exc:  # DuckDB's errors, a full disk, or a fault of ours: the tables are kept
-        for name in SUMMARIES:
-            shutil.rmtree(stage / name, ignore_errors=True)
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        messages.warnings(
-            "summaries", [f"not written ({reason}); `kwsniff report` computes those sections from the rows"]
-        )
-
-
-def worth_summarizing(stage: Path, adding_to: Path | None) -> bool:
-    """Whether `--summaries auto` writes them: the run stages SUMMARIZE_MIN_ROWS rows or more, or it
-    adds to a dataset that has summaries already or holds SUMMARIZE_MIN_CAPTURES captures."""
-    if adding_to is not None:
-        if any(_parquet_files(adding_to / SUMMARIES[0])):
-            return True
-        captures = itertools.islice(_parquet_files(adding_to / "captures"), SUMMARIZE_MIN_CAPTURES)
-        if sum(1 for _ in captures) >= SUMMARIZE_MIN_CAPTURES:
-            return True
-    return staged_rows(stage) >= SUMMARIZE_MIN_ROWS
-
-
-def _parquet_files(directory: Path) -> Iterator[Path]:
-    return directory.rglob("*.parquet") if directory.is_dir() else iter(())
-
-
-def staged_rows(stage: Path) -> int:
-    """The rows of the tables staged in ``stage``, from their Parquet footers (nothing else read)."""
-    from pyarrow._parquet import ParquetReader
-
-    rows = 0
-    for table in TABLES:
-        for path in _parquet_files(stage / table):
-            reader = ParquetReader()
-            reader.open(str(path))
-            rows += reader.metadata.num_rows
-            reader.close()
-    return rows
+    """kwsniff.core.output.summarize, its warning said as the commands say warnings."""
+    output.summarize(stage, memory_limit, mode, adding_to, messages.warnings)

@@ -1,58 +1,73 @@
-"""The checks a value makes at every door, in one place: the number option types of the commands
-(which the Python API converts its keywords with, kwsniff.api.options) and the opening of the small
-files an option names. A number is finite and within its range (`nan` compares false with every
-bound, so a range alone lets it through); `True` is not a number; a file an option names is a
-regular file of bounded size, opened without waiting for a writer."""
+"""The number option types of the commands: click's view of the checks in kwsniff.core.values (which
+also check the Python API's keywords), so both doors refuse a value with the same words."""
 
 from __future__ import annotations
 
-import math
-import os
-import stat
+from collections.abc import Callable
 from typing import Any
 
 import click
 
-# The largest count of seconds an option takes: past it, microseconds leave int64 (capture time is
-# kept in int64 microseconds), and no capture lasts anywhere near that long (about 31 years).
-MAX_SECONDS = 1_000_000_000.0
-INT64_MAX = 2**63 - 1
+from kwsniff.core.values import (
+    INT64_MAX,
+    MAX_SECONDS,
+    BadValue,
+    Number,
+    SmallFileError,
+    Whole,
+    broker_map,
+    port,
+    read_small_file,
+    tunnel_port,
+)
+
+__all__ = [
+    "BROKER_MAP",
+    "PORT",
+    "TUNNEL_PORT",
+    "BrokerMapFile",
+    "Port",
+    "TunnelPort",
+    "checked",
+    "INT64_MAX",
+    "MAX_SECONDS",
+    "BoundedInt",
+    "FiniteFloat",
+    "SmallFileError",
+    "read_small_file",
+    "seconds",
+]
 
 
 class FiniteFloat(click.FloatRange):
-    """A finite number in a range; `nan`, `inf` and booleans are refused, however the range reads."""
+    """A finite number in a range (kwsniff.core.values.Number); a FloatRange for click's --help."""
 
     name = "number"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, bool):
-            self.fail(f"{value!r} is not a number", param, ctx)
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number", param, ctx)
-        return number
+        try:
+            return Number(self.min, self.max, low_open=self.min_open)(value)
+        except BadValue as exc:
+            self.fail(str(exc), param, ctx)
 
 
 class BoundedInt(click.IntRange):
-    """A whole number in a range (at most int64 unless narrower); booleans and fractions are refused."""
+    """A whole number in a range (kwsniff.core.values.Whole); an IntRange for click's --help."""
 
     name = "integer"
 
     def __init__(self, min: int | None = None, max: int | None = None) -> None:  # noqa: A002 - click's names
         super().__init__(min=min, max=INT64_MAX if max is None else max)
+        self.check = Whole(min, max)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            self.fail(f"{value!r} is not a whole number", param, ctx)
-        number = click.INT.convert(value, param, ctx)
-        if self.max == INT64_MAX and number > INT64_MAX:
-            self.fail(f"{value!r} is more than {INT64_MAX:,}", param, ctx)
-        return super().convert(number, param, ctx)
+        try:
+            return self.check(value)
+        except BadValue as exc:
+            self.fail(str(exc), param, ctx)
 
     def _describe_range(self) -> str:
-        if self.max == INT64_MAX:  # the bound every count has: not worth a line of --help
-            return "" if self.min is None else f"x>={self.min}"
-        return super()._describe_range()
+        return self.check.described()
 
 
 def seconds(*, zero: bool = True) -> FiniteFloat:
@@ -60,47 +75,53 @@ def seconds(*, zero: bool = True) -> FiniteFloat:
     return FiniteFloat(min=0, min_open=not zero, max=MAX_SECONDS)
 
 
-class SmallFileError(Exception):
-    """A file an option names that cannot be read, or is not a regular file of bounded size (one line)."""
-
-
-def read_small_file(path: str | os.PathLike[str], cap: int) -> bytes:
-    """The bytes of the regular file ``path``, at most ``cap`` of them. A FIFO, a device, a socket or a
-    directory is refused at once (opened without blocking: a FIFO with no writer never answers), and
-    so is a file larger than ``cap`` (checked by its size and again by what it gives, should it grow)."""
+def checked(
+    check: Callable[[Any], Any], value: Any, param: click.Parameter | None, ctx: click.Context | None
+) -> Any:
+    """``value`` through a check of kwsniff.core.values; what it refuses, as click says it."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise SmallFileError(f"{_shown(path)}: {exc.strerror or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise SmallFileError(f"{_shown(path)}: {_kind(info.st_mode)}, not a regular file")
-        if info.st_size > cap:
-            raise SmallFileError(f"{_shown(path)}: {info.st_size:,} bytes, more than {cap:,}")
-        pieces, held = [], 0
-        while held <= cap and (piece := os.read(fd, cap + 1 - held)):
-            pieces.append(piece)
-            held += len(piece)
-    except OSError as exc:
-        raise SmallFileError(f"{_shown(path)}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    data = b"".join(pieces)
-    if len(data) > cap:
-        raise SmallFileError(f"{_shown(path)}: more than {cap:,} bytes")
-    return data
+        return check(value)
+    except BadValue as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
-def _shown(path: str | os.PathLike[str]) -> str:
-    """The path as a message names it: a name of kilobytes is cut, so the message stays one line."""
-    text = os.fsdecode(path)
-    return text if len(text) <= 200 else text[:200] + "..."
+class Port(click.ParamType):
+    """A TCP port, 1 to 65535."""
+
+    name = "port"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        return checked(port, value, param, ctx)
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a pipe"
-    return "a device or socket"
+PORT = Port()
+
+
+class TunnelPort(click.ParamType):
+    """`KIND=PORT`: a UDP port carrying a tunnel kind (vxlan or geneve)."""
+
+    name = "kind=port"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, int]:
+        return checked(tunnel_port, value, param, ctx)
+
+
+TUNNEL_PORT = TunnelPort()
+
+
+class BrokerMapFile(click.ParamType):
+    """A --broker-map file: lines `HOST:PORT NODE_ID` (HOST an IP address, `[v6]` in brackets, or a
+    name, resolved once here with the system's resolver), `#` comments and blank lines; converted to
+    {(address, port): node id}. A line kwsniff cannot use fails the option, naming the line."""
+
+    name = "file"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> dict[tuple[str, int], int]:
+        return checked(broker_map, value, param, ctx)
+
+
+BROKER_MAP = BrokerMapFile()

@@ -6,11 +6,9 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import click
 
 from kwsniff.capture import STDIN, CaptureError, CaptureReader, open_capture
 from kwsniff.capture.reader import MAX_RECORD
@@ -88,16 +86,40 @@ def run_capture(
     with open_capture(path) as reader:
         name = name or reader.name
         session = reader_session(reader, name, sink, options, keep_messages=keep_messages)
+        packets = reader.packets()
         if gate is not None:
-            last = _read_gated(reader, session, gate)
+            packets = _gated(packets, gate)
         elif progress and reader.size:
-            last = _read_with_progress(reader, session)
-        else:
-            feed = session.packet
-            last = -1
-            for last, linktype, data in reader.packets():
-                feed(last, linktype, data)
+            packets = _with_progress(packets, reader)
+        last = to_end(fed(packets, session.packet))
         return reader_result(reader, session, name, str(path), started_us, started, last)
+
+
+Packets = Iterator[tuple[int, int, bytes]]  # (ts_us, linktype, frame) as readers give them
+
+
+def fed(
+    packets: Packets, feed: Callable[[int, int, bytes], object], ready: Sized = ()
+) -> Generator[None, None, int]:
+    """The decode loop of every capture file (`read`, `show`, `read --continuous` and the Python
+    API): each packet to ``feed`` (a Session's packet); it pauses (yields) whenever ``ready`` (an
+    ArrowSink's filled batches) holds some, for its owner to take them, and returns the last
+    packet's time (-1 for none)."""
+    last = -1
+    for last, linktype, data in packets:
+        feed(last, linktype, data)
+        if ready:
+            yield
+    return last
+
+
+def to_end(loop: Generator[None, None, int]) -> int:
+    """Runs a :func:`fed` loop that has no one to pause for; its return value."""
+    while True:
+        try:
+            next(loop)
+        except StopIteration as stop:
+            return int(stop.value)
 
 
 def reader_session(
@@ -196,10 +218,7 @@ def run_series(
     session = Session(name, sink, options)
     series.on_secrets = session.add_secrets
     series.max_record = record_limit(options.memory_limit)
-    feed = session.packet
-    last = -1
-    for last, linktype, data in series.packets():
-        feed(last, linktype, data)
+    last = to_end(fed(series.packets(), session.packet))
     stats = session.finish()
     result = capture_result(
         session,
@@ -217,40 +236,37 @@ def run_series(
     return result
 
 
-def _read_gated(reader: CaptureReader, session: Session, gate: ReadGate) -> int:
-    """Reads until the end or a stop; the last packet's time (-1 for none)."""
-    feed = session.packet
+def _gated(packets: Packets, gate: ReadGate) -> Packets:
+    """``packets`` until their end or a stop: the gate knows when a packet is being decoded (while
+    this generator waits for the loop to hand it back) and when input is being waited for."""
     gate.reading = True
-    last = -1
     try:
-        for ts, linktype, data in reader.packets():
-            last = ts
+        for packet in packets:
             gate.decoding = True
-            feed(ts, linktype, data)
+            yield packet
             gate.decoding = False
             if gate.stopped:
                 break
     except InputStopped:
         pass
-    gate.reading = False
-    return last
+    finally:
+        gate.reading = False
 
 
-def _read_with_progress(reader: CaptureReader, session: Session) -> int:
-    """Reads to the end; the last packet's time (-1 for none)."""
-    feed = session.packet
+def _with_progress(packets: Packets, reader: CaptureReader) -> Packets:
+    """``packets``, with a progress bar on stderr of the bytes read."""
+    import click
+
     size = reader.size or 0
-    last = -1
     with click.progressbar(length=size, label=reader.name, file=sys.stderr, show_pos=False, width=30) as bar:
         done = 0
-        for n, (last, linktype, data) in enumerate(reader.packets(), 1):
-            feed(last, linktype, data)
+        for n, packet in enumerate(packets, 1):
+            yield packet
             if n % PROGRESS_EVERY == 0:
                 pos = reader.tell()
                 bar.update(pos - done)
                 done = pos
         bar.update(size - done)
-    return last
 
 
 def capture_result(
@@ -341,8 +357,13 @@ def capture_row(
     }
 
 
-def failed_row(path: Path, name: str, reason: str, started_us: int, started: float) -> dict[str, object]:
-    """The `captures` row of an input that failed (``started``: perf_counter when its run began)."""
+def failed_row(
+    path: Path, name: str, exc: BaseException, started_us: int, started: float
+) -> dict[str, object]:
+    """The `captures` row of an input that failed with ``exc`` (its ``reason``: failure_reason),
+    ``started`` the perf_counter when its run began: the one place `read`, the Python API and
+    `read -` build it."""
+    reason = failure_reason(exc, str(path))
     return capture_row(
         name,
         input_path(path),
@@ -377,6 +398,7 @@ __all__ = [
     "capture_result",
     "capture_row",
     "failed_row",
+    "fed",
     "failure_reason",
     "file_size",
     "input_path",
@@ -385,6 +407,7 @@ __all__ = [
     "result_row",
     "run_capture",
     "run_series",
+    "to_end",
     "Series",
     "InputStopped",
     "ReadGate",

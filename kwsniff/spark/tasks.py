@@ -27,7 +27,7 @@ import pyarrow as pa
 from kwsniff.capture.split import Frames, RangeScan, SplitCapture, Unsplittable
 from kwsniff.memory import record_limit
 from kwsniff.net import TcpPacket, parse_tcp
-from kwsniff.pipeline.run import Series, failure_reason, file_size
+from kwsniff.pipeline.run import Series, failure_reason, fed, file_size, to_end
 from kwsniff.pipeline.session import Session, SessionOptions
 from kwsniff.sinks.parquet import ParquetSink
 from kwsniff.spark.inputs import is_uri, open_input, shown
@@ -406,6 +406,29 @@ def _decode_series(
         status["rows"] = sink.close()
 
 
+def _task_packets(
+    session: Session,
+    source: Iterator[tuple[int, int, int, bytes]],
+    state: dict[str, str],
+    seen: list[int],
+    only: int,
+    buckets: int,
+) -> Iterator[tuple[int, int, bytes]]:
+    """The packets of ``source`` this task decodes, as (ts, linktype, frame): each numbered for a
+    BucketSession before it is fed, the capture's date taken from the first."""
+    date = state["date"]
+    numbered = isinstance(session, BucketSession)
+    for n, ts, linktype, data in source:
+        seen[0] = ts
+        if not date:
+            date = state["date"] = capture_date(ts)
+        if only >= 0 and flow_bucket(linktype, data, buckets) != only:
+            continue
+        if numbered:
+            session.packet_index = n  # type: ignore[attr-defined]
+        yield ts, linktype, data
+
+
 def _fed(
     session: Session,
     source: Iterator[tuple[int, int, int, bytes]],
@@ -414,19 +437,12 @@ def _fed(
     only: int = -1,
     buckets: int = 1,
 ) -> None:
-    """Feeds ``source`` (ordinal, ts, linktype, frame) to ``session``, only the packets of flow
-    bucket ``only`` of ``buckets`` when it is not -1; the capture's date is its first packet's."""
-    date = state["date"]
-    numbered = isinstance(session, BucketSession)
-    ts = -1  # the loop leaves the last packet's time here, at no cost per packet
-    for n, ts, linktype, data in source:
-        if not date:
-            date = state["date"] = capture_date(ts)
-        if only >= 0 and flow_bucket(linktype, data, buckets) != only:
-            continue
-        if numbered:
-            session.packet_index = n  # type: ignore[attr-defined]
-        session.packet(ts, linktype, data)
+    """Feeds ``source`` (ordinal, ts, linktype, frame) to ``session`` through the decode loop of
+    every capture (kwsniff.pipeline.run.fed), only the packets of flow bucket ``only`` of
+    ``buckets`` when it is not -1; the capture's date is its first packet's."""
+    seen = [-1]  # the last packet's time, fed to this task or not
+    to_end(fed(_task_packets(session, source, state, seen, only, buckets), session.packet))
+    ts = seen[0]
     finished = session.finish()
     status["packets"] = finished.packets
     status["broker_conflicts"] = finished.broker_conflicts

@@ -7,8 +7,6 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import click
-
 if TYPE_CHECKING:
     from kwsniff.capture.live import CaptureCounters
 
@@ -176,6 +174,8 @@ def strict_reasons(r: CaptureResult) -> list[str]:
 
 
 def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> None:
+    import click  # only where a command prints: the Python API reads these numbers without click
+
     for line in summary_lines(r, out, rows):
         click.echo(line)
 
@@ -250,6 +250,8 @@ def print_capture_line(
         by = f" by {len(per_worker)} workers"
         kernel += " (" + ", ".join(f"worker {i} {w.kernel_drops:,}" for i, w in enumerate(per_worker)) + ")"
         queues = "kwsniff's queues"
+    import click
+
     click.echo(
         f"  capture: {c.captured:,} packets ({human_size(c.captured_bytes)}){by}; packets dropped before"
         f" decoding (their bytes are among the gaps above): by the kernel {kernel}, by the interface"

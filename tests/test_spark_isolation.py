@@ -147,6 +147,7 @@ def test_a_capture_that_crashes_its_task_fails_alone_and_strict_exits_3(
             "status": "ok",
             "reason": None,
             "warnings": 0,
+            "broker_conflicts": 0,
         },
         {
             "capture": "crash.pcap",
@@ -156,6 +157,7 @@ def test_a_capture_that_crashes_its_task_fails_alone_and_strict_exits_3(
             "status": "failed",
             "reason": "ValueError: injected decoder failure",
             "warnings": 0,
+            "broker_conflicts": None,
         },
         {
             "capture": "kafka_python.pcap",
@@ -165,6 +167,7 @@ def test_a_capture_that_crashes_its_task_fails_alone_and_strict_exits_3(
             "status": "ok",
             "reason": None,
             "warnings": 0,
+            "broker_conflicts": 0,
         },
         {
             "capture": "notes.pcap",
@@ -174,6 +177,7 @@ def test_a_capture_that_crashes_its_task_fails_alone_and_strict_exits_3(
             "status": "failed",
             "reason": NOT_A_CAPTURE,
             "warnings": 0,
+            "broker_conflicts": None,
         },
     ]
     # The good captures' rows are exactly `kwsniff read`'s; nothing of crash.pcap is left.

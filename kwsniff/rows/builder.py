@@ -310,15 +310,7 @@ class ExchangeRows(ConversationHandler):
             self.client_id = req.client_id
         if self.tables.budget is not None:
             self.tables.budget.frame_records = 0
-        try:
-            self._request(req, body)
-        except RUN_ERRORS:
-            raise
-        except Exception as exc:  # a decoder bug: this exchange's decode_error, the capture goes on
-            reason = failed_reason("request", exc)
-            req.error, req.info = reason, {}
-            # Counted here: the reason of a cut request is replaced by the cut's (kafka.pairing).
-            self.tables.failed_exchanges[reason] += 1
+        self._guarded("request", req, self._request, req, body)
 
     def _request(self, req: Request, body: memoryview | bytes) -> None:
         tables = self.tables
@@ -363,13 +355,21 @@ class ExchangeRows(ConversationHandler):
     def response(self, req: Request, resp: Response, body: memoryview | bytes) -> None:
         if self.tables.budget is not None:
             self.tables.budget.frame_records = 0
+        self._guarded("response", resp, self._response, req, resp, body)
+
+    def _guarded(
+        self, stage: str, message: Request | Response, work: Callable[..., None], *args: Any
+    ) -> None:
+        """``work(*args)``, decoding one side of an exchange; an exception of a decoder bug becomes
+        ``message``'s decode_error (its reason: the stage and the exception's class) and the capture
+        goes on. Counted here: the reason of a cut request is replaced by the cut's (kafka.pairing)."""
         try:
-            self._response(req, resp, body)
+            work(*args)
         except RUN_ERRORS:
             raise
-        except Exception as exc:  # a decoder bug: this exchange's decode_error, the capture goes on
-            reason = failed_reason("response", exc)
-            resp.error, resp.info = reason, {}
+        except Exception as exc:
+            reason = failed_reason(stage, exc)
+            message.error, message.info = reason, {}
             self.tables.failed_exchanges[reason] += 1
 
     def _response(self, req: Request, resp: Response, body: memoryview | bytes) -> None:

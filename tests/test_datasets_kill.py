@@ -125,6 +125,18 @@ def test_sigkill_during_read_overwrite_leaves_the_old_or_the_new_dataset(tmp_pat
     assert [p for p in out.rglob(".*")] == []
 
 
+def staging(out: Path) -> bool:
+    """Whether a staging directory beside ``out`` holds anything yet. One may be committed (renamed
+    away) between listing it and looking inside: that one holds nothing any more."""
+    for stage in out.parent.glob(f".{out.name}.kwsniff-stage-*"):
+        try:
+            if any(stage.iterdir()):
+                return True
+        except FileNotFoundError:
+            continue
+    return False
+
+
 def killed_while_writing(args: list[str], out: Path, delay: float | None) -> float:
     """Runs kwsniff spark and SIGKILLs its process group (the JVM too) ``delay`` seconds after Spark
     starts writing the tables into the staging directory (before that, nothing can have changed);
@@ -132,7 +144,7 @@ def killed_while_writing(args: list[str], out: Path, delay: float | None) -> flo
     with killed_at_exit(args) as proc:
         deadline = time.monotonic() + SPARK_WAIT_S
         while proc.poll() is None and time.monotonic() < deadline:
-            if any(out.parent.glob(f".{out.name}.kwsniff-stage-*/*")):
+            if staging(out):
                 break
             time.sleep(0.05)
         writing = time.monotonic()

@@ -33,6 +33,7 @@ LAYERS: list[set[str]] = [
     # The compiled common case of session.py (_fastpath.c): it imports nothing, session.py imports it.
     {"pipeline._fastpath"},
     {"pipeline.session"},
+    {"pipeline.loop"},  # the one decode loop (fed)
     {"pipeline", "pipeline.run", "pipeline.run_live", "pipeline.keylogs"},
     {"pipeline.live_worker"},  # a process of `capture --workers`, built on run_live
     {"pipeline.run_workers"},  # their coordinator

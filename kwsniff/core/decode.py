@@ -1,5 +1,5 @@
 """Decoding inputs into in-memory sinks, input by input (the Python API's read and iter_read):
-inputs checked first, each decoded by the one decode loop (kwsniff.pipeline.run.fed), its batches
+inputs checked first, each decoded by the one decode loop (kwsniff.pipeline.loop.fed), its batches
 handed on as they fill, a failed input leaving its `captures` row alone (kwsniff.pipeline.run.failed_row)."""
 
 from __future__ import annotations
@@ -110,9 +110,10 @@ def decode(run: Run) -> Iterator[tuple[str, pa.RecordBatch] | Done]:
 def _session(
     reader: Any, path: str, name: str, sink: ArrowSink, options: SessionOptions
 ) -> Generator[tuple[str, pa.RecordBatch], None, CaptureResult]:
-    """The decode loop of every capture (kwsniff.pipeline.run.fed), handing on the sink's batches as they fill;
+    """The decode loop of every capture (kwsniff.pipeline.loop.fed), handing on the sink's batches as they fill;
     returns the CaptureResult."""
-    from kwsniff.pipeline.run import fed, reader_result, reader_session
+    from kwsniff.pipeline.loop import fed
+    from kwsniff.pipeline.run import reader_result, reader_session
 
     started_us, started = time.time_ns() // 1000, time.perf_counter()
     session = reader_session(reader, name, sink, options)

@@ -6,13 +6,14 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Generator, Iterator, Sequence, Sized
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kwsniff.capture import STDIN, CaptureError, CaptureReader, open_capture
 from kwsniff.capture.reader import MAX_RECORD
 from kwsniff.memory import record_limit
+from kwsniff.pipeline.loop import Packets, fed, to_end
 from kwsniff.pipeline.session import Session, SessionOptions, SessionStats
 from kwsniff.rows import RowSink
 
@@ -93,33 +94,6 @@ def run_capture(
             packets = _with_progress(packets, reader)
         last = to_end(fed(packets, session.packet))
         return reader_result(reader, session, name, str(path), started_us, started, last)
-
-
-Packets = Iterator[tuple[int, int, bytes]]  # (ts_us, linktype, frame) as readers give them
-
-
-def fed(
-    packets: Packets, feed: Callable[[int, int, bytes], object], ready: Sized = ()
-) -> Generator[None, None, int]:
-    """The decode loop of every capture file (`read`, `show`, `read --continuous` and the Python
-    API): each packet to ``feed`` (a Session's packet); it pauses (yields) whenever ``ready`` (an
-    ArrowSink's filled batches) holds some, for its owner to take them, and returns the last
-    packet's time (-1 for none)."""
-    last = -1
-    for last, linktype, data in packets:
-        feed(last, linktype, data)
-        if ready:
-            yield
-    return last
-
-
-def to_end(loop: Generator[None, None, int]) -> int:
-    """Runs a :func:`fed` loop that has no one to pause for; its return value."""
-    while True:
-        try:
-            next(loop)
-        except StopIteration as stop:
-            return int(stop.value)
 
 
 def reader_session(

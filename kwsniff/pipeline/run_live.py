@@ -16,6 +16,7 @@ from kwsniff.capture.live import CaptureCounters, LiveCapture
 from kwsniff.capture.pcap_periods import PeriodPcapWriter
 from kwsniff.capture.pcap_writer import PcapWriter
 from kwsniff.memory import ROWS, MemoryBudget
+from kwsniff.pipeline.loop import fed, linked, to_end
 from kwsniff.pipeline.session import Session, SessionOptions, SessionStats
 from kwsniff.sinks.dataset import Output
 from kwsniff.sinks.rotating import RotatingSink
@@ -140,8 +141,7 @@ class LiveDecoder:
             if packets:
                 if self.pcap is not None:
                     self.pcap.write(packets)
-                for ts, data in packets:
-                    feed(ts, linktype, data)
+                to_end(fed(linked(linktype, packets), feed))
                 self.decoded += len(packets)
                 last_ts = packets[-1][0]
             now = self.clock()

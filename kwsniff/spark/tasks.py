@@ -438,7 +438,7 @@ def _fed(
     buckets: int = 1,
 ) -> None:
     """Feeds ``source`` (ordinal, ts, linktype, frame) to ``session`` through the decode loop of
-    every capture (kwsniff.pipeline.run.fed), only the packets of flow bucket ``only`` of
+    every capture (kwsniff.pipeline.loop.fed), only the packets of flow bucket ``only`` of
     ``buckets`` when it is not -1; the capture's date is its first packet's."""
     seen = [-1]  # the last packet's time, fed to this task or not
     to_end(fed(_task_packets(session, source, state, seen, only, buckets), session.packet))

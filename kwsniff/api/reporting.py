@@ -118,11 +118,16 @@ def report(
         raise UsageError(str(exc)) from None
     if not isinstance(tables, str | os.PathLike):
         raise UsageError(f"report: {tables!r} is not Tables or a directory")
-    path = Path(tables)
+    from kwsniff.sections.dataset import DatasetError
+
+    # A URI (Delta tables on S3, docs/delta.md) stays as written: a Path would fold its `//`.
+    path: Path | str = tables if isinstance(tables, str) and "://" in tables else Path(tables)
     try:
         problem = refusal(path, missing_tables(path))
     except OSError as exc:  # a name too long for the file system, a folder it may not read
         raise ReportError(f"{str(path)[:200]}: {exc.strerror or exc}") from None
+    except DatasetError as exc:
+        raise ReportError(str(exc)) from None
     if problem:
         raise ReportError(problem)
     filters = report_filters(*times, *names, timeout)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kwsniff.api.errors import OutputError
+from kwsniff.api.errors import OutputError, UsageError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -107,17 +107,49 @@ class Tables(Mapping[str, "pa.Table"]):
     def __repr__(self) -> str:
         return "Tables(" + ", ".join(f"{n}: {self[n].num_rows} rows" for n in self._names) + ")"
 
-    def write(self, out: str | os.PathLike[str], *, overwrite: bool = False, summaries: str = "auto") -> Path:
-        """Write the tables to the Parquet dataset ``out`` as `kwsniff read --out OUT` does (the same
-        files, the same bytes, the report's summaries beside them as ``summaries`` says: `read
-        --summaries`), published in one step; a dataset already there is refused (OutputError)
-        unless ``overwrite``. Returns ``out``."""
-        from kwsniff.core.output import commit, too_long
-        from kwsniff.sinks import ExistingOutput, Output, ParquetSink
+    def write(
+        self,
+        out: str | os.PathLike[str],
+        *,
+        overwrite: bool = False,
+        append: bool = False,
+        summaries: str = "auto",
+        host: str | None = None,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> Path | str:
+        """Write the tables to ``out`` as `kwsniff read --out OUT` does: a Parquet dataset (a path:
+        the same files, the same bytes), or Delta tables (``s3://bucket/prefix`` or ``file:///path``,
+        their rows' host ``host``, the AWS variables and ``storage_options`` for S3: docs/delta.md),
+        the report's summaries beside them as ``summaries`` says (`read --summaries`), committed as
+        `read` commits. Tables already there are refused (OutputError) unless ``overwrite`` or
+        ``append``. Returns ``out`` (a Path, or the URI as given)."""
+        from kwsniff.core.options import OptionError, ReadOptions, from_keywords
+        from kwsniff.core.output import commit, open_output, too_long
+        from kwsniff.sinks import ExistingOutput, ParquetSink
         from kwsniff.sinks import OutputError as DatasetError
 
+        given: dict[str, Any] = {"out": out, "overwrite": overwrite, "append": append, "summaries": summaries}
+        if host is not None:
+            given["host"] = host
+        if storage_options:
+            given["storage_option"] = [f"{k}={v}" for k, v in storage_options.items()]
         try:
-            output = Output(Path(out), ExistingOutput.OVERWRITE if overwrite else ExistingOutput.REFUSE)
+            options = from_keywords(ReadOptions, given, "write")
+        except OptionError as exc:
+            raise UsageError(str(exc)) from None
+        if options.overwrite and options.append:
+            raise UsageError("write: overwrite and append exclude each other")
+        existing = (
+            ExistingOutput.OVERWRITE
+            if options.overwrite
+            else ExistingOutput.APPEND
+            if options.append
+            else ExistingOutput.REFUSE
+        )
+        try:
+            output = open_output(
+                options.out, existing, host=options.host, storage_options=options.storage_option
+            )
         except DatasetError as exc:
             raise OutputError(str(exc)) from None
         try:
@@ -129,14 +161,14 @@ class Tables(Mapping[str, "pa.Table"]):
                     for table in part.tables:
                         for batch in part.batches.get(table, []):
                             sink.write_batch(table, batch)
-            commit(output, self.memory_limit, summaries, _warn)
+            commit(output, self.memory_limit, options.summaries, _warn)
         except DatasetError as exc:
             raise OutputError(str(exc)) from None
         except OSError as exc:
             raise OutputError(f"{out}: {exc.strerror or exc}") from None
         finally:
             output.close()
-        return Path(out)
+        return options.out
 
 
 def _warn(what: str, lines: Iterable[str]) -> None:

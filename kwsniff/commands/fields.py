@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from kwsniff.commands.sizes import BYTE_SIZE
-from kwsniff.commands.values import BROKER_MAP, PORT, TUNNEL_PORT, BoundedInt, FiniteFloat
+from kwsniff.commands.values import BROKER_MAP, PORT, TUNNEL_PORT, BoundedInt, Checked, FiniteFloat
 from kwsniff.core import values
 from kwsniff.core.options import Spec, specs
 
@@ -31,6 +31,9 @@ def click_type(check: Callable[[Any], Any]) -> click.ParamType:
         values.tunnel_port: TUNNEL_PORT,
         values.broker_map: BROKER_MAP,
         values.path: click.Path(path_type=Path),
+        values.out_location: Checked(values.out_location, "path|uri"),
+        values.key_value: Checked(values.key_value, "key=value"),
+        values.host_name: Checked(values.host_name, "name"),
     }
     return named[check]
 

@@ -21,7 +21,7 @@ from kwsniff.commands.fields import gathered
 from kwsniff.core.decode import InputMissing, unreadable_inputs
 from kwsniff.core.decoding import read_session_options
 from kwsniff.core.options import ReadOptions
-from kwsniff.core.output import commit, too_long
+from kwsniff.core.output import commit, open_output, too_long
 from kwsniff.core.values import BadValue
 from kwsniff.memory import ROWS, MemoryBudget
 from kwsniff.pipeline.run import (
@@ -37,6 +37,7 @@ from kwsniff.view.summary import print_summary, strict_reasons
 
 if TYPE_CHECKING:
     from kwsniff.sinks import Output
+    from kwsniff.sinks.delta_output import DeltaOutput
 
 
 @click.command()
@@ -47,7 +48,7 @@ def read(captures: tuple[Path, ...], options: ReadOptions, quiet: bool) -> None:
     """Decode CAPTURES (pcap, pcapng, optionally gzipped; `-` for standard input) into Parquet tables
     under --out."""
     # pyarrow (with numpy) only when a run starts: `kwsniff --help` stays light.
-    from kwsniff.sinks import ExistingOutput, Output, OutputError, arrow_without_pandas
+    from kwsniff.sinks import ExistingOutput, OutputError, arrow_without_pandas
 
     arrow_without_pandas()
 
@@ -87,7 +88,7 @@ def read(captures: tuple[Path, ...], options: ReadOptions, quiet: bool) -> None:
             messages.error(f"none of the {len(captures)} inputs could be read")
         sys.exit(1)
     try:
-        output = Output(options.out, existing)
+        output = open_output(options.out, existing, host=options.host, storage_options=options.storage_option)
     except OutputError as exc:
         messages.error(str(exc))
         sys.exit(1)
@@ -147,7 +148,7 @@ class Abandoned(Exception):
 
 def _read_all(
     captures: tuple[Path, ...],
-    output: Output,
+    output: Output | DeltaOutput,
     tables: tuple[str, ...],
     options: SessionOptions,
     signals: StopSignals,
@@ -253,7 +254,7 @@ def _read_all(
 
 def _read_series(
     captures: tuple[Path, ...],
-    output: Output,
+    output: Output | DeltaOutput,
     tables: tuple[str, ...],
     options: SessionOptions,
     strict: bool,

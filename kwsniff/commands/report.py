@@ -12,17 +12,18 @@ import click
 from kwsniff.commands import messages
 from kwsniff.commands.extras import require
 from kwsniff.commands.fields import options_of
-from kwsniff.commands.values import BoundedInt
+from kwsniff.commands.values import BoundedInt, Checked
 from kwsniff.core.answers import chosen_sections, missing_tables, refusal
 from kwsniff.core.answers import filters as report_filters
 from kwsniff.core.options import ReportOptions
+from kwsniff.core.values import out_location
 
 TEXT_ROWS = 20
 HTML_ROWS = 50
 
 
 @click.command()
-@click.argument("tables", type=click.Path(path_type=Path))
+@click.argument("tables", type=Checked(out_location, "tables"))
 @click.option(
     "--master", help="Run on Spark at this master URL (e.g. local[*], spark://host:7077); default: DuckDB."
 )
@@ -63,7 +64,7 @@ HTML_ROWS = 50
 )
 @options_of(ReportOptions, "memory_limit", "spill_limit")
 def report(
-    tables: Path,
+    tables: Path | str,
     master: str | None,
     fmt: str,
     chosen: tuple[str, ...],
@@ -87,7 +88,12 @@ def report(
     for option, given in (("--plots", plots), ("--html", html_file)):
         if given is not None:
             require(f"kwsniff report {option}", "report", ("matplotlib",))
-    problem = refusal(tables, missing_tables(tables))
+    from kwsniff.sections.dataset import DatasetError
+
+    try:
+        problem = refusal(tables, missing_tables(tables))
+    except (OSError, DatasetError) as exc:
+        problem = str(exc) if isinstance(exc, DatasetError) else f"{tables}: {exc.strerror or exc}"
     if problem:
         messages.error(problem)
         sys.exit(1)

@@ -26,6 +26,7 @@ __all__ = [
     "PORT",
     "TUNNEL_PORT",
     "BrokerMapFile",
+    "Checked",
     "Port",
     "TunnelPort",
     "checked",
@@ -125,3 +126,14 @@ class BrokerMapFile(click.ParamType):
 
 
 BROKER_MAP = BrokerMapFile()
+
+
+class Checked(click.ParamType):
+    """A value through one check of kwsniff.core.values, named ``name`` in --help."""
+
+    def __init__(self, check: Callable[[Any], Any], name: str) -> None:
+        self.check = check
+        self.name = name
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return checked(self.check, value, param, ctx)

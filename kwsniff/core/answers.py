@@ -16,15 +16,25 @@ if TYPE_CHECKING:
 NEEDED = ("requests", "connections", "errors", "partitions", "groups")
 
 
-def missing_tables(path: Path) -> list[str] | None:
-    """The NEEDED tables ``path`` holds no Parquet file of (None: not a directory). OSError for a
-    name the file system refuses or a folder it may not read."""
-    if not path.is_dir():
+def missing_tables(path: Path | str) -> list[str] | None:
+    """The NEEDED tables ``path`` holds no Parquet file (or no Delta table) of (None: not a directory
+    nor a URI of Delta tables). OSError for a name the file system refuses or a folder it may not
+    read, or storage that cannot be reached; kwsniff.sections.dataset.DatasetError for a URI
+    kwsniff cannot read or a directory mixing Delta and Parquet tables."""
+    from kwsniff.sections.dataset import delta_location
+
+    if "://" not in str(path) and not Path(path).is_dir():
         return None
-    return [n for n in NEEDED if not any((path / n).rglob("*.parquet"))]
+    location = delta_location(path)
+    if location is not None:
+        from kwsniff.sinks.delta_output import delta_tables
+
+        held = set(delta_tables(location))
+        return [n for n in NEEDED if n not in held]
+    return [n for n in NEEDED if not any((Path(path) / n).rglob("*.parquet"))]
 
 
-def refusal(path: Path, missing: list[str] | None) -> str:
+def refusal(path: Path | str, missing: list[str] | None) -> str:
     """Why a report of ``path`` cannot run, or ""."""
     if missing is None:
         return f"{path}: not a directory of kwsniff tables"

@@ -155,17 +155,35 @@ class ReadOptions(DecodingOptions):
     """`kwsniff read` and :func:`kwsniff.read`: the decoding options, the decoder's bounds, and the
     output's (``out``, ``overwrite``, ``append`` are the API's ``Tables.write``)."""
 
-    FIRST: ClassVar[tuple[str, ...]] = ("out", "overwrite", "append")
+    FIRST: ClassVar[tuple[str, ...]] = ("out", "overwrite", "append", "host", "storage_option")
 
-    out: Path = option(
+    out: Path | str = option(
         # Not `tables`: inside a clone that folder is `kwsniff.tables` to a Python started there (docs/spark.md).
         Path("kafka-tables"),
         "--out",
-        "Directory of the Parquet datasets (one sub-directory per table).",
-        unit="directory",
-        check=values.path,
+        "Where the tables go: a directory of Parquet datasets (one sub-directory per table), or Delta "
+        "tables at s3://bucket/prefix or file:///path (docs/delta.md).",
+        unit="directory or URI",
+        check=values.out_location,
         short="-o",
         show_default=True,
+    )
+    host: str | None = option(
+        None,
+        "--host",
+        "The capturing host's name in the Delta tables' `host` partition column.",
+        unit="name",
+        check=values.host_name,
+        show_default="this machine's host name",
+    )
+    storage_option: tuple[tuple[str, str], ...] = option(
+        (),
+        "--storage-option",
+        "An option of an s3:// --out as KEY=VALUE, over the AWS_* variables (e.g. "
+        "AWS_ENDPOINT_URL=http://127.0.0.1:8333); repeatable.",
+        unit="key=value",
+        check=values.key_value,
+        multiple=True,
     )
     overwrite: bool = option(
         False,
@@ -235,7 +253,7 @@ class ReadOptions(DecodingOptions):
 
 
 # The options of `read` the API offers in its own way: Tables.write(out, overwrite=...).
-WRITE_OPTIONS = ("out", "overwrite", "append")
+WRITE_OPTIONS = ("out", "overwrite", "append", "host", "storage_option")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import socket
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,7 +17,8 @@ from kwsniff.memory import DEFAULT_MEMORY_LIMIT
 from kwsniff.tables.names import SUMMARIES, TABLES
 
 if TYPE_CHECKING:
-    from kwsniff.sinks import Output
+    from kwsniff.sinks import ExistingOutput, Output
+    from kwsniff.sinks.delta_output import DeltaOutput
 
 # Disk DuckDB may spill into while it summarizes, as `report --spill-limit` by default.
 SPILL_LIMIT = 16 * DEFAULT_MEMORY_LIMIT
@@ -27,6 +29,35 @@ SUMMARIZE_MIN_CAPTURES = 100
 
 
 Warn = Callable[[str, Iterable[str]], None]  # (what, lines): how the door says a warning
+
+
+def open_output(
+    out: str | os.PathLike[str],
+    existing: ExistingOutput,
+    *,
+    host: str | None = None,
+    storage_options: Iterable[tuple[str, str]] = (),
+) -> Output | DeltaOutput:
+    """The output of a run at ``out``: a directory dataset (a path), or Delta tables (an s3:// or
+    file:// URI, docs/delta.md) whose rows get ``host`` (default: this machine's name) as their host.
+    Raises kwsniff.sinks.OutputError (one line) for an output kwsniff cannot write: an unknown
+    scheme, no bucket, storage that refuses the credentials or cannot be reached, a held dataset."""
+    from kwsniff.sinks import Output, OutputError
+    from kwsniff.sinks.location import LocationError, parse_location
+
+    text = os.fspath(out)
+    options = dict(storage_options)
+    if "://" not in text:
+        if options:
+            raise OutputError(f"--storage-option applies to s3:// outputs, not the directory {text}")
+        return Output(Path(text), existing)
+    try:
+        location = parse_location(text, options)
+    except LocationError as exc:
+        raise OutputError(f"--out {exc}") from None
+    from kwsniff.sinks.delta_output import DeltaOutput
+
+    return DeltaOutput(location, existing, host or socket.gethostname())
 
 
 def summarize(stage: Path, memory_limit: int | None, mode: str, adding_to: Path | None, warn: Warn) -> None:
@@ -49,7 +80,7 @@ def summarize(stage: Path, memory_limit: int | None, mode: str, adding_to: Path 
         warn("summaries", [f"not written ({reason}); `kwsniff report` computes those sections from the rows"])
 
 
-def commit(output: Output, memory_limit: int | None, summaries: str, warn: Warn) -> None:
+def commit(output: Output | DeltaOutput, memory_limit: int | None, summaries: str, warn: Warn) -> None:
     """Publish the staged tables of ``output`` in one step, the report's summaries written beside
     them first as ``summaries`` (`--summaries`) says: how `read` and :meth:`kwsniff.Tables.write`
     both end. Raises kwsniff.sinks.OutputError when the commit fails."""

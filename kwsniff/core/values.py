@@ -169,6 +169,33 @@ def path(value: Any) -> Any:
     return Path(os.fsdecode(value))
 
 
+def out_location(value: Any) -> Any:
+    """--out: a directory (a Path) or a URI kept as written (`s3://bucket/prefix`, `file:///path`): a
+    Path would fold its `//`. What it names is checked where the output is opened
+    (kwsniff.sinks.location.parse_location: an unknown scheme is refused there)."""
+    if isinstance(value, str) and "://" in value:
+        return value
+    return path(value)
+
+
+def key_value(value: Any) -> tuple[str, str]:
+    """`KEY=VALUE` (a storage option): a non-empty key, the value as given (it may hold `=`)."""
+    if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, str) for v in value):
+        return value
+    key, sep, rest = str(value).partition("=")
+    if not sep or not key.strip():
+        raise BadValue(f"{value!r} is not KEY=VALUE")
+    return key.strip(), rest
+
+
+def host_name(value: Any) -> str:
+    """A capturing host's name for the tables' `host` column: printable, 1 to 255 characters."""
+    text = str(value)
+    if not 1 <= len(text) <= 255 or not text.isprintable() or text != text.strip():
+        raise BadValue(f"{value!r} is not a host name (1 to 255 printable characters, no surrounding spaces)")
+    return text
+
+
 def flag(value: Any) -> bool:
     """True or False; `"no"` is truthy, so anything else is refused."""
     if not isinstance(value, bool):

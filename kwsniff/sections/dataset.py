@@ -12,9 +12,13 @@ import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from kwsniff.sections.views import DERIVED, FILLED, KNOWN, MATERIALIZED, fill, known, table_columns
+from kwsniff.tables.names import TABLES
+
+if TYPE_CHECKING:
+    from kwsniff.sinks.location import Location
 
 Row = dict[str, Any]
 
@@ -178,6 +182,52 @@ def rows_of(arrow: Any) -> list[Row]:
     return [{k: _value(v) for k, v in r.items()} for r in arrow.to_pylist()]
 
 
+def delta_location(tables: Path | str) -> Location | None:
+    """Where the Delta tables of ``tables`` are (an s3:// or file:// URI, or a directory whose tables
+    have a Delta log: docs/delta.md), or None for a directory of Parquet datasets. A directory that
+    holds both kinds is a DatasetError: its tables would be read half from a log, half from files."""
+    from kwsniff.sinks.location import LocationError, parse_location
+
+    text = str(tables)
+    if "://" in text:
+        try:
+            return parse_location(text)
+        except LocationError as exc:
+            raise DatasetError(str(exc)) from None
+    root = Path(text)
+    logged = [t for t in TABLES if (root / t / "_delta_log").is_dir()]
+    if not logged:
+        return None
+    plain = [t for t in TABLES if t not in logged and files(root, t)]
+    if plain:
+        raise DatasetError(
+            f"{root}: tables {', '.join(logged)} are Delta tables and {', '.join(plain)} plain Parquet "
+            "datasets: not one dataset (kwsniff convert makes the older one Delta)"
+        )
+    return parse_location(root)
+
+
+def delta_sources(location: Location) -> tuple[dict[str, list[str]], dict[str, Any]]:
+    """The tables at ``location`` as they are committed: ({table: its files, from the log} on local
+    disk, {table: an Arrow dataset} on S3), a table without a log having neither."""
+    from kwsniff.sinks.delta import table_dataset
+    from kwsniff.sinks.delta_output import delta_tables
+
+    held = set(delta_tables(location))
+    paths: dict[str, list[str]] = {t: [] for t in TABLES}
+    datasets: dict[str, Any] = {}
+    for table in TABLES:
+        if table not in held:
+            continue
+        if location.is_local:
+            from deltalake import DeltaTable
+
+            paths[table] = sorted(DeltaTable(location.table_uri(table)).file_uris())
+        else:
+            datasets[table] = table_dataset(location, table)
+    return paths, datasets
+
+
 def files(tables: Path, table: str) -> list[str]:
     """The Parquet files of one table, as Spark would read them (no hidden or staging files)."""
     found = (tables / table).rglob("*.parquet") if (tables / table).is_dir() else []
@@ -201,7 +251,7 @@ class DuckTables:
 
     def __init__(
         self,
-        tables: Path,
+        tables: Path | str,
         filters: Filters,
         memory_limit: int | None = None,
         spill_limit: int | None = None,
@@ -225,17 +275,30 @@ class DuckTables:
             self.close()
             raise
 
-    def _views(self, tables: Path, filters: Filters) -> None:
+    def _views(self, tables: Path | str, filters: Filters) -> None:
         self.con.execute("SET TimeZone = 'UTC'")
         # Each file's footer read once per report, not again by every section (a dataset of many
         # captures is thousands of files).
         self.con.execute("SET parquet_metadata_cache = true")
         columns = table_columns()
-        self.paths = paths = {table: files(tables, table) for table in columns}
+        self.delta = delta_location(tables)
+        datasets: dict[str, Any] = {}
+        if self.delta is not None:
+            self.paths, datasets = delta_sources(self.delta)
+        else:
+            self.paths = {table: files(Path(tables), table) for table in columns}
+        paths = self.paths
         found = written(self.con, paths)
+        for table, dataset in datasets.items():
+            names = set(dataset.schema.names)
+            found[table] = (names, set(FILLED.get(table, ())) <= names)
         for table, wanted in columns.items():
             present = found[table][0]
-            if paths[table]:
+            if table in datasets:
+                # An S3 table: its committed files as one Arrow dataset, scanned by DuckDB.
+                self.con.register(f"_{table}_delta", datasets[table])
+                source = f"_{table}_delta"
+            elif paths[table]:
                 source = f"read_parquet({paths[table]!r}, union_by_name = true)"
             else:
                 source = "(SELECT 1 AS _none WHERE false)"
@@ -262,7 +325,7 @@ class DuckTables:
             self.con.execute(f"CREATE VIEW {name} AS {sql}")
         self._kept: set[str] = set()
 
-    def _more_views(self, tables: Path, filters: Filters) -> dict[str, str]:
+    def _more_views(self, tables: Path | str, filters: Filters) -> dict[str, str]:
         """{name: SQL} of views made after the shared ones; none here (the summaries' writer runs
         the parts' queries itself)."""
         return {}

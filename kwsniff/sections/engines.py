@@ -15,9 +15,12 @@ from typing import Any
 
 from kwsniff.sections.catalog import PARTS
 from kwsniff.sections.dataset import (
+    DatasetError,
     DuckTables,
     Filters,
     Row,
+    delta_location,
+    delta_sources,
     files,
     in_fill_order,
     known_views,
@@ -57,9 +60,10 @@ class DuckEngine(DuckTables):
     """The report's engine on DuckDB: the tables and shared views (DuckTables), then the sections'
     per-capture parts, read from the summaries kept with the tables when they cover them."""
 
-    def _more_views(self, tables: Path, filters: Filters) -> dict[str, str]:
-        # Read from the summaries kept with the tables, or computed from the rows (summaries.py).
-        found_parts = stored(self.con, tables, self.paths, filters)
+    def _more_views(self, tables: Path | str, filters: Filters) -> dict[str, str]:
+        # Read from the summaries kept with the tables, or computed from the rows (summaries.py);
+        # Delta tables' parts are computed from their rows (their summaries are not read yet).
+        found_parts = None if self.delta is not None else stored(self.con, Path(tables), self.paths, filters)
         parts, rest = found_parts or (None, [])
         # Every part read from the summaries alone (top reads such answers in place).
         self.summarized = parts is not None and not rest
@@ -116,15 +120,21 @@ class SparkEngine:
 
     name = "spark"
 
-    def __init__(self, tables: Path, filters: Filters, spark: Any) -> None:
+    def __init__(self, tables: Path | str, filters: Filters, spark: Any) -> None:
         import duckdb
 
         self.spark = spark
         columns = table_columns()
-        paths = {table: files(tables, table) for table in columns}
+        delta = delta_location(tables)
+        if delta is not None and not delta.is_local:
+            raise DatasetError(
+                f"{tables}: report --master reads Delta tables on local disk; on S3, use DuckDB"
+            )
+        # Delta tables: the files of their last commit, from the log (as DuckDB reads them).
+        paths = delta_sources(delta)[0] if delta else {table: files(Path(tables), table) for table in columns}
         with duckdb.connect() as footers:
             found = written(footers, paths)
-            found_parts = stored(footers, tables, paths, filters)
+            found_parts = None if delta else stored(footers, Path(tables), paths, filters)
         # Spark reads the summaries only when they cover every capture (else every part from the rows).
         parts = found_parts[0] if found_parts is not None and not found_parts[1] else None
         self.summarized = parts is not None

@@ -15,7 +15,7 @@ NAME_FILTERS = {"topic": ("topic",), "client": ("client_id",), "group": ("group_
 
 
 def open_engine(
-    tables: Path,
+    tables: Path | str,
     filters: Filters,
     spark: Any = None,
     memory_limit: int | None = None,

@@ -173,14 +173,14 @@ def strict_reasons(r: CaptureResult) -> list[str]:
     return [f"{n:,} {what}" for n, what in found if n]
 
 
-def print_summary(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> None:
+def print_summary(r: CaptureResult, out: Path | str | None, rows: dict[str, int]) -> None:
     import click  # only where a command prints: the Python API reads these numbers without click
 
     for line in summary_lines(r, out, rows):
         click.echo(line)
 
 
-def summary_lines(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> list[str]:
+def summary_lines(r: CaptureResult, out: Path | str | None, rows: dict[str, int]) -> list[str]:
     """The lines of the summary `read` prints for one capture (``out``: where its tables went)."""
     lines: list[str] = []
     t, st = r.totals, r.stats
@@ -236,7 +236,9 @@ def summary_lines(r: CaptureResult, out: Path | None, rows: dict[str, int]) -> l
         echo("  " + line)
     echo("  " + accounting_line(r))
     if out is not None:
-        echo("  tables: " + ", ".join(f"{out / k}/ ({v:,} rows)" for k, v in rows.items()))
+        # A directory's tables are its sub-directories; a URI's (Delta tables) are below it too.
+        at = (lambda k: out / k) if isinstance(out, Path) else (lambda k: f"{str(out).rstrip('/')}/{k}")
+        echo("  tables: " + ", ".join(f"{at(k)}/ ({v:,} rows)" for k, v in rows.items()))
     return lines
 
 

@@ -1,0 +1,176 @@
+"""OUT as Delta tables (``--out s3://bucket/prefix`` or ``file:///path``): what :class:`Output` is for
+a directory dataset, for one Delta table per kwsniff table (:mod:`kwsniff.sinks.delta`, docs/delta.md).
+
+A run's sinks write their Parquet files into a local staging directory as they do for a directory
+dataset (:attr:`DeltaOutput.stage`, the same files, the same bytes). :meth:`DeltaOutput.commit`
+stages each file into its table's storage (moved on local disk, uploaded to S3) and commits each
+table in one log entry, the ``captures`` table last: a reader that starts from a run's `captures`
+rows finds every row of that run in the other tables. Each file's rows get the partition values
+``date`` (the UTC day of the file's earliest time, its table's first time column) and ``host`` (the
+capturing host, ``--host``).
+
+Construction reaches the storage (an unknown bucket or refused credentials is an OutputError before
+anything is decoded) and refuses tables already there unless ``--append`` or ``--overwrite``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kwsniff.sinks.dataset import ExistingOutput, OutputError
+from kwsniff.sinks.location import Location
+from kwsniff.tables.names import SUMMARIES, TABLES
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from kwsniff.sinks.delta import StagedFile
+
+# Tables committed in this order: `captures` last (a run is whole once its captures rows are there).
+COMMIT_ORDER = (*(t for t in TABLES if t != "captures"), *SUMMARIES, "captures")
+NAME_MAX = 255  # the longest file name of a staged file (local staging directory; S3 keys take more)
+
+
+class DeltaOutput:
+    """A run's output to the Delta tables at ``location`` (see the module's text)."""
+
+    def __init__(self, location: Location, existing: ExistingOutput, host: str) -> None:
+        self.location = location
+        self.existing = existing
+        self.host = host
+        self.shown = location.uri
+        self.appending_to: Path | None = None  # summaries: the report reads every capture's own
+        self.commits = 0
+        held = self._held_tables()
+        if held and existing is ExistingOutput.REFUSE:
+            raise OutputError(
+                f"--out {self.shown}: already holds Delta tables ({', '.join(held)}); "
+                "use --overwrite to replace them or --append to add to them"
+            )
+        self._held = held
+        self._stage: Path | None = Path(tempfile.mkdtemp(prefix="kwsniff-delta-stage-"))
+
+    def _held_tables(self) -> list[str]:
+        """The kwsniff tables at the location; OutputError when the storage cannot be reached or
+        refuses the credentials."""
+        try:
+            return delta_tables(self.location)
+        except OSError as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise OutputError(f"--out {self.shown}: {reason}") from None
+
+    @property
+    def stage(self) -> Path:
+        assert self._stage is not None
+        return self._stage
+
+    def name_max(self) -> int:
+        return NAME_MAX
+
+    def kept_names(self, table: str) -> set[str]:
+        """No name of the tables can collide with a staged one: a staged file gets a name of its own."""
+        return set()
+
+    def commit(self, *, again: bool = False) -> None:
+        """Stage every file of :attr:`stage` into its table and commit each table in one log entry
+        (``--overwrite``: the first commit of a run replaces every table it holds, the tables this run
+        has no rows of included). OutputError if a table cannot be written (tables committed before
+        it keep their commit; the run's `captures` rows come last, so no run reads as whole)."""
+        from deltalake.exceptions import DeltaError
+
+        from kwsniff.sinks.delta import DeltaTableError
+
+        stage = self.stage
+        overwrite = self.existing is ExistingOutput.OVERWRITE and not self.commits
+        try:
+            for table in COMMIT_ORDER:
+                files = sorted((stage / table).glob("*.parquet")) if (stage / table).is_dir() else []
+                if files or (overwrite and table in self._held):
+                    self._commit_table(table, files, overwrite)
+        except (OSError, DeltaError, DeltaTableError) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise OutputError(f"--out {self.shown}: {reason}") from None
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+            self._stage = None
+        self.commits += 1
+        if again:
+            self._stage = Path(tempfile.mkdtemp(prefix="kwsniff-delta-stage-"))
+
+    def _commit_table(self, table: str, files: list[Path], overwrite: bool) -> None:
+        import pyarrow.parquet as pq
+
+        from kwsniff.sinks.delta import DeltaTableWriter
+
+        schema = pq.read_schema(files[0]) if files else self._schema_of(table)
+        writer = DeltaTableWriter(self.location, table, schema)
+        staged: list[StagedFile] = [writer.stage(f, date=file_day(f), host=self.host) for f in files]
+        writer.commit(staged, overwrite=overwrite)
+
+    def _schema_of(self, table: str) -> pa.Schema:
+        """The columns of a table this run has no file of (one that --overwrite empties): its own."""
+        import pyarrow as pa
+        from deltalake import DeltaTable
+
+        from kwsniff.sinks.delta import PARTITION_COLUMNS
+
+        uri = self.location.table_uri(table)
+        held = DeltaTable(uri, storage_options=dict(self.location.storage_options)).schema().to_arrow()
+
+        schema = pa.schema(held)
+        for name in PARTITION_COLUMNS:
+            if name in schema.names:
+                schema = schema.remove(schema.get_field_index(name))
+        return schema
+
+    def close(self) -> None:
+        if self._stage is not None:
+            shutil.rmtree(self._stage, ignore_errors=True)
+            self._stage = None
+
+
+def delta_tables(location: Location) -> list[str]:
+    """The kwsniff tables (and summaries) at ``location`` that are Delta tables (have a log), in
+    their order. OSError when the storage cannot be reached or refuses the credentials."""
+    import pyarrow.fs as pafs
+
+    fs, root = location.filesystem()
+    listed = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    names = {info.base_name for info in listed if info.type == pafs.FileType.Directory}
+    return [
+        t
+        for t in (*TABLES, *SUMMARIES)
+        if t in names and fs.get_file_info(f"{root}/{t}/_delta_log").type == pafs.FileType.Directory
+    ]
+
+
+def file_day(path: Path) -> str:
+    """The ``date`` partition of a finished Parquet file: the UTC day of the earliest value of its
+    first time column, from the row groups' statistics; the commit's day when it has none."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kwsniff.sinks.delta import utc_day
+
+    meta = pq.read_metadata(path)
+    schema = meta.schema.to_arrow_schema()
+    times = [i for i, f in enumerate(schema) if pa.types.is_timestamp(f.type)]
+    earliest: int | None = None
+    if times:
+        column = meta.schema.column(times[0]).path
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            for c in range(group.num_columns):
+                chunk = group.column(c)
+                if chunk.path_in_schema != column or chunk.statistics is None:
+                    continue
+                stats = chunk.statistics
+                if stats.has_min_max:
+                    low = stats.min
+                    value = int(low.timestamp() * 1_000_000) if hasattr(low, "timestamp") else int(low)
+                    earliest = value if earliest is None else min(earliest, value)
+    return utc_day(earliest if earliest is not None else time.time_ns() // 1000)

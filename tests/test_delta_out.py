@@ -194,3 +194,32 @@ def test_write_options_refuse_the_same_values_in_the_command_and_the_api(tmp_pat
     with pytest.raises(kwsniff.UsageError, match="storage_option=.*is not KEY=VALUE"):
         tables.write(f"file://{tmp_path}/x", storage_options={"": "v"})
     assert not os.path.exists(tmp_path / "x")
+
+
+def test_spark_to_s3_commits_the_rows_read_writes(s3: SeaweedS3, plain: Path) -> None:
+    """`spark --out s3://...` (a local master: its executors' files reach the driver through a local
+    spool, which commits each table in one log entry) holds the rows `read` writes for the same inputs."""
+    uri = s3.uri("spark-out")
+    done = kwsniff_cli(
+        "spark",
+        *map(str, CAPTURES),
+        "--out",
+        uri,
+        "--master",
+        "local[1]",
+        "--host",
+        "spark-host",
+        "-q",
+        env=s3.env(),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    options = s3.storage_options()
+    for table in ("requests", "partitions", "errors", "groups", "captures"):
+        got, want = delta_rows(uri, table, options), plain_rows(plain, table)
+        if table == "captures":  # spark's captures rows say where its input was and how it ran
+            assert len(got) == len(want) == len(CAPTURES)
+            continue
+        assert got == want, table
+    hosts = table_dataset(parse_location(uri, options), "requests").to_table(columns=["host"]).column("host")
+    assert set(hosts.to_pylist()) == {"spark-host"}
+    assert s3.keys("spark-out/") and not any("_kwsniff" in k or "stage" in k for k in s3.keys("spark-out/"))

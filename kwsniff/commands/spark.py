@@ -12,6 +12,7 @@ import click
 from kwsniff.commands import messages
 from kwsniff.commands.exits import EXIT_STRICT
 from kwsniff.commands.extras import NeedsExtra
+from kwsniff.commands.fields import options_of
 from kwsniff.commands.options import (
     Decoding,
     FlowBuckets,
@@ -22,6 +23,9 @@ from kwsniff.commands.options import (
 )
 from kwsniff.commands.sizes import ByteSize
 from kwsniff.commands.summarize import summarize
+from kwsniff.commands.values import Checked
+from kwsniff.core.options import ReadOptions
+from kwsniff.core.values import out_location
 from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.view.summary import human_size
 
@@ -33,8 +37,13 @@ if TYPE_CHECKING:
 @click.command(cls=NeedsExtra, extra="spark", modules=("pyspark", "pandas"))
 @click.argument("inputs", nargs=-1, required=True)
 @click.option(
-    "--out", "-o", type=click.Path(path_type=Path), required=True, help="Directory of the datasets."
+    "--out",
+    "-o",
+    type=Checked(out_location, "path|uri"),
+    required=True,
+    help="Directory of the datasets, or Delta tables at s3://bucket/prefix or file:///path (docs/delta.md).",
 )
+@options_of(ReadOptions, "host", "storage_option")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
 @click.option(
     "--flow-buckets",
@@ -84,7 +93,9 @@ if TYPE_CHECKING:
 @decoding_options
 def spark(
     inputs: tuple[str, ...],
-    out: Path,
+    out: Path | str,
+    host: str | None,
+    storage_option: tuple[tuple[str, str], ...],
     master: str,
     flow_buckets: int | None,
     range_size: int | None,
@@ -120,16 +131,23 @@ def spark(
     except InputError as exc:
         messages.error(str(exc))
         sys.exit(1)
-    from kwsniff.sinks import ExistingOutput, Output, OutputError
+    from kwsniff.core.output import open_output
+    from kwsniff.sinks import ExistingOutput, OutputError
 
-    held = [t for t in DEFAULT_TABLES if (out / t).is_dir() and any((out / t).iterdir())]
-    if held and not overwrite:
-        messages.error(f"--out {out}: already holds {', '.join(held)}; use --overwrite to replace them")
-        sys.exit(1)
+    if isinstance(out, Path):
+        held = [t for t in DEFAULT_TABLES if (out / t).is_dir() and any((out / t).iterdir())]
+        if held and not overwrite:
+            messages.error(f"--out {out}: already holds {', '.join(held)}; use --overwrite to replace them")
+            sys.exit(1)
     # Checked (and staged beside) before Spark starts; the old dataset is replaced only at the end,
-    # in one step, once every table is written.
+    # in one step, once every table is written (Delta tables: one commit per table, captures last).
     try:
-        output = Output(out, ExistingOutput.OVERWRITE if overwrite else ExistingOutput.REFUSE)
+        output = open_output(
+            out,
+            ExistingOutput.OVERWRITE if overwrite else ExistingOutput.REFUSE,
+            host=host,
+            storage_options=storage_option,
+        )
     except OutputError as exc:
         messages.error(str(exc))
         sys.exit(1)
@@ -223,7 +241,8 @@ def spark(
         flawed = f" ({len(damaged)} damaged)" if damaged else ""
         lost = f", {len(failed)} failed" if failed else ""
         click.echo(f"{accepted} captures{flawed} on {master} in {seconds:.1f} s{lost}{split}")
-        click.echo("  tables: " + ", ".join(f"{out / t}/ ({n:,} rows)" for t, n in decoded.rows.items()))
+        root = str(out).rstrip("/") if isinstance(out, str) else out
+        click.echo("  tables: " + ", ".join(f"{root}/{t}/ ({n:,} rows)" for t, n in decoded.rows.items()))
     if strict and (failed or damaged):
         click.echo(
             f"kwsniff: strict: {len(failed)} of {len(paths)} inputs failed, {len(damaged)} damaged", err=True

@@ -35,6 +35,16 @@ COMMIT_ORDER = (*(t for t in TABLES if t != "captures"), *SUMMARIES, "captures")
 NAME_MAX = 255  # the longest file name of a staged file (local staging directory; S3 keys take more)
 
 
+class LocalSpool:
+    """A temporary local directory (:attr:`path`) that :meth:`drop` removes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def drop(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
 class DeltaOutput:
     """A run's output to the Delta tables at ``location`` (see the module's text)."""
 
@@ -75,6 +85,11 @@ class DeltaOutput:
         """No name of the tables can collide with a staged one: a staged file gets a name of its own."""
         return set()
 
+    def spool(self) -> LocalSpool:
+        """A local directory for files other processes write before they are moved into
+        :attr:`stage` (`spark` executors of a local master, `capture` workers). Its owner drops it."""
+        return LocalSpool(Path(tempfile.mkdtemp(prefix="kwsniff-delta-spool-")))
+
     def commit(self, *, again: bool = False) -> None:
         """Stage every file of :attr:`stage` into its table and commit each table in one log entry
         (``--overwrite``: the first commit of a run replaces every table it holds, the tables this run
@@ -88,7 +103,8 @@ class DeltaOutput:
         overwrite = self.existing is ExistingOutput.OVERWRITE and not self.commits
         try:
             for table in COMMIT_ORDER:
-                files = sorted((stage / table).glob("*.parquet")) if (stage / table).is_dir() else []
+                # `spark` stages its files under date=YYYY-MM-DD/ directories: found at any depth.
+                files = sorted((stage / table).rglob("*.parquet")) if (stage / table).is_dir() else []
                 if files or (overwrite and table in self._held):
                     self._commit_table(table, files, overwrite)
         except (OSError, DeltaError, DeltaTableError) as exc:

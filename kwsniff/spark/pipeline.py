@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from kwsniff.sinks import Output
+    from kwsniff.sinks.delta_output import DeltaOutput
 
 T = TypeVar("T")
 # The index hashes connections into this many fine buckets, which the driver then groups by their
@@ -409,7 +410,7 @@ def _index(
 
 def write(
     decoded: Decoded,
-    out: Path | Output,
+    out: Path | Output | DeltaOutput,
     *,
     overwrite: bool = False,
     summarize: Callable[[Path], object] | None = None,
@@ -423,10 +424,10 @@ def write(
     commit (`kwsniff spark`: the report's summaries). The spool is removed either way."""
     from kwsniff.sinks import ExistingOutput, Output
 
-    mine = not isinstance(out, Output)
-    output = (
+    mine = isinstance(out, Path)
+    output: Output | DeltaOutput = (
         Output(out, ExistingOutput.OVERWRITE if overwrite else ExistingOutput.REFUSE)
-        if not isinstance(out, Output)
+        if isinstance(out, Path)
         else out
     )
     try:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow.dataset as pads
 import pytest
+from deltalake import DeltaTable
 from seaweed import SeaweedS3, seaweed_s3
 
 import kwsniff
@@ -175,6 +176,12 @@ def test_file_uri_tables_refuse_append_and_overwrite_as_a_directory_does(tmp_pat
     assert kwsniff_cli("read", "-q", str(CAPTURES[1]), "--out", uri, "--append").returncode == 0
     for table in TABLES:
         assert delta_rows(uri, table) == plain_rows(plain, table), table
+    # An input read again replaces its own rows, in one commit per table: each row once.
+    versions = {t: DeltaTable(f"{tmp_path}/delta/{t}").version() for t in TABLES}
+    assert kwsniff_cli("read", "-q", str(CAPTURES[1]), "--out", uri, "--append").returncode == 0
+    for table in TABLES:
+        assert delta_rows(uri, table) == plain_rows(plain, table), table
+        assert DeltaTable(f"{tmp_path}/delta/{table}").version() == versions[table] + 1, table
     assert kwsniff_cli("read", "-q", *one, "--out", uri, "--overwrite").returncode == 0
     captures = table_dataset(parse_location(uri), "requests").to_table(columns=["capture"]).column("capture")
     assert set(captures.to_pylist()) == {CAPTURES[0].name}

@@ -101,10 +101,14 @@ class DeltaOutput:
 
         stage = self.stage
         overwrite = self.existing is ExistingOutput.OVERWRITE and not self.commits
+        # `--append`: an input read again replaces its own rows (its `capture`, this host's).
+        again = self.existing is ExistingOutput.APPEND and not self.commits
         try:
             for table in COMMIT_ORDER:
                 # `spark` stages its files under date=YYYY-MM-DD/ directories: found at any depth.
                 files = sorted((stage / table).rglob("*.parquet")) if (stage / table).is_dir() else []
+                if again and files and table in self._held and self._replace(table, files):
+                    continue
                 if files or (overwrite and table in self._held):
                     self._commit_table(table, files, overwrite)
         except (OSError, DeltaError, DeltaTableError) as exc:
@@ -126,6 +130,49 @@ class DeltaOutput:
         writer = DeltaTableWriter(self.location, table, schema)
         staged: list[StagedFile] = [writer.stage(f, date=file_day(f), host=self.host) for f in files]
         writer.commit(staged, overwrite=overwrite)
+
+    def _replace(self, table: str, files: list[Path]) -> bool:
+        """When ``table`` holds rows of this host with a `capture` of ``files``' rows (an input read
+        again), one commit that deletes them and adds ``files``' rows (delta-rs's writer, a predicate
+        overwrite: readers see the old rows or the new, never both); False when it holds none."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+        from deltalake import CommitProperties, DeltaTable, write_deltalake
+
+        from kwsniff.sinks.delta import MAX_COMMIT_RETRIES, table_dataset
+
+        parts = [pq.read_table(f) for f in files]
+        names = sorted({c for part in parts for c in part.column("capture").to_pylist() if c is not None})
+        if not names:
+            return False
+        mine = (pc.field("host") == self.host) & pc.field("capture").isin(names)
+        if not table_dataset(self.location, table).count_rows(filter=mine):
+            return False
+        data = pa.concat_tables(
+            [
+                part.append_column(
+                    "date", pa.array([file_day(f)] * part.num_rows, pa.string())
+                ).append_column("host", pa.array([self.host] * part.num_rows, pa.string()))
+                for f, part in zip(files, parts, strict=True)
+            ],
+            promote_options="default",
+        )
+        quoted = ", ".join("'" + n.replace("'", "''") + "'" for n in names)
+        host = self.host.replace("'", "''")
+        delta = DeltaTable(
+            self.location.table_uri(table), storage_options=dict(self.location.storage_options)
+        )
+        write_deltalake(
+            delta,
+            data,
+            mode="overwrite",
+            predicate=f"host = '{host}' AND capture IN ({quoted})",
+            commit_properties=CommitProperties(max_commit_retries=MAX_COMMIT_RETRIES),
+        )
+        for f in files:
+            f.unlink()
+        return True
 
     def _schema_of(self, table: str) -> pa.Schema:
         """The columns of a table this run has no file of (one that --overwrite empties): its own."""

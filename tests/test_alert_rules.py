@@ -166,3 +166,22 @@ def test_every_dashboard_query_is_valid_promql_on_metrics_kwsniff_serves(tmp_pat
     assert {n for n in in_rules if not known(n, served) and not known(n, PENDING_METRICS)} == set()
     # Nothing is listed as pending that metrics.py already serves.
     assert PENDING_METRICS & served == set()
+
+
+def test_the_dashboard_panels_have_unique_ids_and_query_the_chosen_data_source() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    for name in ("instance", "group", "client_id"):
+        assert variables[name]["allValue"] == ".*", name
+    for panel in dashboard["panels"]:
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${datasource}", panel["title"]
+            # Every query is narrowed to the chosen captures.
+            assert 'instance=~"$instance"' in target["expr"], panel["title"]

@@ -112,3 +112,33 @@ def test_statuses_are_judged_at_most_once_per_five_seconds_of_packet_time() -> N
     assert stats.take_pending().statuses == []
     stats.row("partitions", produce(30 * RATE + 49, RATE))  # 5 s later
     assert [s[2] for s in stats.take_pending().statuses] == ["STALL"]
+
+
+def test_a_shorter_window_stops_a_group_that_many_seconds_after_its_last_commit() -> None:
+    # `capture --group-status-seconds 5`: the same keeping-up group as above, STOP 5 s after its
+    # last commit instead of 60 s.
+    window = 5 * S
+    lag = run(61, lambda second: second * RATE, LagTracker(max_partitions=10, status_window=window))
+    last = acked(600, RATE)
+    for i in range(610, 700):
+        lag.row(produce(i, RATE))
+        assert status(lag) == ("OK" if acked(i, RATE) - last <= window else "STOP"), i
+    assert status(lag) == "STOP"
+
+
+def test_requests_of_a_removed_version_are_counted_per_client_api_version_and_release() -> None:
+    stats = LiveStats(collect_pending=True)
+    old = {"api_name": "Produce", "api_key": 0, "api_version": 2, "removed_in": "4.0", "client_id": "legacy"}
+    for row in (old, old, {**old, "client_id": None}, {**old, "api_version": 3, "removed_in": None}):
+        stats.row("requests", row)
+    metrics = Metrics()
+    metrics.update(CaptureCounters(), stats.take_pending(), 0)
+    values = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in generate_latest(metrics.registry).decode().splitlines()
+        if line.startswith("kwsniff_client_removed_version_requests_total")
+    }
+    assert values == {
+        'kwsniff_client_removed_version_requests_total{api="Produce",api_version="2",client_id="legacy",removed_in="4.0"}': 2.0,
+        'kwsniff_client_removed_version_requests_total{api="Produce",api_version="2",client_id="",removed_in="4.0"}': 1.0,
+    }

@@ -14,7 +14,8 @@
 #     record loop (kwsniff/tls/_records.c) in place, with gcc and the Python headers (Debian: gcc,
 #     python3-dev for its own python3); the record loop loads libcrypto.so.3 (libssl3) at import.
 # tshark and editcap decrypt TLS as the TLS tests' oracle. Debian's prometheus server scrapes a live
-# capture's metrics in tests/test_metrics_prometheus.py. Run the tests with `.venv/bin/python -m pytest`.
+# capture's metrics in tests/test_metrics_prometheus.py, with the shipped alert rules and Debian's
+# prometheus-alertmanager in tests/test_alerts_prometheus.py. Run the tests with `.venv/bin/python -m pytest`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,12 +61,15 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 PATH="$PATH:/usr/sbin:/sbin" command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v tcpreplay >/dev/null 2>&1 || missing+=(tcpreplay)
 PATH="$PATH:/usr/sbin:/sbin" command -v ethtool >/dev/null 2>&1 || missing+=(ethtool)
-# A real Prometheus server scrapes `capture --metrics-port` in tests/test_metrics_prometheus.py.
-command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+# A real Prometheus server scrapes `capture --metrics-port` in tests/test_metrics_prometheus.py; its
+# promtool checks and unit-tests the shipped alert rules (tests/test_alert_rules.py), and a real
+# Alertmanager posts the alerts they fire to a webhook in tests/test_alerts_prometheus.py.
+{ command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; } || missing+=(prometheus)
+command -v prometheus-alertmanager >/dev/null 2>&1 || missing+=(prometheus-alertmanager)
 if [ ${#missing[@]} -gt 0 ]; then
   apt_install "${missing[@]}"
 else
-  step "Debian packages: all present (tcpdump, openssl, redis-server, memcached, java, tshark, postgresql, iproute2, ethtool, tcpreplay, chromium, prometheus)"
+  step "Debian packages: all present (tcpdump, openssl, redis-server, memcached, java, tshark, postgresql, iproute2, ethtool, tcpreplay, chromium, prometheus, prometheus-alertmanager)"
 fi
 if [ ! -x .venv/bin/python ]; then
   step "python3 -m venv .venv ($(command -v python3), $(python3 -V 2>&1))"

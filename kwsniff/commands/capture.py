@@ -32,6 +32,7 @@ from kwsniff.defaults import DEFAULT_BROKER_PORT, DEFAULT_METRICS_MAX_SERIES
 from kwsniff.memory import QUEUE, MemoryBudget
 from kwsniff.pipeline.run import capture_result
 from kwsniff.tables import DEFAULT_TABLES
+from kwsniff.view.group_status import STATUS_WINDOW
 from kwsniff.view.screen import log_line, render
 from kwsniff.view.stats import LiveStats, add_view_evictions
 from kwsniff.view.summary import print_capture_line, print_summary
@@ -123,6 +124,14 @@ def default_filter(ports: frozenset[int], tunnels: dict | None = None) -> str:
     "--memory-limit, are dropped and counted in kwsniff_metrics_series_dropped_total.",
 )
 @click.option("--metrics-addr", default="127.0.0.1", show_default=True, help="Address of the metrics server.")
+@click.option(
+    "--group-status-seconds",
+    type=seconds(zero=False),
+    default=STATUS_WINDOW / 1_000_000,
+    show_default=True,
+    help="Window of kwsniff_consumer_group_status: a group behind with no commit for this long is STOP; "
+    "STALL and WARN are judged on the commits of the last this long (packet time).",
+)
 @idle_timeout_option("Close connections silent this long (seconds; 0: never), so their rows are written.")
 @click.option(
     "--max-frame-size", type=BYTE_SIZE, default=100 * 1024 * 1024, show_default="100MiB", hidden=True
@@ -151,6 +160,7 @@ def capture(
     metrics_port: int | None,
     metrics_max_series: int,
     metrics_addr: str,
+    group_status_seconds: float,
     idle_timeout: float,
     max_frame_size: int,
     quiet: bool,
@@ -198,6 +208,7 @@ def capture(
     # The live view's totals and the metrics' series are held in the view pool of this budget; the
     # sessions have budgets of their own, of the same limit (each worker's of its part of it).
     budget = MemoryBudget(decoding.memory_limit)
+    status_window = round(group_status_seconds * 1_000_000)
     metrics = None
     if metrics_port is not None:
         metrics = Metrics(metrics_max_series, budget)
@@ -237,12 +248,13 @@ def capture(
             budget.cap(QUEUE) // workers,
             budget,
             metrics,
+            status_window,
             quiet,
             functools.partial(_watch, iface, duration=duration, quiet=quiet),
         )
         sys.exit(code)
     live = LiveCapture(handle, count or 0, queue_bytes=budget.cap(QUEUE))
-    stats = LiveStats(collect_pending=metrics is not None, budget=budget)
+    stats = LiveStats(collect_pending=metrics is not None, budget=budget, status_window=status_window)
     # Clients append a connection's secrets as it opens: the key log is followed as it grows.
     options = session_options(
         decoding,

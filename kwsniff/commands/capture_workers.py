@@ -34,10 +34,12 @@ def capture_with_workers(
     queue_bytes: int,
     budget: MemoryBudget,
     metrics: Metrics | None,
+    status_window: int,
     quiet: bool,
     watch: Callable[..., None],
 ) -> int:
-    """Runs the capture until a signal, --duration or a failure; the exit status."""
+    """Runs the capture until a signal, --duration or a failure; the exit status. The groups'
+    statuses are judged over ``status_window`` µs (kwsniff.view.group_status)."""
     if run.write_pcap is not None:
         # The period files are made by the coordinator later: a folder it cannot write is refused now.
         try:
@@ -64,7 +66,7 @@ def capture_with_workers(
             )
             for i in range(workers)
         ]
-        stats = LiveStats(collect_pending=metrics is not None, budget=budget)
+        stats = LiveStats(collect_pending=metrics is not None, budget=budget, status_window=status_window)
         pool = WorkerPool(specs, output, run.rotate_s, stats, metrics)
         # Set before the workers start: a Ctrl-C while they open their sockets stops them cleanly.
         stop = stop_on_signals()

@@ -64,6 +64,9 @@ VIEW_FIELDS = {
         "client_id",
         "broker_ip",
         "broker_port",
+        # A version some Kafka release refuses (kwsniff_client_removed_version_requests_total).
+        "api_version",
+        "removed_in",
     ),
     "errors": ("error_name", "error_code"),
     # Bytes and records per topic, and what the lag follows (kwsniff.view.lag).

@@ -3,9 +3,9 @@ docs/live-capture.md "Group status", judged from what kwsniff.view.lag holds and
 exchanges, with the capture's packet times as the clock.
 
 Per partition, first match wins (a partition whose lag is unknown says nothing):
-- STOP: behind (lag > 0) and no commit for STATUS_WINDOW;
-- STALL: behind, and every commit of the last STATUS_WINDOW (two at least) named the same offset;
-- WARN: behind, and the lag in records rose at every commit of the last STATUS_WINDOW (three at
+- STOP: behind (lag > 0) and no commit for the window (STATUS_WINDOW, `capture --group-status-seconds`);
+- STALL: behind, and every commit of the last window (two at least) named the same offset;
+- WARN: behind, and the lag in records rose at every commit of the last window (three at
   least, of the last KEPT_COMMITS at most): consuming, slower than the producers;
 - OK: anything else.
 A group on a topic is its worst partition (STOP, STALL, WARN, OK), or LEFT when the last thing the
@@ -26,17 +26,21 @@ LEAVES = frozenset({"leave", "static_leave"})
 
 
 def partition_state(
-    commits: deque[tuple[int, int, int | None]], offset_lag: int | None, now: int
+    commits: deque[tuple[int, int, int | None]],
+    offset_lag: int | None,
+    now: int,
+    window: int = STATUS_WINDOW,
 ) -> str | None:
     """The state of one group on one partition at ``now`` (µs) from its latest commits (time,
-    offset, lag in records then) and its lag now; None when the lag is unknown."""
+    offset, lag in records then) and its lag now, over the last ``window`` µs; None when the lag is
+    unknown."""
     if offset_lag is None or not commits:
         return None
     if offset_lag <= 0:
         return OK
-    if now - commits[-1][0] > STATUS_WINDOW:
+    if now - commits[-1][0] > window:
         return STOP
-    recent = [c for c in commits if now - c[0] <= STATUS_WINDOW]
+    recent = [c for c in commits if now - c[0] <= window]
     if len(recent) >= 2 and len({offset for _ts, offset, _lag in recent}) == 1:
         return STALL
     lags = [lag for _ts, _offset, lag in recent]

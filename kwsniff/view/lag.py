@@ -32,7 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from kwsniff.defaults import int64_or_none
-from kwsniff.view.group_status import KEPT_COMMITS, LEFT, GroupActivity, partition_state, worst
+from kwsniff.view.group_status import (
+    KEPT_COMMITS,
+    LEFT,
+    STATUS_WINDOW,
+    GroupActivity,
+    partition_state,
+    worst,
+)
 from kwsniff.view.offset_times import MAX_POINTS, OffsetTimes
 
 PRODUCE, FETCH, OFFSET_COMMIT, OFFSET_FETCH = 0, 1, 8, 9
@@ -108,12 +115,15 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
     figures moved. ``max_partitions`` bounds the partitions followed (new ones past it are refused
     and counted in ``refused``); the groups per partition are bounded by the caller's series cap."""
 
-    def __init__(self, max_partitions: int, max_points: int = MAX_POINTS) -> None:
+    def __init__(
+        self, max_partitions: int, max_points: int = MAX_POINTS, status_window: int = STATUS_WINDOW
+    ) -> None:
         super().__init__(
             max_partitions,
             lambda topic, partition: PartitionLog(topic, partition, times=OffsetTimes(max_points)),
         )
         self.max_points = max_points
+        self.status_window = status_window  # µs (kwsniff.view.group_status)
         self.lags: dict[Key, GroupLag] = {}
         self.activity = GroupActivity()
         self.now = 0  # the latest packet time of a row followed: the status's clock
@@ -131,7 +141,7 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
         judged: dict[tuple[str, str], tuple[list[str], int]] = {}
         for (group, topic, _partition), lag in self.lags.items():
             states, last = judged.setdefault((group, topic), ([], lag.commit_ts))
-            state = partition_state(lag.commits, lag.offset_lag, self.now)
+            state = partition_state(lag.commits, lag.offset_lag, self.now, self.status_window)
             if state is not None:
                 states.append(state)
             judged[(group, topic)] = (states, max(last, lag.commit_ts))

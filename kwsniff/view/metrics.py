@@ -43,6 +43,7 @@ _SHAPES = {
     "replication": (1_500, 2),
     "group": (1_500, 2),
     "status": (4_900, 6),  # a gauge per state and the last commit's
+    "removed": (700, 2),
 }
 LINE_COST = 100
 # API and error names a Kafka release defines: a fixed set, always made. Names made of a number the
@@ -165,6 +166,13 @@ class Metrics:
             buckets=LATENCY_BUCKETS_S,
             registry=r,
         )
+        self.removed_versions = Counter(
+            "kwsniff_client_removed_version_requests",
+            "Requests of an API version some Apache Kafka release refuses (removed_in: the first, e.g."
+            ' 4.0 for KIP-896); client_id "" when the request named none; docs/upgrade.md',
+            ["client_id", "api", "api_version", "removed_in"],
+            registry=r,
+        )
         self.packets = Counter("kwsniff_packets", "Packets captured", registry=r)
         self.bytes = Counter("kwsniff_captured_bytes", "Bytes of packets captured", registry=r)
         self.kernel_drops = Counter(
@@ -220,7 +228,7 @@ class Metrics:
         self.if_drops.inc(max(0, counters.if_drops - last.if_drops))
         self.queue_drops.inc(counters.queue_drops - last.queue_drops)
         self._last = counters
-        requests, errors, topics, lags, joins, replication, statuses = pending
+        requests, errors, topics, lags, joins, replication, statuses, removed = pending
         allowed = self._allowed
         for api, broker, latency_s in requests:
             if api not in _KNOWN_APIS:
@@ -245,6 +253,10 @@ class Metrics:
                 )
                 records_of.labels(topic).inc(records)
                 bytes_of.labels(topic).inc(record_bytes)
+        for client, api, version, removed_in in removed:
+            refused = (bounded_label(client), bounded_label(api), str(version), removed_in)
+            if allowed("removed", refused):
+                self.removed_versions.labels(*refused).inc()
         self._group_lags(lags)
         self._lags("replication", replication, self.replication_records, self.replication_seconds)
         for group, topic, state, last_commit_us in statuses:

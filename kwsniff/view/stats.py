@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from kwsniff.memory import TOTAL_COST, VIEW, MemoryBudget
 from kwsniff.rows import RowSink
+from kwsniff.view.group_status import STATUS_WINDOW
 from kwsniff.view.lag import LagTracker
 from kwsniff.view.replication import ReplicationTracker
 
@@ -68,10 +69,13 @@ class Pending(NamedTuple):
     replication: list[tuple[tuple[int, str, int], int | None, float | None]]
     # (group, topic, state, latest commit µs) of every group followed (kwsniff.view.group_status)
     statuses: list[tuple[str, str, str, int]]
+    # (client id or "", api, version, first release refusing it) per request of a version some
+    # Apache Kafka release refuses (requests.removed_in, docs/upgrade.md)
+    removed: list[tuple[str, str, int, str]]
 
 
 def no_pending() -> Pending:
-    return Pending([], [], [], [], [], [], [])
+    return Pending([], [], [], [], [], [], [], [])
 
 
 JOIN_GROUP = 11
@@ -94,7 +98,12 @@ class LiveStats:
     forgotten until they hold 7/8 of it, and counted (docs/memory.md). The view ranks the largest,
     which stay."""
 
-    def __init__(self, collect_pending: bool = False, budget: MemoryBudget | None = None) -> None:
+    def __init__(
+        self,
+        collect_pending: bool = False,
+        budget: MemoryBudget | None = None,
+        status_window: int = STATUS_WINDOW,
+    ) -> None:
         self.lock = threading.Lock()
         self.collect_pending = collect_pending
         self.window = Window()
@@ -104,7 +113,8 @@ class LiveStats:
         # Per-batch deltas for the metrics.
         self.pending = no_pending()
         # Consumer-group lag as the rows come (the metrics' lag gauges), when metrics are served.
-        self.lag = LagTracker(MAX_LAG_PARTITIONS) if collect_pending else None
+        # The groups' statuses are judged over status_window µs (`capture --group-status-seconds`).
+        self.lag = LagTracker(MAX_LAG_PARTITIONS, status_window=status_window) if collect_pending else None
         self.judged_at: int | None = None  # the packet time of the last status sweep
         # Followers' replication lag (the metrics' replication gauges), the same bound on partitions.
         self.replication = ReplicationTracker(MAX_LAG_PARTITIONS) if collect_pending else None
@@ -131,6 +141,10 @@ class LiveStats:
                     ip = get("broker_ip")
                     broker = None if ip is None else f"{ip}:{get('broker_port')}"
                     self.pending.requests.append((api, broker, None if latency is None else latency / 1000))
+                    removed_in, version = get("removed_in"), get("api_version")
+                    if removed_in is not None and version is not None:
+                        client = get("client_id") or ""
+                        self.pending.removed.append((client, api, version, removed_in))
         elif table == "errors":
             # Counted like the table counts them, so the view never disagrees with it.
             error = get("error_name") or f"error_{get('error_code')}"

@@ -18,6 +18,10 @@ from kwsniff import __version__
 # name -> (module, the command's one-line help as `kwsniff --help` shows it)
 COMMANDS = {
     "capture": ("kwsniff.commands.capture", "Capture Kafka traffic on IFACE into Parquet tables under..."),
+    "convert": (
+        "kwsniff.commands.convert",
+        "Make the directory dataset OUT (written by `read`, `capture`...",
+    ),
     "read": ("kwsniff.commands.read", "Decode CAPTURES (pcap, pcapng, optionally gzipped; `-` for..."),
     "report": ("kwsniff.commands.report", "Fleet report over TABLES (the --out of `kwsniff read` or..."),
     "show": ("kwsniff.commands.show", "Print every request and response of CAPTURE with every decoded..."),

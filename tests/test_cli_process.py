@@ -41,6 +41,7 @@ def test_help_imports_neither_numpy_nor_pandas_nor_pyarrow() -> None:
     )
     assert [line.split()[0] for line in done.stdout.split("Commands:")[1].splitlines() if line] == [
         "capture",
+        "convert",
         "read",
         "report",
         "show",

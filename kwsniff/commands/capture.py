@@ -17,6 +17,7 @@ import click
 from kwsniff import codecache
 from kwsniff.capture.live import CaptureCounters, LiveCapture, LiveCaptureError, open_interface
 from kwsniff.commands import messages
+from kwsniff.commands.fields import options_of
 from kwsniff.commands.options import (
     BYTE_SIZE,
     PORT,
@@ -27,7 +28,9 @@ from kwsniff.commands.options import (
     session_options,
 )
 from kwsniff.commands.signals import stop_on_signals
-from kwsniff.commands.values import BoundedInt, seconds
+from kwsniff.commands.values import BoundedInt, Checked, seconds
+from kwsniff.core.options import ReadOptions
+from kwsniff.core.values import out_location
 from kwsniff.defaults import DEFAULT_BROKER_PORT, DEFAULT_METRICS_MAX_SERIES
 from kwsniff.memory import QUEUE, MemoryBudget
 from kwsniff.pipeline.run import capture_result
@@ -71,10 +74,15 @@ def default_filter(ports: frozenset[int], tunnels: dict | None = None) -> str:
 @click.command()
 @click.argument("iface")
 @click.option(
-    "--out", "-o", type=click.Path(path_type=Path), required=True, help="Directory of the datasets."
+    "--out",
+    "-o",
+    type=Checked(out_location, "path|uri"),
+    required=True,
+    help="Directory of the datasets, or Delta tables at s3://bucket/prefix or file:///path (docs/delta.md).",
 )
 @click.option("--overwrite", is_flag=True, help="Replace the dataset already in --out.")
 @click.option("--append", is_flag=True, help="Add to the dataset already in --out.")
+@options_of(ReadOptions, "host", "storage_option")
 # Unlike `read`, the kernel filter decides what reaches the decoder: by default only broker ports, so
 # auto-detection of other ports sees traffic only under a wider --filter.
 @click.option(
@@ -145,7 +153,9 @@ def default_filter(ports: frozenset[int], tunnels: dict | None = None) -> str:
 )
 def capture(
     iface: str,
-    out: Path,
+    out: Path | str,
+    host: str | None,
+    storage_option: tuple[tuple[str, str], ...],
     overwrite: bool,
     append: bool,
     broker_port: tuple[int, ...],
@@ -168,8 +178,9 @@ def capture(
 ) -> None:
     """Capture Kafka traffic on IFACE into Parquet tables under --out, until Ctrl-C (or --duration/--count)."""
     # pyarrow and prometheus_client only when a capture starts: `kwsniff --help` stays light.
+    from kwsniff.core.output import open_output
     from kwsniff.pipeline.run_live import LiveDecoder, LiveOptions
-    from kwsniff.sinks import ExistingOutput, Output, OutputError, arrow_without_pandas, stream_name
+    from kwsniff.sinks import ExistingOutput, OutputError, arrow_without_pandas, stream_name
     from kwsniff.view.metrics import Metrics
 
     arrow_without_pandas()
@@ -198,7 +209,7 @@ def capture(
     try:
         # Each rotation period is committed whole (docs/datasets.md), the first replacing the old
         # dataset under --overwrite: a capture that fails to start leaves --out as it was.
-        output = Output(out, existing)
+        output = open_output(out, existing, host=host, storage_options=storage_option)
     except OutputError as err:
         handle.close()
         messages.error(str(err))
@@ -353,7 +364,7 @@ def _watch(
 
 
 def _summary(
-    name: str, live: LiveCapture, decoder: LiveDecoder, stats: LiveStats, out: Path, seconds: float
+    name: str, live: LiveCapture, decoder: LiveDecoder, stats: LiveStats, out: Path | str, seconds: float
 ) -> None:
     c = live.snapshot()
     assert decoder.result is not None

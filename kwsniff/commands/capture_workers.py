@@ -18,6 +18,7 @@ from kwsniff.pipeline.run import CaptureResult
 from kwsniff.pipeline.run_workers import WorkerPool, fanout_group, merge_results
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.sinks.dataset import Output
+from kwsniff.sinks.delta_output import DeltaOutput
 from kwsniff.view.metrics import Metrics
 from kwsniff.view.stats import LiveStats, add_view_evictions
 from kwsniff.view.summary import print_capture_line, print_summary
@@ -26,7 +27,7 @@ from kwsniff.view.summary import print_capture_line, print_summary
 def capture_with_workers(
     run: WorkerRun,
     workers: int,
-    output: Output,
+    output: Output | DeltaOutput,
     name: str,
     tables: tuple[str, ...],
     session: SessionOptions,
@@ -99,6 +100,6 @@ def capture_with_workers(
     return 1 if pool.errors else 0
 
 
-def _summary(result: CaptureResult, pool: WorkerPool, out: Path) -> None:
+def _summary(result: CaptureResult, pool: WorkerPool, out: Path | str) -> None:
     print_summary(result, out, dict(pool.counts))
     print_capture_line(pool.snapshot(), pool.seq, pool.per_worker())

@@ -19,6 +19,7 @@ from kwsniff.memory import ROWS, MemoryBudget
 from kwsniff.pipeline.loop import fed, linked, to_end
 from kwsniff.pipeline.session import Session, SessionOptions, SessionStats
 from kwsniff.sinks.dataset import Output
+from kwsniff.sinks.delta_output import DeltaOutput
 from kwsniff.sinks.rotating import RotatingSink
 from kwsniff.view.metrics import Metrics
 from kwsniff.view.stats import LiveStats, StatsSink
@@ -28,7 +29,7 @@ EXPIRE_EVERY_S = 5.0  # how often idle connections are looked for
 
 @dataclass
 class LiveOptions:
-    out: Path | Output  # an Output: each period committed whole
+    out: Path | Output | DeltaOutput  # an output: each period committed whole
     name: str
     tables: tuple[str, ...]
     rotate_s: float

@@ -41,6 +41,7 @@ from kwsniff.pipeline.live_worker import WorkerSpec, worker_main
 from kwsniff.pipeline.run import CaptureResult
 from kwsniff.rows.brokers import merged_disputes
 from kwsniff.sinks.dataset import Output, OutputError
+from kwsniff.sinks.delta_output import DeltaOutput
 from kwsniff.view.metrics import Metrics
 from kwsniff.view.stats import LiveStats
 
@@ -66,7 +67,7 @@ class WorkerPool:
     def __init__(
         self,
         specs: list[WorkerSpec],
-        output: Output,
+        output: Output | DeltaOutput,
         rotate_s: float,
         stats: LiveStats,
         metrics: Metrics | None = None,

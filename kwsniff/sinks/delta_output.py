@@ -28,7 +28,7 @@ from kwsniff.tables.names import SUMMARIES, TABLES
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from kwsniff.sinks.delta import StagedFile
+    from kwsniff.sinks.delta import DeltaTableWriter, StagedFile
 
 # Tables committed in this order: `captures` last (a run is whole once its captures rows are there).
 COMMIT_ORDER = (*(t for t in TABLES if t != "captures"), *SUMMARIES, "captures")
@@ -62,6 +62,7 @@ class DeltaOutput:
                 "use --overwrite to replace them or --append to add to them"
             )
         self._held = held
+        self._writers: dict[str, DeltaTableWriter] = {}
         self._stage: Path | None = Path(tempfile.mkdtemp(prefix="kwsniff-delta-stage-"))
 
     def _held_tables(self) -> list[str]:
@@ -102,12 +103,12 @@ class DeltaOutput:
         stage = self.stage
         overwrite = self.existing is ExistingOutput.OVERWRITE and not self.commits
         # `--append`: an input read again replaces its own rows (its `capture`, this host's).
-        again = self.existing is ExistingOutput.APPEND and not self.commits
+        replacing = self.existing is ExistingOutput.APPEND and not self.commits
         try:
             for table in COMMIT_ORDER:
                 # `spark` stages its files under date=YYYY-MM-DD/ directories: found at any depth.
                 files = sorted((stage / table).rglob("*.parquet")) if (stage / table).is_dir() else []
-                if again and files and table in self._held and self._replace(table, files):
+                if replacing and files and table in self._held and self._replace(table, files):
                     continue
                 if files or (overwrite and table in self._held):
                     self._commit_table(table, files, overwrite)
@@ -126,8 +127,12 @@ class DeltaOutput:
 
         from kwsniff.sinks.delta import DeltaTableWriter
 
-        schema = pq.read_schema(files[0]) if files else self._schema_of(table)
-        writer = DeltaTableWriter(self.location, table, schema)
+        writer = self._writers.get(table)
+        if writer is None:
+            # Kept for the run's later commits (a live capture's periods): each catches up with the
+            # log entries written since, instead of reading the table's log again.
+            schema = pq.read_schema(files[0]) if files else self._schema_of(table)
+            writer = self._writers[table] = DeltaTableWriter(self.location, table, schema)
         staged: list[StagedFile] = [writer.stage(f, date=file_day(f), host=self.host) for f in files]
         writer.commit(staged, overwrite=overwrite)
 

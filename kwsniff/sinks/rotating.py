@@ -15,9 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kwsniff.sinks.dataset import Output
+
+if TYPE_CHECKING:
+    from kwsniff.sinks.delta_output import DeltaOutput
 from kwsniff.sinks.parquet import ROW_BUFFER_BYTES, ParquetSink
 
 
@@ -28,7 +31,7 @@ class RotatingSink:
 
     def __init__(
         self,
-        out_dir: str | Path | Output,
+        out_dir: str | Path | Output | DeltaOutput,
         name: str,
         tables: Iterable[str],
         period_s: float,
@@ -36,8 +39,9 @@ class RotatingSink:
         on_rotate: Any = None,
         row_buffer_bytes: int = ROW_BUFFER_BYTES,
     ) -> None:
-        self.output = out_dir if isinstance(out_dir, Output) else None
-        self.out_dir = None if isinstance(out_dir, Output) else Path(out_dir)
+        # An Output or a DeltaOutput: each period committed whole; a directory: files only.
+        self.output = None if isinstance(out_dir, str | Path) else out_dir
+        self.out_dir = Path(out_dir) if isinstance(out_dir, str | Path) else None
         self.name = name
         self.tables = tuple(tables)
         self.period_s = period_s
@@ -83,7 +87,8 @@ class RotatingSink:
         staged = sink.close()
         if self.output is not None:
             self.output.commit(again=not last)
-            staged = {t: self.output.out / t / p.name for t, p in staged.items()}
+            if isinstance(self.output, Output):  # a Delta table's files get names of their own
+                staged = {t: self.output.out / t / p.name for t, p in staged.items()}
         self.files.extend(staged.values())
         for table, n in sink.counts.items():
             self.counts[table] += n

@@ -518,7 +518,11 @@ def scrape(net: ReplayNet, port: int) -> str:
 
 def seen(page: str) -> float:
     """Packets captured plus those dropped by the kernel or the queue, as the page says."""
-    names = ("kwsniff_packets_total", "kwsniff_kernel_drops_total", "kwsniff_queue_drops_total")
+    names = (
+        "kwsniff_packets_total",
+        'kwsniff_packets_dropped_total{cause="kernel"}',
+        'kwsniff_packets_dropped_total{cause="queue"}',
+    )
     return sum(float(line.split()[-1]) for line in page.splitlines() if line.split(" ")[0] in names)
 
 

@@ -207,6 +207,7 @@ def capture(
             handle.close()
             messages.error(f"--metrics-port {metrics_port}: {err.strerror or err}")
             sys.exit(1)
+        output.on_commit = metrics.committed
     # Unique even for two captures started in the same second: `<iface>-<UTC time>-<random>`.
     name = stream_name(iface)
     if workers > 1:

@@ -13,6 +13,7 @@ cut, marked and told apart by a hash (docs/live-capture.md "Metrics"), so a scra
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import time
 from typing import Any
@@ -71,6 +72,8 @@ _CLIENT_SHAPES = frozenset({"client_api", "client_error", "client_topic_io"})
 # API and error names a Kafka release defines: a fixed set, always made. Names made of a number the
 # wire gave (`Unknown(99)`, `UNKNOWN_ERROR_CODE(1234)`) are labels from the wire like a topic.
 _KNOWN_APIS = frozenset(api_names().values())
+# A batch's increments per series: (counter, its label values) -> how much.
+Increments = collections.Counter[tuple[Any, tuple[str, ...]]]
 _KNOWN_ERRORS = frozenset(error_names())
 
 
@@ -301,6 +304,7 @@ class Metrics:
             client_topic,
             registry=r,
         )
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}  # see _child
         self._workers: list[CaptureCounters] = []
         self._last = CaptureCounters()
         self.server: Any = None
@@ -347,49 +351,70 @@ class Metrics:
                 self.group_rebalanced.labels(group).set(ts_us / 1e6)
         self.connections.set(open_connections)
 
+    def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
+        """``metric.labels(*labels)``, kept: prometheus_client's lookup (a lock, label checks) cost
+        more than the update itself, once per request. Only counters and histograms, whose series
+        are never removed; as many as their series, which the caps bound."""
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def _add(self, counts: Increments) -> None:
+        """A batch's increments, added up per series, into their counters."""
+        child = self._child
+        for (metric, labels), n in counts.items():
+            child(metric, labels).inc(n)
+
     def _requests(self, requests: Any) -> None:
         """Each request: counted and its latency observed per API, per API and broker, per client."""
-        allowed = self._allowed
+        allowed, child = self._allowed, self._child
+        counts: Increments = collections.Counter()
         for api, broker, latency_s, client_id in requests:
             known = api in _KNOWN_APIS
             if not known:
                 api = bounded_label(api)
                 if not allowed("api", (api,)):
                     continue
-            self.requests.labels(api).inc()
+            counts[(self.requests, (api,))] += 1
             if latency_s is not None:
-                self.latency.labels(api).observe(latency_s)
+                child(self.latency, (api,)).observe(latency_s)
                 if broker is not None and allowed("broker_latency", (api, broker)):
-                    self.broker_latency.labels(api, broker).observe(latency_s)
+                    child(self.broker_latency, (api, broker)).observe(latency_s)
             # Per client, only the APIs Kafka defines: one the wire names by number is counted
             # above, and a client sending thousands of them would take a histogram each.
-            client = client_label(client_id)
-            if known and allowed("client_api", (client, api)):
-                self.client_requests.labels(client, api).inc()
+            labels = (client_label(client_id), api)
+            if known and allowed("client_api", labels):
+                counts[(self.client_requests, labels)] += 1
                 if latency_s is not None:
-                    self.client_latency.labels(client, api).observe(latency_s)
+                    child(self.client_latency, labels).observe(latency_s)
+        self._add(counts)
 
     def _errors(self, errors: Any) -> None:
         """Each `errors` row by its name; those not expected (kwsniff.protocol.EXPECTED_ERRORS) also
         per client, API and error."""
         allowed = self._allowed
+        counts: Increments = collections.Counter()
         for error, api, client_id, expected in errors:
             known = error in _KNOWN_ERRORS
             if not known:
                 error = bounded_label(error)
                 if not allowed("error", (error,)):
                     continue
-            self.errors.labels(error).inc()
+            counts[(self.errors, (error,))] += 1
             # Per client, like requests, only codes and APIs Kafka defines.
             if known and not expected and api in _KNOWN_APIS:
                 labels = (client_label(client_id), api, error)
                 if allowed("client_error", labels):
-                    self.client_errors.labels(*labels).inc()
+                    counts[(self.client_errors, labels)] += 1
+        self._add(counts)
 
     def _topics(self, topics: Any) -> None:
         """Records and bytes of each Produce request's and Fetch response's partition, per topic and
         per client and topic."""
         allowed = self._allowed
+        counts: Increments = collections.Counter()
         for topic, api, records, record_bytes, client_id in topics:
             topic = bounded_label(topic)
             produce = api == "Produce"
@@ -399,8 +424,8 @@ class Metrics:
                     if produce
                     else (self.consumed_records, self.consumed_bytes)
                 )
-                records_of.labels(topic).inc(records)
-                bytes_of.labels(topic).inc(record_bytes)
+                counts[(records_of, (topic,))] += records
+                counts[(bytes_of, (topic,))] += record_bytes
             labels = (client_label(client_id), topic)
             if allowed("client_topic_io", labels):
                 records_of, bytes_of = (
@@ -408,8 +433,9 @@ class Metrics:
                     if produce
                     else (self.client_fetched_records, self.client_fetched_bytes)
                 )
-                records_of.labels(*labels).inc(records)
-                bytes_of.labels(*labels).inc(record_bytes)
+                counts[(records_of, labels)] += records
+                counts[(bytes_of, labels)] += record_bytes
+        self._add(counts)
 
     def committed(self, at: float, duration_s: float) -> None:
         """A commit of the tables ended at ``at`` (Unix seconds) after ``duration_s``

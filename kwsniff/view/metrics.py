@@ -95,8 +95,8 @@ class Metrics:
     def __init__(
         self, max_series: int = DEFAULT_METRICS_MAX_SERIES, budget: MemoryBudget | None = None
     ) -> None:
-        # The `_created` series (each counter's and histogram's start time) double a scrape's lines
-        # for nothing an alert reads; prometheus_client turns them off for the whole process.
+        # The `_created` series (each counter's and histogram's start time) add a line to each for
+        # nothing an alert reads; prometheus_client turns them off for the whole process.
         disable_created_metrics()
         self.registry = CollectorRegistry()
         r = self.registry
@@ -319,8 +319,9 @@ class Metrics:
         pending: Pending,
         open_connections: int,
     ) -> None:
-        """One batch: capture counters (cumulative, turned into increments), the requests decoded and
-        the error codes found in their responses."""
+        """One batch: capture counters (cumulative, turned into increments; the queue's depth as it
+        is now) and the rows' figures: requests, error codes, records per topic (each also per client
+        id), lags, group statuses and joins."""
         last = self._last
         self.packets.inc(counters.captured - last.captured)
         self.bytes.inc(counters.captured_bytes - last.captured_bytes)

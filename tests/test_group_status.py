@@ -90,7 +90,7 @@ def test_the_status_gauge_has_one_series_per_state_and_the_last_commit_its_time(
         line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
         for line in generate_latest(metrics.registry).decode().splitlines()
         if line.startswith("kwsniff_consumer_group_status")
-        or "last_commit" in line
+        or line.startswith("kwsniff_consumer_group_last_commit")
         and not line.startswith("#")
     }
     assert values == {

@@ -217,11 +217,12 @@ def test_metrics_scrape_names_and_counts() -> None:
     port = free_port()
     metrics.serve(port, "127.0.0.1")
     try:
-        requests = [("Produce", "10.0.0.1:9092", 0.003), ("Fetch", "10.0.0.2:9092", 0.4)]
-        metrics.update(CaptureCounters(10, 1500, 2, 0, 1), (requests, [], [], [], [], [], [], []), 3)
+        requests = [("Produce", "10.0.0.1:9092", 0.003, "p"), ("Fetch", "10.0.0.2:9092", 0.4, None)]
+        metrics.update(CaptureCounters(10, 1500, 2, 0, 1, 4), (requests, [], [], [], [], [], [], []), 3)
+        error = ("NOT_LEADER_OR_FOLLOWER", "Produce", "p", False)
         metrics.update(
-            CaptureCounters(25, 4000, 5, 0, 1),
-            ([("Produce", "10.0.0.1:9092", 0.002)], ["NOT_LEADER_OR_FOLLOWER"], [], [], [], [], [], []),
+            CaptureCounters(25, 4000, 5, 0, 1, 0),
+            ([("Produce", "10.0.0.1:9092", 0.002, "p")], [error], [], [], [], [], [], []),
             2,
         )
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
@@ -231,8 +232,10 @@ def test_metrics_scrape_names_and_counts() -> None:
     for line in (
         "kwsniff_packets_total 25.0",
         "kwsniff_captured_bytes_total 4000.0",
-        "kwsniff_kernel_drops_total 5.0",
-        "kwsniff_queue_drops_total 1.0",
+        'kwsniff_packets_dropped_total{cause="kernel"} 5.0',
+        'kwsniff_packets_dropped_total{cause="interface"} 0.0',
+        'kwsniff_packets_dropped_total{cause="queue"} 1.0',
+        "kwsniff_queue_depth 0.0",
         'kwsniff_requests_total{api="Produce"} 2.0',
         'kwsniff_requests_total{api="Fetch"} 1.0',
         'kwsniff_errors_total{error="NOT_LEADER_OR_FOLLOWER"} 1.0',
@@ -242,6 +245,10 @@ def test_metrics_scrape_names_and_counts() -> None:
         'kwsniff_broker_request_latency_seconds_count{api="Produce",broker="10.0.0.1:9092"} 2.0',
         'kwsniff_broker_request_latency_seconds_bucket{api="Fetch",broker="10.0.0.2:9092",le="0.25"} 0.0',
         "kwsniff_open_connections 2.0",
+        'kwsniff_client_requests_total{api="Produce",client_id="p"} 2.0',
+        'kwsniff_client_requests_total{api="Fetch",client_id=""} 1.0',
+        'kwsniff_client_errors_total{api="Produce",client_id="p",error="NOT_LEADER_OR_FOLLOWER"} 1.0',
+        'kwsniff_client_request_latency_seconds_bucket{api="Fetch",client_id="",le="0.5"} 1.0',
     ):
         assert line in lines, line
     assert not re.search(r"[{,]\w*port\w*=", text)  # no label of client ports (unbounded)
@@ -369,7 +376,7 @@ def test_view_stats_from_rows() -> None:
     assert (stats.totals.produced_bytes, stats.totals.fetched_bytes) == ({"t": 1234}, {"t": 3000})
     assert stats.totals.throttled == {"c": 1}
     requests, errors, _topics, _lags, _joins, _replication, _statuses, _removed = stats.take_pending()
-    assert (len(requests), errors) == (102, ["NOT_LEADER_OR_FOLLOWER"] * 2)
+    assert (len(requests), errors) == (102, [("NOT_LEADER_OR_FOLLOWER", "Fetch", None, False)] * 2)
     assert stats.take_pending() == ([], [], [], [], [], [], [], [])
     line = log_line("lo", 10.0, window, 10.0, stats.totals, CaptureCounters(7, 700, 1, 0, 2), 3)
     assert line.startswith(

@@ -126,8 +126,8 @@ def test_a_requests_broker_label_is_its_own_broker_end_whenever_its_row_comes() 
 
 
 def test_series_past_the_cap_are_not_made_and_their_updates_counted() -> None:
-    metrics = Metrics(max_series=2)
-    topics = [(f"topic-{i}", "Produce", 1, 10) for i in range(4)]
+    metrics = Metrics(max_series=4)
+    topics = [(f"topic-{i}", "Produce", 1, 10, "c") for i in range(4)]
     metrics.update(CaptureCounters(), ([], [], topics, [], [], [], [], []), 0)
     metrics.update(
         CaptureCounters(), ([], [], topics, [(("g", "topic-0", 0), 3, 1.5, None)], [], [], [], []), 0
@@ -139,8 +139,10 @@ def test_series_past_the_cap_are_not_made_and_their_updates_counted() -> None:
         'kwsniff_produced_records_total{topic="topic-1"}',
     ]
     assert values['kwsniff_produced_records_total{topic="topic-0"}'] == 2.0
-    # Two topics twice, and the group's lag once: 5 updates of series the cap did not let in.
-    assert values["kwsniff_metrics_series_dropped_total"] == 5.0
+    # Two topics with their series of client c fill the cap: two topics twice, each with its client
+    # series, and the group's lag once: 9 updates of series the cap did not let in.
+    assert values['kwsniff_client_produced_records_total{client_id="c",topic="topic-1"}'] == 2.0
+    assert values["kwsniff_metrics_series_dropped_total"] == 9.0
     assert not any(k.startswith("kwsniff_consumer_group_lag") and "{" in k for k in values)
 
 
@@ -209,26 +211,34 @@ def test_api_and_error_labels_the_wire_names_by_number_are_under_the_series_cap(
     # 3,000 API keys and 3,000 error codes no Kafka defines (the issue's attack) against a cap of 100:
     # known APIs and errors are a fixed set and always counted; the others share the cap with topics.
     metrics = Metrics(max_series=100)
-    requests = [(f"Unknown({1_000 + i})", "10.0.0.1:9092", 0.001) for i in range(3_000)]
-    requests.append(("Produce", "10.0.0.1:9092", 0.001))
-    errors = [f"UNKNOWN_ERROR_CODE({1_000 + i})" for i in range(3_000)] + ["NOT_LEADER_OR_FOLLOWER"]
+    requests = [(f"Unknown({1_000 + i})", "10.0.0.1:9092", 0.001, "c") for i in range(3_000)]
+    requests.append(("Produce", "10.0.0.1:9092", 0.001, "c"))
+    errors = [(f"UNKNOWN_ERROR_CODE({1_000 + i})", "Produce", "c", False) for i in range(3_000)]
+    errors.append(("NOT_LEADER_OR_FOLLOWER", "Produce", "c", False))
     metrics.update(CaptureCounters(), (requests, errors, [], [], [], [], [], []), 0)
     values = scraped(metrics)
     apis = {k for k in values if k.startswith('kwsniff_requests_total{api="Unknown(')}
     codes = {k for k in values if k.startswith('kwsniff_errors_total{error="UNKNOWN_ERROR_CODE(')}
     brokers = {k for k in values if k.startswith("kwsniff_broker_request_latency_seconds_count{")}
-    # Each unknown API makes its own series, then its broker's: 50 of each fill the cap, and Produce's
-    # broker series finds it full.
-    assert (len(apis), len(brokers), len(codes)) == (50, 50, 0)
+    clients = {k for k in values if k.startswith("kwsniff_client_")}
+    # Each unknown API makes its own series, then its broker's (none per client: only the APIs and
+    # errors Kafka defines are counted per client): 50 of each fill the cap, and Produce's broker and
+    # client series find it full.
+    assert (len(apis), len(brokers), len(codes), len(clients)) == (50, 50, 0, 0)
     assert values['kwsniff_requests_total{api="Produce"}'] == 1.0
     assert values['kwsniff_errors_total{error="NOT_LEADER_OR_FOLLOWER"}'] == 1.0
-    assert values["kwsniff_metrics_series_dropped_total"] == 2_950 + 1 + 3_000
+    # 2,950 APIs, Produce's broker and client, 3,000 error codes and the known error's client.
+    assert values["kwsniff_metrics_series_dropped_total"] == 2_950 + 2 + 3_000 + 1
 
 
 def test_long_label_values_are_cut_marked_and_kept_apart() -> None:
     metrics = Metrics()
     long_a, long_b = "a" * 300 + "1", "a" * 300 + "2"
-    topics = [(long_a, "Produce", 1, 10), (long_b, "Produce", 2, 20), ("short", "Produce", 3, 30)]
+    topics = [
+        (long_a, "Produce", 1, 10, "c"),
+        (long_b, "Produce", 2, 20, "c"),
+        ("short", "Produce", 3, 30, "c"),
+    ]
     metrics.update(CaptureCounters(), ([], [], topics, [], [], [], [], []), 0)
     values = scraped(metrics)
     made = {k.split('"')[1]: v for k, v in values.items() if k.startswith("kwsniff_produced_records_total{")}
@@ -237,7 +247,8 @@ def test_long_label_values_are_cut_marked_and_kept_apart() -> None:
     assert all(
         len(k) == MAX_LABEL and k[:CUT_TO] == "a" * CUT_TO and k[CUT_TO] == "…" for k in made if k != "short"
     )
-    assert values["kwsniff_metrics_labels_cut_total"] == 2.0
+    # Two series per long topic: its own and client c's.
+    assert values["kwsniff_metrics_labels_cut_total"] == 4.0
 
 
 def test_live_totals_past_their_share_forget_the_smallest_and_count_them() -> None:

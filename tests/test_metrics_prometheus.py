@@ -1,8 +1,10 @@
 """A real Prometheus server (Debian's `prometheus`) scrapes `kwsniff capture lo --workers 2
 --metrics-port` while real confluent-kafka clients run against a real tansu broker: the consumer
 group's lag in records, as PromQL reads it, equals what the clients did (records the producer's
-delivery reports acknowledged after the group's last commit), and the produced-records counter equals
-the records acknowledged. The oracle is the clients' own record; kwsniff's tables are not read."""
+delivery reports acknowledged after the group's last commit), the produced-records counter equals
+the records acknowledged, per topic and per client id, the consumer's fetched records and its one
+commit are its client id's, and no `_created` series is scraped. The oracle is the clients' own
+record; kwsniff's tables are not read."""
 
 from __future__ import annotations
 
@@ -150,6 +152,32 @@ def test_prometheus_scrapes_the_groups_lag_and_the_produced_records(tmp_path: Pa
             # The high watermark the last acknowledgement says, less the group's committed offset.
             wait_until(lambda: value_of(prometheus_port, lag) == acked - committed, lag, SCRAPE_TIMEOUT_S)
             wait_until(lambda: value_of(prometheus_port, produced) == acked, produced, SCRAPE_TIMEOUT_S)
+            # Per client id (the workers relay each row's client id to the coordinator). The one
+            # consumer's fetched records are the topic's: a Fetch response carries whole batches,
+            # so a batch the consumer had begun is counted again when fetched again.
+            client_produced = (
+                f'kwsniff_client_produced_records_total{{client_id="metrics-producer",topic="{TOPIC}"}}'
+            )
+            wait_until(
+                lambda: value_of(prometheus_port, client_produced) == acked, client_produced, SCRAPE_TIMEOUT_S
+            )
+            fetched = f'kwsniff_fetched_records_total{{topic="{TOPIC}"}}'
+            client_fetched = (
+                f'kwsniff_client_fetched_records_total{{client_id="metrics-consumer",topic="{TOPIC}"}}'
+            )
+
+            def fetched_counts() -> tuple[float | None, float | None]:
+                at = time.time()
+                return value_of(prometheus_port, fetched, at), value_of(prometheus_port, client_fetched, at)
+
+            wait_until(
+                lambda: (n := fetched_counts())[0] == n[1] and (n[1] or 0) >= FIRST,
+                client_fetched,
+                SCRAPE_TIMEOUT_S,
+            )
+            commits = 'kwsniff_client_requests_total{client_id="metrics-consumer",api="OffsetCommit"}'
+            wait_until(lambda: value_of(prometheus_port, commits) == 1.0, commits, SCRAPE_TIMEOUT_S)
+            assert query(prometheus_port, '{__name__=~".+_created"}') == []
             # The committed offset was produced by the later records: their age at the latest event
             # the capture saw, at most what the test's clock says has passed since it produced them.
             seconds = value_of(prometheus_port, lag.replace("_records", "_seconds"))

@@ -89,6 +89,7 @@ class CaptureCounters:
     kernel_drops: int = 0  # libpcap ps_drop: dropped by the kernel (ring full)
     if_drops: int = 0  # libpcap ps_ifdrop: dropped by the interface or driver
     queue_drops: int = 0  # read from the kernel but dropped because the decoder fell behind
+    queued_batches: int = 0  # batches waiting in the queue for the decoder now: a level, not a count
 
 
 def _interfaces() -> list[str]:
@@ -238,7 +239,9 @@ class LiveCapture:
         """The counters now (kernel drops read from libpcap), safe from any thread."""
         with self._lock:
             c = self.counters
-            return CaptureCounters(c.captured, c.captured_bytes, c.kernel_drops, c.if_drops, c.queue_drops)
+            return CaptureCounters(
+                c.captured, c.captured_bytes, c.kernel_drops, c.if_drops, c.queue_drops, self.queue.qsize()
+            )
 
     def _run(self) -> None:
         handle = self.handle

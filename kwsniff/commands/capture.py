@@ -127,9 +127,10 @@ def default_filter(ports: frozenset[int], tunnels: dict | None = None) -> str:
     type=BoundedInt(1),
     default=DEFAULT_METRICS_MAX_SERIES,
     show_default=True,
-    help="Most metric series whose labels come from the wire (broker, topic, group, partition, an API "
-    "or error code no Kafka release names); updates past it, or past the metrics' share of "
-    "--memory-limit, are dropped and counted in kwsniff_metrics_series_dropped_total.",
+    help="Most metric series whose labels come from the wire (broker, topic, group, partition, client "
+    "id, an API or error code no Kafka release names; client ids at most half); updates past it, or "
+    "past the metrics' share of --memory-limit, are dropped and counted in "
+    "kwsniff_metrics_series_dropped_total.",
 )
 @click.option("--metrics-addr", default="127.0.0.1", show_default=True, help="Address of the metrics server.")
 @click.option(
@@ -229,6 +230,7 @@ def capture(
             handle.close()
             messages.error(f"--metrics-port {metrics_port}: {err.strerror or err}")
             sys.exit(1)
+        output.on_commit = metrics.committed
     # Unique even for two captures started in the same second: `<iface>-<UTC time>-<random>`.
     name = stream_name(iface)
     if workers > 1:

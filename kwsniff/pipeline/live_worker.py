@@ -68,7 +68,8 @@ VIEW_FIELDS = {
         "api_version",
         "removed_in",
     ),
-    "errors": ("error_name", "error_code"),
+    # The metrics' per-client errors: by API and client, apart from the expected codes.
+    "errors": ("error_name", "error_code", "api_name", "api_key", "client_id"),
     # Bytes and records per topic, and what the lag follows (kwsniff.view.lag).
     "partitions": (
         "api_name",
@@ -86,6 +87,7 @@ VIEW_FIELDS = {
         "committed_offset",
         "ts_request",
         "ts_response",
+        "client_id",  # the metrics' per-client records and bytes
         # Followers' fetches for the replication lag (kwsniff.view.replication).
         "fetch_offset",
         "replica_id",

@@ -13,7 +13,14 @@ from kwsniff.protocol.decode import (
     schema_triples,
 )
 from kwsniff.protocol.decode_error import DecodeError
-from kwsniff.protocol.error_codes import error_label, error_name, error_names, error_retriable
+from kwsniff.protocol.error_codes import (
+    EXPECTED_ERRORS,
+    error_expected,
+    error_label,
+    error_name,
+    error_names,
+    error_retriable,
+)
 from kwsniff.protocol.headers import (
     api_name,
     api_names,
@@ -28,6 +35,7 @@ from kwsniff.protocol.headers import (
 from kwsniff.protocol.releases import magic_removed_in, removed_in
 
 __all__ = [
+    "EXPECTED_ERRORS",
     "DecodeError",
     "api_name",
     "api_names",
@@ -36,6 +44,7 @@ __all__ = [
     "decode_request_view",
     "decode_response_view",
     "decode_response",
+    "error_expected",
     "error_label",
     "error_name",
     "error_names",

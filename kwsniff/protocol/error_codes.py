@@ -45,3 +45,28 @@ def error_label(code: int) -> str:
 def error_retriable(code: int) -> bool:
     """Whether Kafka marks the error retriable (unknown codes are not)."""
     return code in _RETRIABLE
+
+
+# Codes a healthy client meets in its normal handshakes, apart from real failures (error code ->
+# the API keys it is expected on, or None: on any API). MEMBER_ID_REQUIRED (79) answers a first
+# JoinGroup v4+ (KIP-394); REBALANCE_IN_PROGRESS (27) tells members to rejoin (Heartbeat, SyncGroup,
+# OffsetCommit); UNSUPPORTED_VERSION (35) answers an ApiVersions newer than the broker's (KIP-511);
+# FETCH_SESSION_ID_NOT_FOUND (70) restarts a fetch session (KIP-227); NOT_COORDINATOR (16) and
+# COORDINATOR_LOAD_IN_PROGRESS (14) send a client to look the coordinator up again. The report's
+# `errors` section and the per-client error metric both judge by this one table.
+EXPECTED_ERRORS: dict[int, frozenset[int] | None] = {
+    79: frozenset({11}),
+    27: frozenset({8, 12, 14}),
+    35: frozenset({18}),
+    70: frozenset({1}),
+    14: None,
+    16: None,
+}
+
+
+def error_expected(code: int | None, api_key: int | None) -> bool:
+    """Whether error ``code`` answering API ``api_key`` is one of EXPECTED_ERRORS."""
+    if code not in EXPECTED_ERRORS:
+        return False
+    apis = EXPECTED_ERRORS[code]
+    return apis is None or api_key in apis

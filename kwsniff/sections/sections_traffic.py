@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kwsniff.protocol import EXPECTED_ERRORS
 from kwsniff.sections.sql import bucket, millis, offset_bucket, offset_buckets, pct, ranked
 
 # APIs by the role they show a client in (Metadata, FindCoordinator, ApiVersions... show none).
@@ -135,15 +136,21 @@ FROM requests WHERE throttle_time_ms > 0
 GROUP BY client_id ORDER BY throttle_ms_total DESC, client_id
 """
 
-# Codes a healthy client meets in its normal handshakes, apart from real failures:
-# MEMBER_ID_REQUIRED (79) answers a first JoinGroup v4+ (KIP-394); REBALANCE_IN_PROGRESS (27) tells
-# members to rejoin (Heartbeat, SyncGroup, OffsetCommit); UNSUPPORTED_VERSION (35) answers an
-# ApiVersions newer than the broker's (KIP-511); FETCH_SESSION_ID_NOT_FOUND (70) restarts a fetch
-# session (KIP-227); NOT_COORDINATOR (16) and COORDINATOR_LOAD_IN_PROGRESS (14) send a client to
-# look the coordinator up again.
-EXPECTED = """(e.error_code = 79 AND e.api_key = 11) OR (e.error_code = 27 AND e.api_key IN (8, 12, 14))
-  OR (e.error_code = 35 AND e.api_key = 18) OR (e.error_code = 70 AND e.api_key = 1)
-  OR e.error_code IN (14, 16)"""
+
+def _expected_sql() -> str:
+    """EXPECTED_ERRORS (kwsniff.protocol.error_codes, where each code's reason is told) as a
+    condition on an `errors` row ``e``."""
+    anywhere = [code for code, apis in EXPECTED_ERRORS.items() if apis is None]
+    on_apis = [
+        f"(e.error_code = {code} AND e.api_key IN ({', '.join(map(str, sorted(apis)))}))"
+        for code, apis in EXPECTED_ERRORS.items()
+        if apis is not None
+    ]
+    return " OR ".join([*on_apis, f"e.error_code IN ({', '.join(map(str, anywhere))})"])
+
+
+# Codes a healthy client meets in its normal handshakes, apart from real failures.
+EXPECTED = _expected_sql()
 
 ERRORS = f"""
 WITH per_client AS (SELECT client_id, COUNT(*) AS client_requests FROM requests GROUP BY client_id)

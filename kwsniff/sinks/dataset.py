@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
@@ -169,6 +170,9 @@ class Output:
             self._remove_created()
             raise OutputError(f"--out {out}: {exc.strerror or exc}") from None
         self.commits = 0
+        # Told of each commit that published, with its wall-clock end (Unix seconds) and how long
+        # it took (seconds): the capture's metrics (kwsniff_last_commit_timestamp_seconds).
+        self.on_commit: Callable[[float, float], None] | None = None
 
     @property
     def stage(self) -> Path:
@@ -211,6 +215,7 @@ class Output:
         staging = self._staging
         assert staging is not None
         self._staging = None
+        began = time.monotonic()
         try:
             with locked(self.out.parent):
                 self._complete(staging.path)
@@ -221,6 +226,8 @@ class Output:
             raise OutputError(f"--out {self.shown}: {exc.strerror or exc}; nothing was written") from None
         finally:
             staging.drop()  # what was not published, or the old OUT that was
+        if self.on_commit is not None:
+            self.on_commit(time.time(), time.monotonic() - began)
 
     def _complete(self, stage: Path) -> None:
         """Add to ``stage`` what it keeps of the current OUT."""

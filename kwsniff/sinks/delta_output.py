@@ -18,6 +18,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,6 +64,9 @@ class DeltaOutput:
             )
         self._held = held
         self._writers: dict[str, DeltaTableWriter] = {}
+        # Told of each commit, with its wall-clock end (Unix seconds) and how long it took (seconds),
+        # as Output.on_commit: the capture's metrics (kwsniff_last_commit_timestamp_seconds).
+        self.on_commit: Callable[[float, float], None] | None = None
         self._stage: Path | None = Path(tempfile.mkdtemp(prefix="kwsniff-delta-stage-"))
 
     def _held_tables(self) -> list[str]:
@@ -101,6 +105,7 @@ class DeltaOutput:
         from kwsniff.sinks.delta import DeltaTableError
 
         stage = self.stage
+        began = time.monotonic()
         overwrite = self.existing is ExistingOutput.OVERWRITE and not self.commits
         # `--append`: an input read again replaces its own rows (its `capture`, this host's).
         replacing = self.existing is ExistingOutput.APPEND and not self.commits
@@ -121,6 +126,8 @@ class DeltaOutput:
         self.commits += 1
         if again:
             self._stage = Path(tempfile.mkdtemp(prefix="kwsniff-delta-stage-"))
+        if self.on_commit is not None:
+            self.on_commit(time.time(), time.monotonic() - began)
 
     def _commit_table(self, table: str, files: list[Path], overwrite: bool) -> None:
         import pyarrow.parquet as pq

@@ -1,21 +1,31 @@
 """Prometheus exposition of a live capture (prometheus_client), updated once per decoded batch.
 
-Names follow Prometheus conventions: base units, `_total` counters, `_seconds` histograms. Labels
-are the API, the error name, the broker (ip:port), the topic and the consumer group with its
-partition, the follower broker's replica id: never client ports or addresses, whose cardinality is
-unbounded. Series whose labels come from the wire (broker, topic, group, partition, follower, and an
-API or error the wire names by number) are capped by ``max_series`` (`--metrics-max-series`) and by
-bytes (three quarters of the view pool of --memory-limit): a new one past either is not made, and
-counted in kwsniff_metrics_series_dropped_total. A label value longer than MAX_LABEL characters is
+Names follow Prometheus conventions: base units, `_total` counters, `_seconds` histograms, and no
+`_created` series. Labels are the API, the error name, the broker (ip:port), the topic and the
+consumer group with its partition, the follower broker's replica id, the client id of the request
+header: never client ports or addresses, whose cardinality is unbounded. Series whose labels come
+from the wire (broker, topic, group, partition, follower, client id, and an API or error the wire
+names by number) are capped by ``max_series`` (`--metrics-max-series`) and by
+bytes (three quarters of the view pool of --memory-limit), those labelled by client id by half of
+each: a new one past a cap is not made, and counted in kwsniff_metrics_series_dropped_total. A label value longer than MAX_LABEL characters is
 cut, marked and told apart by a hash (docs/live-capture.md "Metrics"), so a scrape stays small.
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
+import time
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    start_http_server,
+)
 
 from kwsniff.capture.live import CaptureCounters
 from kwsniff.defaults import DEFAULT_METRICS_MAX_SERIES
@@ -25,6 +35,15 @@ from kwsniff.view.group_status import STATES
 from kwsniff.view.stats import Pending
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# A commit links every file of the dataset into its next version: from milliseconds to seconds as
+# the files grow (docs/live-capture.md "Workers").
+COMMIT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# Why packets were lost (kwsniff_packets_dropped_total's `cause`): libpcap's ps_drop (the kernel
+# ring was full), its ps_ifdrop (the interface or driver), and batches the decoder's queue refused.
+DROP_CAUSES = ("kernel", "interface", "queue")
+# The client_id label of a request whose header had none (a null client id, Kafka's nullable
+# string): Prometheus reads an empty label value as the label absent.
+NO_CLIENT_ID = ""
 # Longest label value kept whole: Kafka's topic names are at most 249 characters (its Topic.java),
 # group ids and client ids have no limit. A longer one keeps its first CUT_TO characters, then "…"
 # and 8 hex digits of its hash (two long values stay two series).
@@ -33,22 +52,29 @@ CUT_TO = MAX_LABEL - 9
 # What one series costs, per family of metrics it belongs to: (bytes of its objects in
 # prometheus_client, lines it adds to a scrape, each repeating its labels). Objects measured with
 # tracemalloc over 10k series: a counter 0.6 KB, a gauge 0.7 KB, a histogram of LATENCY_BUCKETS_S
-# 3.9 KB; a line is about LINE_COST bytes besides its labels.
+# 3.9 KB; a line is about LINE_COST bytes besides its labels. A counter is one line (no `_created`),
+# a histogram of LATENCY_BUCKETS_S 17 (its buckets, +Inf, sum and count).
 _SHAPES = {
-    "api": (4_600, 20),  # a counter and a histogram
-    "error": (700, 2),
-    "broker_latency": (4_000, 18),
-    "topic_io": (2_600, 8),  # produced and fetched records and bytes: four counters
+    "api": (4_600, 18),  # a counter and a histogram
+    "error": (700, 1),
+    "broker_latency": (4_000, 17),
+    "topic_io": (2_600, 4),  # produced and fetched records and bytes: four counters
     "lag": (2_200, 3),  # three gauges: records, seconds and its lower bound
     "replication": (1_500, 2),
     "group": (1_500, 2),
     "status": (4_900, 6),  # a gauge per state and the last commit's
-    "removed": (700, 2),
+    "removed": (700, 1),
+    "client_api": (4_600, 18),  # per client id and API: a counter and a histogram
+    "client_error": (700, 1),
+    "client_topic_io": (2_600, 4),  # per client id and topic: the four record and byte counters
 }
 LINE_COST = 100
+_CLIENT_SHAPES = frozenset({"client_api", "client_error", "client_topic_io"})
 # API and error names a Kafka release defines: a fixed set, always made. Names made of a number the
 # wire gave (`Unknown(99)`, `UNKNOWN_ERROR_CODE(1234)`) are labels from the wire like a topic.
 _KNOWN_APIS = frozenset(api_names().values())
+# A batch's increments per series: (counter, its label values) -> how much.
+Increments = collections.Counter[tuple[Any, tuple[str, ...]]]
 _KNOWN_ERRORS = frozenset(error_names())
 
 
@@ -61,10 +87,18 @@ def bounded_label(value: str) -> str:
     return f"{value[:CUT_TO]}…{digest}"
 
 
+def client_label(client_id: str | None) -> str:
+    """The client_id label of a request header's client id (NO_CLIENT_ID for a null one)."""
+    return NO_CLIENT_ID if client_id is None else bounded_label(client_id)
+
+
 class Metrics:
     def __init__(
         self, max_series: int = DEFAULT_METRICS_MAX_SERIES, budget: MemoryBudget | None = None
     ) -> None:
+        # The `_created` series (each counter's and histogram's start time) add a line to each for
+        # nothing an alert reads; prometheus_client turns them off for the whole process.
+        disable_created_metrics()
         self.registry = CollectorRegistry()
         r = self.registry
         self.max_series = max_series
@@ -73,6 +107,10 @@ class Metrics:
         self.byte_cap = budget.cap(VIEW) - budget.cap(VIEW) // 4  # LiveStats holds the other quarter
         self.held_bytes = 0  # what the series made so far cost, as _SHAPES counts
         self._series: set[tuple[str, tuple[str, ...]]] = set()
+        # Series labelled by client id, and what they cost: at most half of either cap, so a fleet
+        # of clients whose ids are unique per process cannot crowd out the lag and topic series.
+        self.client_series = 0
+        self.client_bytes = 0
         self.series_dropped = Counter(
             "kwsniff_metrics_series_dropped",
             "Updates not made because their series would pass --metrics-max-series or the metrics' share"
@@ -175,14 +213,37 @@ class Metrics:
         )
         self.packets = Counter("kwsniff_packets", "Packets captured", registry=r)
         self.bytes = Counter("kwsniff_captured_bytes", "Bytes of packets captured", registry=r)
-        self.kernel_drops = Counter(
-            "kwsniff_kernel_drops", "Packets dropped by the kernel (libpcap ps_drop)", registry=r
+        self.dropped = Counter(
+            "kwsniff_packets_dropped",
+            "Packets lost, by cause: kernel (libpcap ps_drop, the capture ring was full), interface"
+            " (ps_ifdrop, the interface or its driver), queue (decoding fell behind, the batch was refused)",
+            ["cause"],
+            registry=r,
         )
-        self.if_drops = Counter(
-            "kwsniff_interface_drops", "Packets dropped by the interface (libpcap ps_ifdrop)", registry=r
+        for cause in DROP_CAUSES:  # every cause from the start: none lost is a value, 0
+            self.dropped.labels(cause)
+        self.queue_depth = Gauge(
+            "kwsniff_queue_depth",
+            "Batches of captured packets waiting for the decoder (with workers: all workers' queues)",
+            registry=r,
         )
-        self.queue_drops = Counter(
-            "kwsniff_queue_drops", "Packets dropped because decoding fell behind", registry=r
+        self.last_commit = Gauge(
+            "kwsniff_last_commit_timestamp_seconds",
+            "When the tables were last committed (Unix seconds); before the first commit, when the"
+            " capture started",
+            registry=r,
+        )
+        self.last_commit.set(time.time())
+        self.commit_duration = Histogram(
+            "kwsniff_commit_duration_seconds",
+            "How long each commit of the tables took (a rotation period's files published into --out)",
+            buckets=COMMIT_BUCKETS_S,
+            registry=r,
+        )
+        self.worker_restarts = Counter(
+            "kwsniff_worker_restarts",
+            "Capture workers (--workers) that died and were started again",
+            registry=r,
         )
         self.requests = Counter("kwsniff_requests", "Kafka requests decoded", ["api"], registry=r)
         self.errors = Counter(
@@ -205,6 +266,53 @@ class Metrics:
             ["worker"],
             registry=r,
         )
+        client_api = ["client_id", "api"]
+        self.client_requests = Counter(
+            "kwsniff_client_requests",
+            "Kafka requests decoded, per client id (the request header's) and API",
+            client_api,
+            registry=r,
+        )
+        self.client_errors = Counter(
+            "kwsniff_client_errors",
+            "Error codes in responses (errors table rows) per client id, API and error, apart from the"
+            " codes expected in normal handshakes (the report's errors section: kind failure)",
+            ["client_id", "api", "error"],
+            registry=r,
+        )
+        self.client_latency = Histogram(
+            "kwsniff_client_request_latency_seconds",
+            "Time from request to response, per client id and API",
+            client_api,
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        client_topic = ("client_id", "topic")
+        self.client_produced_records = Counter(
+            "kwsniff_client_produced_records",
+            "Records in Produce requests, per client id",
+            client_topic,
+            registry=r,
+        )
+        self.client_produced_bytes = Counter(
+            "kwsniff_client_produced_bytes",
+            "Record batch bytes in Produce requests, per client id",
+            client_topic,
+            registry=r,
+        )
+        self.client_fetched_records = Counter(
+            "kwsniff_client_fetched_records",
+            "Records in Fetch responses, per client id",
+            client_topic,
+            registry=r,
+        )
+        self.client_fetched_bytes = Counter(
+            "kwsniff_client_fetched_bytes",
+            "Record batch bytes in Fetch responses, per client id",
+            client_topic,
+            registry=r,
+        )
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}  # see _child
         self._workers: list[CaptureCounters] = []
         self._last = CaptureCounters()
         self.server: Any = None
@@ -219,42 +327,25 @@ class Metrics:
         pending: Pending,
         open_connections: int,
     ) -> None:
-        """One batch: capture counters (cumulative, turned into increments), the requests decoded and
-        the error codes found in their responses."""
+        """One batch: capture counters (cumulative, turned into increments; the queue's depth as it
+        is now) and the rows' figures: requests, error codes, records per topic (each also per client
+        id), lags, group statuses and joins."""
         last = self._last
         self.packets.inc(counters.captured - last.captured)
         self.bytes.inc(counters.captured_bytes - last.captured_bytes)
-        self.kernel_drops.inc(max(0, counters.kernel_drops - last.kernel_drops))
-        self.if_drops.inc(max(0, counters.if_drops - last.if_drops))
-        self.queue_drops.inc(counters.queue_drops - last.queue_drops)
+        dropped = self.dropped
+        dropped.labels("kernel").inc(max(0, counters.kernel_drops - last.kernel_drops))
+        dropped.labels("interface").inc(max(0, counters.if_drops - last.if_drops))
+        dropped.labels("queue").inc(counters.queue_drops - last.queue_drops)
+        self.queue_depth.set(counters.queued_batches)
         self._last = counters
         requests, errors, topics, lags, joins, replication, statuses, removed = pending
+        self._requests(requests)
+        self._errors(errors)
+        self._topics(topics)
         allowed = self._allowed
-        for api, broker, latency_s in requests:
-            if api not in _KNOWN_APIS:
-                api = bounded_label(api)
-                if not allowed("api", (api,)):
-                    continue
-            self.requests.labels(api).inc()
-            if latency_s is not None:
-                self.latency.labels(api).observe(latency_s)
-                if broker is not None and allowed("broker_latency", (api, broker)):
-                    self.broker_latency.labels(api, broker).observe(latency_s)
-        for error in errors:
-            if error in _KNOWN_ERRORS or allowed("error", (error := bounded_label(error),)):
-                self.errors.labels(error).inc()
-        for topic, api, records, record_bytes in topics:
-            topic = bounded_label(topic)
-            if allowed("topic_io", (topic,)):
-                records_of, bytes_of = (
-                    (self.produced_records, self.produced_bytes)
-                    if api == "Produce"
-                    else (self.consumed_records, self.consumed_bytes)
-                )
-                records_of.labels(topic).inc(records)
-                bytes_of.labels(topic).inc(record_bytes)
         for client, api, version, removed_in in removed:
-            refused = (bounded_label(client), bounded_label(api), str(version), removed_in)
+            refused = (client_label(client), bounded_label(api), str(version), removed_in)
             if allowed("removed", refused):
                 self.removed_versions.labels(*refused).inc()
         self._group_lags(lags)
@@ -273,6 +364,102 @@ class Metrics:
                 self.group_members.labels(group).set(members)
                 self.group_rebalanced.labels(group).set(ts_us / 1e6)
         self.connections.set(open_connections)
+
+    def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
+        """``metric.labels(*labels)``, kept: prometheus_client's lookup (a lock, label checks) cost
+        more than the update itself, once per request. Only counters and histograms, whose series
+        are never removed; as many as their series, which the caps bound."""
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def _add(self, counts: Increments) -> None:
+        """A batch's increments, added up per series, into their counters."""
+        child = self._child
+        for (metric, labels), n in counts.items():
+            child(metric, labels).inc(n)
+
+    def _requests(self, requests: Any) -> None:
+        """Each request: counted and its latency observed per API, per API and broker, per client."""
+        allowed, child = self._allowed, self._child
+        counts: Increments = collections.Counter()
+        for api, broker, latency_s, client_id in requests:
+            known = api in _KNOWN_APIS
+            if not known:
+                api = bounded_label(api)
+                if not allowed("api", (api,)):
+                    continue
+            counts[(self.requests, (api,))] += 1
+            if latency_s is not None:
+                child(self.latency, (api,)).observe(latency_s)
+                if broker is not None and allowed("broker_latency", (api, broker)):
+                    child(self.broker_latency, (api, broker)).observe(latency_s)
+            # Per client, only the APIs Kafka defines: one the wire names by number is counted
+            # above, and a client sending thousands of them would take a histogram each.
+            labels = (client_label(client_id), api)
+            if known and allowed("client_api", labels):
+                counts[(self.client_requests, labels)] += 1
+                if latency_s is not None:
+                    child(self.client_latency, labels).observe(latency_s)
+        self._add(counts)
+
+    def _errors(self, errors: Any) -> None:
+        """Each `errors` row by its name; those not expected (kwsniff.protocol.EXPECTED_ERRORS) also
+        per client, API and error."""
+        allowed = self._allowed
+        counts: Increments = collections.Counter()
+        for error, api, client_id, expected in errors:
+            known = error in _KNOWN_ERRORS
+            if not known:
+                error = bounded_label(error)
+                if not allowed("error", (error,)):
+                    continue
+            counts[(self.errors, (error,))] += 1
+            # Per client, like requests, only codes and APIs Kafka defines.
+            if known and not expected and api in _KNOWN_APIS:
+                labels = (client_label(client_id), api, error)
+                if allowed("client_error", labels):
+                    counts[(self.client_errors, labels)] += 1
+        self._add(counts)
+
+    def _topics(self, topics: Any) -> None:
+        """Records and bytes of each Produce request's and Fetch response's partition, per topic and
+        per client and topic."""
+        allowed = self._allowed
+        counts: Increments = collections.Counter()
+        for topic, api, records, record_bytes, client_id in topics:
+            topic = bounded_label(topic)
+            produce = api == "Produce"
+            if allowed("topic_io", (topic,)):
+                records_of, bytes_of = (
+                    (self.produced_records, self.produced_bytes)
+                    if produce
+                    else (self.consumed_records, self.consumed_bytes)
+                )
+                counts[(records_of, (topic,))] += records
+                counts[(bytes_of, (topic,))] += record_bytes
+            labels = (client_label(client_id), topic)
+            if allowed("client_topic_io", labels):
+                records_of, bytes_of = (
+                    (self.client_produced_records, self.client_produced_bytes)
+                    if produce
+                    else (self.client_fetched_records, self.client_fetched_bytes)
+                )
+                counts[(records_of, labels)] += records
+                counts[(bytes_of, labels)] += record_bytes
+        self._add(counts)
+
+    def committed(self, at: float, duration_s: float) -> None:
+        """A commit of the tables ended at ``at`` (Unix seconds) after ``duration_s``
+        (kwsniff.sinks.Output.on_commit)."""
+        self.last_commit.set(at)
+        self.commit_duration.observe(duration_s)
+
+    def increment_worker_restarts(self) -> None:
+        """A capture worker died and was started again (the coordinator calls it)."""
+        self.worker_restarts.inc()
 
     def _lags(self, metric: str, rows: Any, records: Gauge, seconds: Gauge) -> None:
         """Each row's lag in records and in seconds (either unknown: None) into the two gauges of
@@ -300,17 +487,26 @@ class Metrics:
 
     def _allowed(self, metric: str, labels: tuple[str, ...]) -> bool:
         """Whether the series of ``labels`` (already bounded) exists or may be made under max_series
-        and the byte cap (else counted)."""
+        and the byte cap, and, labelled by client id, under half of each (else counted)."""
         key = (metric, labels)
         if key in self._series:
             return True
         objects, lines = _SHAPES[metric]
         cost = objects + lines * (LINE_COST + sum(len(v.encode("utf-8", "surrogatepass")) for v in labels))
-        if len(self._series) >= self.max_series or self.held_bytes + cost > self.byte_cap:
+        client = metric in _CLIENT_SHAPES
+        if (
+            len(self._series) >= self.max_series
+            or self.held_bytes + cost > self.byte_cap
+            or client
+            and (self.client_series >= self.max_series // 2 or self.client_bytes + cost > self.byte_cap // 2)
+        ):
             self.series_dropped.inc()
             return False
         self._series.add(key)
         self.held_bytes += cost
+        if client:
+            self.client_series += 1
+            self.client_bytes += cost
         self.pool[0] += cost
         if any(len(v) == MAX_LABEL and v[CUT_TO] == "…" for v in labels):
             self.labels_cut.inc()

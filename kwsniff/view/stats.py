@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from kwsniff.memory import TOTAL_COST, VIEW, MemoryBudget
+from kwsniff.protocol import error_expected
 from kwsniff.rows import RowSink
 from kwsniff.view.group_status import STATUS_WINDOW
 from kwsniff.view.lag import LagTracker
@@ -55,10 +56,13 @@ class Totals:
 class Pending(NamedTuple):
     """What the metrics have not yet seen (kwsniff.view.metrics.Metrics.update takes it)."""
 
-    requests: list[tuple[str, str | None, float | None]]  # (api, broker or None, latency_s or None)
-    errors: list[str]  # the error name of each `errors` row
-    # (topic, api, records, bytes) per Produce request or Fetch response partition with record batches
-    topics: list[tuple[str, str, int, int]]
+    # (api, broker or None, latency_s or None, client id or None) per `requests` row
+    requests: list[tuple[str, str | None, float | None, str | None]]
+    # (error name, api, client id or None, expected: kwsniff.protocol.error_expected) per `errors` row
+    errors: list[tuple[str, str, str | None, bool]]
+    # (topic, api, records, bytes, client id or None) per Produce request or Fetch response
+    # partition with record batches
+    topics: list[tuple[str, str, int, int, str | None]]
     # (group, topic, partition) whose lag moved, with its lag in records, in seconds, and the lower
     # bound of its lag in seconds when the committed offset is older than every batch held
     lags: list[tuple[tuple[str, str, int], int | None, float | None, float | None]]
@@ -140,7 +144,9 @@ class LiveStats:
                     # The metrics' broker label: the row's own broker end (ip:port).
                     ip = get("broker_ip")
                     broker = None if ip is None else f"{ip}:{get('broker_port')}"
-                    self.pending.requests.append((api, broker, None if latency is None else latency / 1000))
+                    self.pending.requests.append(
+                        (api, broker, None if latency is None else latency / 1000, get("client_id"))
+                    )
                     removed_in, version = get("removed_in"), get("api_version")
                     if removed_in is not None and version is not None:
                         client = get("client_id") or ""
@@ -151,7 +157,9 @@ class LiveStats:
             with self.lock:
                 self.totals.errors[error] += 1
                 if self.collect_pending:
-                    self.pending.errors.append(error)
+                    expected = error_expected(get("error_code"), get("api_key"))
+                    api = get("api_name") or f"api_{get('api_key')}"
+                    self.pending.errors.append((error, api, get("client_id"), expected))
         elif table == "partitions":
             record_bytes = get("record_bytes")
             api = get("api_name")
@@ -165,7 +173,9 @@ class LiveStats:
                         record_bytes,
                     )
                     if self.collect_pending:
-                        self.pending.topics.append((topic, api, get("record_count") or 0, record_bytes))
+                        self.pending.topics.append(
+                            (topic, api, get("record_count") or 0, record_bytes, get("client_id"))
+                        )
             if self.lag is not None and get("api_key") in LAG_APIS:
                 with self.lock:
                     self.lag.row(row)

@@ -140,3 +140,76 @@ def test_two_captures_append_to_one_s3_table_each_record_once_per_host(s3: Seawe
     assert all("/_delta_log/" in k or "/date=" in k for k in keys3), [k for k in keys3 if "/date=" not in k][
         :5
     ]
+
+
+def produce_counts(uri: str, options: dict[str, str], host: str) -> Counter[str]:
+    """Records of the acknowledged Produce requests ``host`` committed, per topic."""
+    try:
+        parts = table_dataset(parse_location(uri, options), "partitions").to_table(
+            columns=["host", "api_name", "error_code", "topic", "record_count"]
+        )
+    except Exception:  # no table yet
+        return Counter()
+    counts: Counter[str] = Counter()
+    for row in parts.to_pylist():
+        if row["host"] == host and row["api_name"] == "Produce" and row["error_code"] == 0:
+            counts[row["topic"]] += row["record_count"]
+    return counts
+
+
+def children(pid: int) -> list[int]:
+    done = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False)
+    return [int(p) for p in done.stdout.split()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_capture_killed_with_sigkill_and_restarted_loses_no_commit_and_doubles_none(
+    s3: SeaweedS3, tmp_path: Path
+) -> None:
+    uri, options, host = s3.uri("killed"), s3.storage_options(), "host-k"
+    with start_broker() as broker:
+        create_topics(broker.bootstrap, {"before": 1, "after": 1})
+        first = start(uri, host, "2", broker.port, free_port(), tmp_path / "first.err", s3.env())
+        try:
+            workers = children(first.pid)
+            acked_before = produce_with_confluent(broker.bootstrap, "before", RECORDS, 200, flush_each=False)
+            wait_until(
+                lambda: produce_counts(uri, options, host)["before"] == acked_before,
+                "the first batch committed",
+                COMMIT_TIMEOUT_S,
+            )
+            first.send_signal(signal.SIGKILL)  # at whatever point of its period or commit it stands
+            first.wait(timeout=30)
+            # Its workers see their coordinator gone and stop on their own.
+            wait_until(lambda: not any(alive(w) for w in workers), "the killed capture's workers gone", 30)
+        finally:
+            stop_process(first, signal.SIGKILL)
+        again = start(uri, host, "2", broker.port, free_port(), tmp_path / "again.err", s3.env())
+        try:
+            acked_after = produce_with_confluent(broker.bootstrap, "after", RECORDS, 200, flush_each=False)
+            wait_until(
+                lambda: produce_counts(uri, options, host)["after"] == acked_after,
+                "the second batch committed",
+                COMMIT_TIMEOUT_S,
+            )
+            again.send_signal(signal.SIGINT)
+            again.communicate(timeout=60)
+        finally:
+            stop_process(again, signal.SIGKILL)
+    assert again.returncode == 0, (tmp_path / "again.err").read_text()
+    assert (acked_before, acked_after) == (RECORDS, RECORDS)
+    # Every commit of both runs once: the killed run's committed rows neither lost nor doubled.
+    assert produce_counts(uri, options, host) == Counter({"before": RECORDS, "after": RECORDS})
+    requests = table_dataset(parse_location(uri, options), "requests").to_table(
+        columns=["capture", "conn_id", "correlation_id", "ts_request"]
+    )
+    keys = list(zip(*(requests.column(c).to_pylist() for c in requests.column_names), strict=True))
+    assert len(keys) == len(set(keys))
+    assert len({k[0] for k in keys}) == 2  # two runs, two capture names

@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from deltalake import DeltaTable
 from seaweed import SeaweedS3, seaweed_s3
 
 from kwsniff.sinks.delta import table_dataset
+from kwsniff.sinks.delta_output import SCRATCH
 from kwsniff.sinks.location import parse_location
 from tests.realparts import (
     capture_metric,
@@ -204,6 +206,8 @@ def test_a_capture_killed_with_sigkill_and_restarted_loses_no_commit_and_doubles
         finally:
             stop_process(again, signal.SIGKILL)
     assert again.returncode == 0, (tmp_path / "again.err").read_text()
+    # The killed run's local stage and spool were removed by the next run (their lock was free).
+    assert not list((Path(tempfile.gettempdir()) / SCRATCH).glob(f"*-{first.pid}-*"))
     assert (acked_before, acked_after) == (RECORDS, RECORDS)
     # Every commit of both runs once: the killed run's committed rows neither lost nor doubled.
     assert produce_counts(uri, options, host) == Counter({"before": RECORDS, "after": RECORDS})

@@ -15,6 +15,8 @@ anything is decoded) and refuses tables already there unless ``--append`` or ``-
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 import tempfile
 import time
@@ -36,14 +38,46 @@ COMMIT_ORDER = (*(t for t in TABLES if t != "captures"), *SUMMARIES, "captures")
 NAME_MAX = 255  # the longest file name of a staged file (local staging directory; S3 keys take more)
 
 
-class LocalSpool:
-    """A temporary local directory (:attr:`path`) that :meth:`drop` removes."""
+SCRATCH = "kwsniff-delta"  # under the temporary directory: the local files of runs writing Delta tables
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+
+class LocalSpool:
+    """A local directory (:attr:`path`) under the temporary directory's ``kwsniff-delta/``, held
+    (flock) by this process until :meth:`drop` removes it; one a killed run left is removed by the
+    next run's :func:`sweep` (its lock is then free)."""
+
+    def __init__(self, kind: str) -> None:
+        root = Path(tempfile.gettempdir()) / SCRATCH
+        root.mkdir(mode=0o700, exist_ok=True)
+        self.path = Path(tempfile.mkdtemp(prefix=f"{kind}-{os.getpid()}-", dir=root))
+        self._fd: int | None = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
     def drop(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def sweep() -> int:
+    """Remove the local directories of runs that are gone (killed before they dropped them); the count."""
+    root = Path(tempfile.gettempdir()) / SCRATCH
+    removed = 0
+    for entry in root.iterdir() if root.is_dir() else ():
+        try:
+            fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # a live run's
+        finally:
+            os.close(fd)
+        shutil.rmtree(entry, ignore_errors=True)
+        removed += 1
+    return removed
 
 
 class DeltaOutput:
@@ -67,7 +101,8 @@ class DeltaOutput:
         # Told of each commit, with its wall-clock end (Unix seconds) and how long it took (seconds),
         # as Output.on_commit: the capture's metrics (kwsniff_last_commit_timestamp_seconds).
         self.on_commit: Callable[[float, float], None] | None = None
-        self._stage: Path | None = Path(tempfile.mkdtemp(prefix="kwsniff-delta-stage-"))
+        sweep()
+        self._stage: LocalSpool | None = LocalSpool("stage")
 
     def _held_tables(self) -> list[str]:
         """The kwsniff tables at the location; OutputError when the storage cannot be reached or
@@ -81,7 +116,7 @@ class DeltaOutput:
     @property
     def stage(self) -> Path:
         assert self._stage is not None
-        return self._stage
+        return self._stage.path
 
     def name_max(self) -> int:
         return NAME_MAX
@@ -93,7 +128,7 @@ class DeltaOutput:
     def spool(self) -> LocalSpool:
         """A local directory for files other processes write before they are moved into
         :attr:`stage` (`spark` executors of a local master, `capture` workers). Its owner drops it."""
-        return LocalSpool(Path(tempfile.mkdtemp(prefix="kwsniff-delta-spool-")))
+        return LocalSpool("spool")
 
     def commit(self, *, again: bool = False) -> None:
         """Stage every file of :attr:`stage` into its table and commit each table in one log entry
@@ -121,11 +156,12 @@ class DeltaOutput:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise OutputError(f"--out {self.shown}: {reason}") from None
         finally:
-            shutil.rmtree(stage, ignore_errors=True)
+            if self._stage is not None:
+                self._stage.drop()
             self._stage = None
         self.commits += 1
         if again:
-            self._stage = Path(tempfile.mkdtemp(prefix="kwsniff-delta-stage-"))
+            self._stage = LocalSpool("stage")
         if self.on_commit is not None:
             self.on_commit(time.time(), time.monotonic() - began)
 
@@ -204,7 +240,7 @@ class DeltaOutput:
 
     def close(self) -> None:
         if self._stage is not None:
-            shutil.rmtree(self._stage, ignore_errors=True)
+            self._stage.drop()
             self._stage = None
 
 

@@ -65,7 +65,16 @@ def capture_with_workers(
             for i in range(workers)
         ]
         stats = LiveStats(collect_pending=metrics is not None, budget=budget)
-        pool = WorkerPool(specs, output, run.rotate_s, stats, metrics)
+        pool = WorkerPool(
+            specs,
+            output,
+            run.rotate_s,
+            stats,
+            metrics,
+            on_restart=lambda index, status: messages.warnings(
+                run.iface, [f"capture worker {index} exited with status {status}: started again"]
+            ),
+        )
         # Set before the workers start: a Ctrl-C while they open their sockets stops them cleanly.
         stop = stop_on_signals()
         started = time.monotonic()
@@ -88,7 +97,7 @@ def capture_with_workers(
         metrics.close()
     for error in pool.errors:
         messages.error(f"{run.iface}: {error}")
-    if not pool.results or len(pool.results) < workers:
+    if not pool.results or len(pool.results) + pool.unstarted < workers:
         return 1
     result = merge_results(pool.results, name, time.monotonic() - started)
     add_view_evictions(result.totals, stats)
@@ -100,3 +109,8 @@ def capture_with_workers(
 def _summary(result: CaptureResult, pool: WorkerPool, out: Path) -> None:
     print_summary(result, out, dict(pool.counts))
     print_capture_line(pool.snapshot(), pool.seq, pool.per_worker())
+    if pool.restarts:
+        click.echo(
+            f"  workers restarted: {pool.restarts} (each died and was started again; packets they had "
+            f"taken whose rows were lost with them: at least {pool.lost_packets:,})"
+        )

@@ -119,6 +119,10 @@ class LiveDecoder:
                 self.pcap.close()
             gc.unfreeze()
 
+    def before_batch(self) -> None:
+        """Called before each batch is written and decoded (a worker applies the coordinator's
+        rotations there: kwsniff.pipeline.live_worker)."""
+
     def before_finish(self) -> None:
         """Called once every packet is decoded, before the session ends (a worker waits there for
         what the other workers learned: kwsniff.pipeline.live_worker)."""
@@ -138,6 +142,7 @@ class LiveDecoder:
                 return
             linktype, packets = item
             if packets:
+                self.before_batch()
                 if self.pcap is not None:
                     self.pcap.write(packets)
                 for ts, data in packets:

@@ -62,10 +62,12 @@ command -v tcpreplay >/dev/null 2>&1 || missing+=(tcpreplay)
 PATH="$PATH:/usr/sbin:/sbin" command -v ethtool >/dev/null 2>&1 || missing+=(ethtool)
 # A real Prometheus server scrapes `capture --metrics-port` in tests/test_metrics_prometheus.py.
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+# systemd-analyze verifies deploy/systemd's unit in tests/test_deploy_systemd.py (no running systemd needed).
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 if [ ${#missing[@]} -gt 0 ]; then
   apt_install "${missing[@]}"
 else
-  step "Debian packages: all present (tcpdump, openssl, redis-server, memcached, java, tshark, postgresql, iproute2, ethtool, tcpreplay, chromium, prometheus)"
+  step "Debian packages: all present (tcpdump, openssl, redis-server, memcached, java, tshark, postgresql, iproute2, ethtool, tcpreplay, chromium, prometheus, systemd-analyze)"
 fi
 if [ ! -x .venv/bin/python ]; then
   step "python3 -m venv .venv ($(command -v python3), $(python3 -V 2>&1))"

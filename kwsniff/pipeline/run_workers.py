@@ -310,10 +310,12 @@ class WorkerPool:
         place while the capture runs (:meth:`_restart`); once stopping, it is counted as done."""
         for index, process in enumerate(self.processes):
             if index not in self._done and process.exitcode is not None:
-                # Its last messages may still be in the queue: read them before deciding.
+                # Its last messages may still be in the queue: read them before deciding (for half a
+                # second at most: the others' messages keep coming).
+                deadline = time.monotonic() + 0.5
                 with contextlib.suppress(queue.Empty):
-                    while index not in self._done:
-                        self._handle(self.events.get(timeout=0.5))
+                    while index not in self._done and time.monotonic() < deadline:
+                        self._handle(self.events.get(timeout=0.1))
                 if index in self._done:
                     continue
                 if not self._stopping and index not in self._starting and self._may_restart(index, process):

@@ -354,6 +354,20 @@ def test_two_workers_file_every_packet_in_the_period_of_its_own_time_over_many_s
     assert read.returncode == 0, read.stderr
     assert "pieces in time order" in read.stdout, read.stdout
     assert requests_by_ports(again) == requests_by_ports(out)
+    # `spark --continuous` reads the set as one series too (it used to fail it: overlapping pieces).
+    on_spark = tmp_path / "on-spark"
+    spark = subprocess.run(
+        [sys.executable, "-m", "kwsniff", "spark", "--continuous", *map(str, pieces), "--out", str(on_spark)]
+        + ["--master", "local[1]", "-p", str(broker.port)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert spark.returncode == 0, spark.stderr[-2000:]
+    captures = ds.dataset(on_spark / "captures", partitioning="hive").to_table().to_pylist()
+    assert [(c["status"], c["reason"]) for c in captures] == [("ok", None)]
+    spark_requests = ds.dataset(on_spark / "requests", partitioning="hive").count_rows()
+    assert spark_requests == ds.dataset(out / "requests").count_rows()
 
 
 # --- the parts, on packets the tests make ---------------------------------------------------------

@@ -228,3 +228,78 @@ def test_the_coordinator_gives_up_after_too_many_restarts_in_the_window(tmp_path
         "not restarted, the capture stops"
     ]
     assert pool._stopping
+
+
+class TimedHandle:
+    """A pcapy handle whose ring holds ``batches`` of packets at the given times (seconds); its
+    descriptor is readable while any batch is left."""
+
+    def __init__(self, batches: list[list[float]]) -> None:
+        import struct
+
+        self.batches = [
+            (
+                b"p" * len(b),
+                b"".join(struct.pack("=IIII", int(t), round(t % 1 * 1e6), i, 1) for i, t in enumerate(b)),
+            )
+            for b in batches
+        ]
+        self.read_fd, self.write_fd = os.pipe()
+        os.write(self.write_fd, b"x")
+        self.read = 0
+        self.closed = False
+
+    def datalink(self) -> int:
+        return 228
+
+    def getfd(self) -> int:
+        return self.read_fd
+
+    def next_batch(self, count: int) -> tuple[bytes, bytes]:
+        batch = self.batches[self.read]
+        self.read += 1
+        if self.read == len(self.batches):
+            os.read(self.read_fd, 1)  # nothing more: the descriptor is no longer readable
+        return batch
+
+    def stats(self) -> tuple[int, int, int]:
+        return (0, 0, 0)
+
+    def close(self) -> None:
+        self.closed = True
+        os.close(self.read_fd)
+        os.close(self.write_fd)
+
+
+def test_a_capture_stopped_at_a_time_reads_the_ring_up_to_it_and_keeps_its_socket_until_closed() -> None:
+    """A fanout worker's stop: every packet from before the stop is read, the first later one ends
+    the read (the ring is in time order), and the socket stays a member of the group until close()."""
+    from kwsniff.capture.live import LiveCapture
+
+    handle = TimedHandle([[1.0, 2.0], [3.0, 4.0], [5.0]])
+    live = LiveCapture(handle, close_on_stop=False)
+    live.stop_at(3.5)
+    live.start()
+    live.join(30)
+    assert not live.running
+    queued = []
+    while (item := live.queue.get(timeout=5)) is not None:
+        queued += [ts for ts, _ in item[1]]
+    assert queued == [1_000_000, 2_000_000, 3_000_000]
+    assert handle.read == 2 and live.snapshot().captured == 3
+    assert not handle.closed
+    live.close()
+    live.close()  # once
+    assert handle.closed
+
+
+def test_a_capture_stopped_at_a_time_ends_once_its_ring_is_quiet() -> None:
+    from kwsniff.capture.live import LiveCapture
+
+    handle = TimedHandle([[1.0, 2.0]])
+    live = LiveCapture(handle, close_on_stop=False)
+    live.stop_at(10.0)  # long past: the ring's silence after it says nothing older is coming
+    live.start()
+    live.join(30)
+    assert not live.running and live.snapshot().captured == 2
+    live.close()

@@ -303,3 +303,21 @@ def test_a_capture_stopped_at_a_time_ends_once_its_ring_is_quiet() -> None:
     live.join(30)
     assert not live.running and live.snapshot().captured == 2
     live.close()
+
+
+def test_a_worker_skips_what_its_socket_took_before_it_joined_or_the_capture_started() -> None:
+    """Until it joins the fanout group a socket takes every packet (the others' too), and libpcap
+    hands a block over only once it is full or old: packets stamped before the join are skipped,
+    not counted, wherever they come in the ring."""
+    from kwsniff.capture.live import LiveCapture
+
+    handle = TimedHandle([[1.0, 2.0], [2.5, 3.0, 3.5]])
+    live = LiveCapture(handle, close_on_stop=False, skip_before=3.0)
+    live.stop_at(10.0)
+    live.start()
+    live.join(30)
+    queued = []
+    while (item := live.queue.get(timeout=5)) is not None:
+        queued += [ts for ts, _ in item[1]]
+    assert queued == [3_000_000, 3_500_000] and live.snapshot().captured == 2
+    live.close()

@@ -221,8 +221,12 @@ class LiveCapture:
         queue_batches: int = QUEUE_BATCHES,
         queue_bytes: int = QUEUE_BYTES,
         close_on_stop: bool = True,
+        skip_before: float = 0.0,
     ) -> None:
         self.handle = handle
+        # Packets stamped before this (wall clock seconds) are skipped, not counted: a fanout
+        # worker's from before it joined its group, or before the capture started.
+        self._skip_us = int(skip_before * 1_000_000)
         # False (a fanout worker): the handle, a member of the group, stays open after the thread
         # stops until :meth:`close`, so its share is not handed to the other members meanwhile.
         self.close_on_stop = close_on_stop
@@ -275,6 +279,7 @@ class LiveCapture:
         unpack = _META.unpack_from
         until: int | None = None
         limit = 0.0
+        skip = self._skip_us  # 0: none
         try:
             while True:
                 if self.stopping.is_set():
@@ -299,6 +304,8 @@ class LiveCapture:
                 for i in range(0, len(meta), _META.size):
                     sec, usec, off, caplen = unpack(meta, i)
                     ts = sec * 1_000_000 + usec
+                    if ts < skip:
+                        continue
                     if until is not None and ts >= until:
                         reached = True  # the ring is in time order: what follows is later still
                         break

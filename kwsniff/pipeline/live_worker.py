@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kwsniff.capture.live import LiveCapture, LiveCaptureError, drain, join_fanout, open_interface
+from kwsniff.capture.live import LiveCapture, LiveCaptureError, join_fanout, open_interface
 from kwsniff.capture.pcap_periods import PeriodPcapWriter
 from kwsniff.memory import SECRETS, MemoryBudget
 from kwsniff.pipeline.keylogs import KeyLogError, follow_keylog
@@ -283,6 +283,7 @@ def _work(spec: WorkerSpec, events: Any, control: Any, taken: Any) -> None:
         handle = open_interface(run.iface, run.bpf, run.snaplen, run.buffer_bytes)
         try:
             join_fanout(handle, spec.group)
+            joined = time.time()
         except LiveCaptureError:
             handle.close()
             raise
@@ -298,9 +299,6 @@ def _work(spec: WorkerSpec, events: Any, control: Any, taken: Any) -> None:
         handle.close()
         events.put(("done", spec.index, [], {}, None, []))
         return
-    # Until every worker had joined, this socket took every packet, which others may have taken
-    # too: what it holds from before the start is dropped, so no packet is decoded twice.
-    drain(handle)
     try:
         session = dataclasses.replace(
             spec.session, conn_ids=(spec.index, spec.workers), conn_id_base=spec.generation << CONN_ID_BITS
@@ -308,7 +306,7 @@ def _work(spec: WorkerSpec, events: Any, control: Any, taken: Any) -> None:
         if spec.keylog:
             cap = MemoryBudget(session.memory_limit).cap(SECRETS)
             session = dataclasses.replace(session, keylog=follow_keylog(spec.keylog, cap))
-        _capture(spec, handle, session, begin, events, control, stop, taken)
+        _capture(spec, handle, session, begin, joined, events, control, stop, taken)
     except (KeyLogError, OSError) as err:
         events.put(("error", spec.index, str(err)))
 
@@ -333,14 +331,25 @@ def _capture(
     handle: Any,
     session: SessionOptions,
     begin: tuple[float, int, float],
+    joined: float,
     events: Any,
     control: Any,
     stop: threading.Event,
     taken: Any,
 ) -> None:
     start, period, end = begin
+    # Until it joined the group this socket took every packet, which others take too; and the
+    # capture starts at ``start`` (a worker started in place of a dead one joins after it): what it
+    # holds from before either is skipped, so no packet is decoded twice. (Reading the ring empty at
+    # the start would not do: libpcap hands a block over only once it is full or TIMEOUT_MS old.)
     # The socket leaves the fanout group only once every worker has drained (live.close below).
-    live = LiveCapture(handle, 0, queue_bytes=spec.queue_bytes, close_on_stop=False)
+    live = LiveCapture(
+        handle,
+        0,
+        queue_bytes=spec.queue_bytes,
+        close_on_stop=False,
+        skip_before=max(joined, start),
+    )
     relay = RowRelay(spec.metrics)
     pcap = spec.run.write_pcap
     options = LiveOptions(

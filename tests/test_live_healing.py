@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -110,6 +111,11 @@ def test_a_killed_worker_is_started_again_counted_and_the_capture_goes_on(tmp_pa
     rows = produced(out)
     assert all(rows[k] <= acked[k] for k in acked) and set(rows) <= set(acked)
     assert rows == acked or lost > 0, (rows, acked, lost)
+    # Every connection stayed on its worker's slot: the survivor's never moved, the dead worker's
+    # went on in the worker in its place (their rows before were lost with it): one row each.
+    connections = ds.dataset(out / "connections").to_table().to_pylist()
+    by_client = Counter((c["client_ip"], c["client_port"]) for c in connections)
+    assert set(by_client.values()) == {1}, by_client
     # The period pcaps, the killed worker's files of its open periods with them, read back as one capture.
     pieces = sorted(tmp_path.glob("ring_*.pcap"))
     read = subprocess.run(
@@ -182,7 +188,13 @@ def fake_pool(tmp_path: Path) -> object:
     run = WorkerRun("lo", "", 262144, 1 << 20, 1.0, 900.0, None)
     spec = WorkerSpec(0, 2, run, 1, tmp_path, "cap", ("requests",), SessionOptions(), (), 1 << 20)
     pool = WorkerPool([spec, dataclasses.replace(spec, index=1)], None, 1.0, LiveStats())  # type: ignore[arg-type]
-    pool._process = lambda spec, control: FakeProcess(spec)  # type: ignore[method-assign]
+
+    def process(spec: WorkerSpec, control: object) -> FakeProcess:
+        ours, theirs = pool._channels[spec.index] = socket.socketpair()
+        pool.workers_end = theirs.dup()  # what the worker process would hold  # type: ignore[attr-defined]
+        return FakeProcess(spec)
+
+    pool._process = process  # type: ignore[method-assign]
     return pool
 
 
@@ -208,7 +220,12 @@ def test_the_coordinator_restarts_a_dead_worker_and_counts_what_it_lost(tmp_path
     assert pool.per_worker()[0] == CaptureCounters()
     # Once ready, it starts in the current period, told its number and end.
     pool._pcap_period, pool._pcap_end, pool._table_start = 7, 1007.0, 1006.001
-    pool._handle(("ready", 0, 4321))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stand_in:  # its packet socket, sent
+        with pool.workers_end:
+            socket.send_fds(pool.workers_end, [b"socket"], [stand_in.fileno()])
+        pool._handle(("ready", 0, 4321))
+    assert 0 in pool._held
+    pool._release_sockets()
     assert pool.controls[0].get(timeout=5) == ("start", 1006.001, 7, 1007.0)
     assert 0 not in pool._starting
 
@@ -223,6 +240,7 @@ def test_the_coordinator_gives_up_after_too_many_restarts_in_the_window(tmp_path
         assert pool._may_restart(0, dead)
         pool._restart(0)
     assert not pool._may_restart(1, dead)
+    pool._release_sockets()
     assert pool.errors == [
         f"worker 1 exited with status -9, after {MAX_RESTARTS} workers were restarted within 600 s: "
         "not restarted, the capture stops"

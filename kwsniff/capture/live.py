@@ -137,7 +137,7 @@ def open_interface(iface: str, bpf: str, snaplen: int, buffer_bytes: int) -> Any
     return handle
 
 
-def join_fanout(handle: Any, group: int) -> None:
+def join_fanout(handle: Any, group: int, workers: int) -> None:
     """Join the packet socket under ``handle`` (libpcap's, already bound to its interface) to
     fanout group ``group`` of its network namespace, steered flow by flow (kwsniff.capture.fanout):
     from now on each packet goes to one member only. LiveCaptureError if the kernel refuses (a group
@@ -150,7 +150,7 @@ def join_fanout(handle: Any, group: int) -> None:
         sock.setsockopt(SOL_PACKET, PACKET_FANOUT, fanout_option(group))
         # Set at once: until a program is set the group sends every packet to its first member,
         # and the workers drop what they hold from before all of them joined.
-        set_steering(sock)
+        set_steering(sock, workers)
     except OSError as err:
         raise LiveCaptureError(f"cannot join packet fanout group {group}: {err.strerror or err}") from None
     finally:

@@ -42,6 +42,7 @@ import dataclasses
 import os
 import queue
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -264,17 +265,20 @@ class WorkerDecoder(LiveDecoder):
         self.events.put(("stats", self.index, counters, self.open_connections(), rows, sorted(learned), ids))
 
 
-def worker_main(spec: WorkerSpec, events: Any, control: Any, taken: Any = None) -> None:
+def worker_main(
+    spec: WorkerSpec, events: Any, control: Any, taken: Any = None, channel: socket.socket | None = None
+) -> None:
     """The body of a worker process (multiprocessing's target): anything unforeseen is one line to
     the coordinator, not a traceback on the terminal. ``taken``: a shared multiprocessing Value the
-    worker keeps at the number of packets it has taken from the kernel."""
+    worker keeps at the number of packets it has taken from the kernel; ``channel``: a Unix socket
+    its packet socket is sent over, once it joined the fanout group."""
     try:
-        _work(spec, events, control, taken)
+        _work(spec, events, control, taken, channel)
     except Exception as err:  # noqa: BLE001
         events.put(("error", spec.index, f"{type(err).__name__}: {err}"))
 
 
-def _work(spec: WorkerSpec, events: Any, control: Any, taken: Any) -> None:
+def _work(spec: WorkerSpec, events: Any, control: Any, taken: Any, channel: socket.socket | None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
@@ -282,8 +286,13 @@ def _work(spec: WorkerSpec, events: Any, control: Any, taken: Any) -> None:
         run = spec.run
         handle = open_interface(run.iface, run.bpf, run.snaplen, run.buffer_bytes)
         try:
-            join_fanout(handle, spec.group)
+            join_fanout(handle, spec.group, spec.workers)
             joined = time.time()
+            if channel is not None:
+                # The coordinator keeps a copy of this socket: if this process dies, its slot in the
+                # group stays taken until a worker in its place has joined (kwsniff.pipeline.run_workers).
+                with contextlib.suppress(OSError), channel:  # without it, a restart reshuffles slots
+                    socket.send_fds(channel, [b"socket"], [handle.getfd()])
         except LiveCaptureError:
             handle.close()
             raise

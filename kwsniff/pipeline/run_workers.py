@@ -18,9 +18,16 @@ fanout group, then starts them all at once. A thread of its own reads their mess
 - ``done`` (after :meth:`WorkerPool.stop` sent SIGTERM to each worker's PID): the last files, row
   counts and each worker's result, merged for the summary; then the last commit;
 - a worker that ends otherwise (killed, crashed) is started again in its place within a second or
-  so, counted in ``restarts``; the packets it had taken whose rows were never committed (those
-  since the last period it handed in) in ``lost_packets``, its `--write-pcap` files of the open
-  periods kept. More than MAX_RESTARTS in RESTART_WINDOW_S stop the capture with an error.
+  so, counted in ``restarts``, its `--write-pcap` files of the open periods kept. Each worker sends
+  its packet socket over a Unix socket once it joined the fanout group, and the coordinator keeps a
+  copy until the end: a dead worker's socket then stays in the group, its slot taken (the steering
+  program picks slots modulo the number of workers, kwsniff.capture.fanout), its packets left in its
+  ring; the worker in its place joins as an extra member no packet is steered to, and once it has,
+  the old socket is closed, the kernel moves the last member (the new one) into the freed slot, and
+  every connection stays on the worker it was on. ``lost_packets``: what the dead worker had taken
+  since it last handed in a period (its rows were never committed) plus what its socket received
+  that it never read (the socket's own counters, read as it is closed). More than MAX_RESTARTS in
+  RESTART_WINDOW_S stop the capture with an error.
 - `--write-pcap`: the workers' files of each period, once all are in, are merged into one file in
   timestamp order by a thread of their own (kwsniff.capture.pcap_periods).
 """
@@ -34,6 +41,8 @@ import multiprocessing
 import os
 import queue
 import signal
+import socket
+import struct
 import threading
 import time
 from collections import Counter
@@ -41,6 +50,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from kwsniff.capture.fanout import SOL_PACKET
 from kwsniff.capture.live import CaptureCounters
 from kwsniff.capture.pcap_periods import PeriodMerger
 from kwsniff.pipeline.live_worker import WorkerSpec, worker_main
@@ -53,6 +63,8 @@ from kwsniff.view.stats import LiveStats
 READY_TIMEOUT_S = 60.0  # for every worker to open its socket (each imports kwsniff afresh)
 STOP_TIMEOUT_S = 60.0  # for a stopped worker to decode what it holds and close its files
 KILL_WAIT_S = 5.0
+SOCKET_WAIT_S = 5.0  # for a ready worker's packet socket on its channel
+PACKET_STATISTICS = 6  # linux/if_packet.h: struct tpacket_stats(_v3), tp_packets first
 MAX_RESTARTS = 5  # restarts of workers within RESTART_WINDOW_S before the capture gives up
 RESTART_WINDOW_S = 600.0
 
@@ -94,6 +106,8 @@ class WorkerPool:
         self.context = context
         # Each worker's packets taken from the kernel, kept by the worker in shared memory.
         self.taken = [context.Value("q", 0, lock=False) for _ in specs]
+        self._channels: dict[int, tuple[socket.socket, socket.socket]] = {}  # slot -> (ours, the worker's)
+        self._held: dict[int, socket.socket] = {}  # slot -> our copy of its worker's packet socket
         self.processes = [self._process(s, c) for s, c in zip(specs, self.controls, strict=True)]
         self.counters = [CaptureCounters() for _ in specs]
         self.retired = CaptureCounters()  # the last counters of workers that died (in the totals)
@@ -132,8 +146,9 @@ class WorkerPool:
     def start(self) -> str | None:
         """Start the workers and wait for each to join the group; None, or the first error (then
         every worker is stopped)."""
-        for process in self.processes:
+        for index, process in enumerate(self.processes):
             process.start()
+            self._channels[index][1].close()  # the worker's end: in the worker now
         ready: set[int] = set()
         deadline = time.monotonic() + READY_TIMEOUT_S
         while len(ready) < len(self.processes):
@@ -149,6 +164,7 @@ class WorkerPool:
             if kind == "error":
                 return self._abort(rest[0])
             ready.add(index)
+            self._hold_socket(index)
         self.started = self.clock()
         self._pcap_end = self.started + self.rotate_s
         self._table_start = self.started
@@ -160,12 +176,42 @@ class WorkerPool:
         return None
 
     def _process(self, spec: WorkerSpec, control: Any) -> Any:
+        ours, theirs = self._channels[spec.index] = socket.socketpair()
         return self.context.Process(
             target=worker_main,
-            args=(spec, self.events, control, self.taken[spec.index]),
+            args=(spec, self.events, control, self.taken[spec.index], theirs),
             name=f"kwsniff-worker-{spec.index}",
             daemon=True,
         )
+
+    def _hold_socket(self, index: int) -> socket.socket | None:
+        """Our copy of worker ``index``'s packet socket, sent once it joined the group (kept in
+        ``_held``); the copy it replaces, if any, is returned, still open. None without one."""
+        ours, _ = self._channels.pop(index)
+        with ours:
+            ours.settimeout(SOCKET_WAIT_S)
+            try:
+                _, fds, _, _ = socket.recv_fds(ours, 16, 1)
+            except OSError:
+                fds = []
+        old = self._held.pop(index, None)
+        if fds:
+            self._held[index] = socket.socket(fileno=fds[0])
+        elif old is not None:
+            self._held[index] = old  # nothing new: the old slot stays as it is
+            return None
+        return old
+
+    def _release_sockets(self) -> None:
+        """Our copies of the packet sockets, closed once every worker is done: closing one while
+        others still read would reshuffle the group's slots."""
+        for sock in self._held.values():
+            sock.close()
+        self._held.clear()
+        for ours, theirs in self._channels.values():
+            ours.close()
+            theirs.close()
+        self._channels.clear()
 
     def _abort(self, message: str) -> str:
         for process in self.processes:
@@ -173,6 +219,7 @@ class WorkerPool:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(process.pid, signal.SIGTERM)
         self._reap()
+        self._release_sockets()
         if self.merger is not None:
             self.merger.close()
         return message
@@ -213,6 +260,7 @@ class WorkerPool:
     def join(self) -> None:
         self._thread.join(STOP_TIMEOUT_S + KILL_WAIT_S)
         self._reap()
+        self._release_sockets()
         if self.merger is not None:
             self.merger.close()
             self.errors += self.merger.errors
@@ -285,8 +333,16 @@ class WorkerPool:
             self._awaiting.discard(index)
             self._answered.add(index)
         elif kind == "ready" and index in self._starting and not self._stopping:
-            # A worker started in place of one that died (once stopping, it was told to stop).
+            # A worker started in place of one that died (once stopping, it was told to stop). It
+            # joined the group as an extra member; closing the dead one's socket moves it into the
+            # dead one's slot. What that socket received and nobody read is lost.
             self._starting.discard(index)
+            old = self._hold_socket(index)
+            if old is not None:
+                with old, contextlib.suppress(OSError):
+                    self.lost_packets += struct.unpack_from(
+                        "I", old.getsockopt(SOL_PACKET, PACKET_STATISTICS, 12)
+                    )[0]
             self.controls[index].put(("start", self._table_start, self._pcap_period, self._pcap_end))
         elif kind == "drained":
             self._drained.add(index)
@@ -376,6 +432,7 @@ class WorkerPool:
         self.processes[index] = self._process(spec, self.controls[index])
         self._starting.add(index)
         self.processes[index].start()
+        self._channels[index][1].close()
 
     def _finish_drained(self) -> None:
         """Once every worker not done is drained, each is told to finish: its control queue then

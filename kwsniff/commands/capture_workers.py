@@ -111,6 +111,6 @@ def _summary(result: CaptureResult, pool: WorkerPool, out: Path) -> None:
     print_capture_line(pool.snapshot(), pool.seq, pool.per_worker())
     if pool.restarts:
         click.echo(
-            f"  workers restarted: {pool.restarts} (each died and was started again; packets they had "
-            f"taken whose rows were lost with them: at least {pool.lost_packets:,})"
+            f"  workers restarted: {pool.restarts} (each died and was started again; packets lost with them, "
+            f"taken but not committed or never read from their sockets: at least {pool.lost_packets:,})"
         )

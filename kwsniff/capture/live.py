@@ -157,18 +157,6 @@ def join_fanout(handle: Any, group: int, workers: int) -> None:
         sock.close()
 
 
-def drain(handle: Any, rounds: int = 10_000) -> int:
-    """Read and discard what the ring holds now (packets a worker took before its group was
-    complete, which another worker may have taken too); the number of packets discarded."""
-    dropped = 0
-    for _ in range(rounds):
-        _data, meta = handle.next_batch(BATCH)
-        if not meta:
-            break
-        dropped += len(meta) // _META.size
-    return dropped
-
-
 PCAP_ERROR_NO_SUCH_DEVICE = -5
 PCAP_ERROR_PERM_DENIED = -8
 PCAP_ERROR_IFACE_NOT_UP = -9

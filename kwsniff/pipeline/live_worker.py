@@ -29,7 +29,9 @@ it, says it is drained and waits (at most FINISH_WAIT_S) for the coordinator's `
 every worker is drained and after every id they learned, before its session writes the rows still
 held for a node id: a capture stopped right after a Metadata names the rows of every worker alike.
 Its socket stays in the fanout group until then: a member that left would hand its connections' last
-packets to the others (the group steers by the number of members), splitting them.
+packets to the others (the group steers by the number of members), splitting them. Once it joined
+the group it sends the socket to the coordinator (``channel``), which keeps a copy so that its slot
+stays taken if it dies (kwsniff.pipeline.run_workers).
 
 A worker the coordinator started again after one died (its ``generation`` above 0) names its files
 and numbers its connections apart from those of the worker it replaces.

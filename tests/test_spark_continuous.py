@@ -101,3 +101,30 @@ def test_continuous_keeps_each_series_in_one_task(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "--continuous decodes each series in one task" in result.output
+
+
+def test_a_series_that_cannot_be_read_fails_the_run_after_the_others_are_written(tmp_path: Path) -> None:
+    """`spark --continuous` with one good series and one whose pieces overlap: the good one's
+    tables are written, and the run says which series failed and exits 1 (it used to exit 0)."""
+    from tests.realparts import run_kwsniff
+
+    cut(CAPTURES / "kafka_python.pcap", [50], [str(tmp_path / "good" / n) for n in ("a.pcap", "b.pcap")])
+    bad = cut(CAPTURES / "kafka_python.pcap", [80], [str(tmp_path / "bad" / n) for n in ("f.pcap", "g.pcap")])
+    shutil.copy(bad[0], tmp_path / "bad" / "h.pcap")
+    out = tmp_path / "out"
+    done = run_kwsniff(
+        "spark",
+        "--continuous",
+        str(tmp_path / "good"),
+        str(tmp_path / "bad"),
+        "--out",
+        str(out),
+        "--master",
+        "local[1]",
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.splitlines()[-1] == (
+        f"kwsniff: error: 1 of 2 series could not be read as one capture: f.pcap: {tmp_path / 'bad' / 'h.pcap'}: "
+        f"begins 0.098174 s before the end of {tmp_path / 'bad' / 'f.pcap'}: not consecutive pieces of one capture"
+    )
+    assert ds.dataset(out / "requests", partitioning="hive").count_rows() == 46

@@ -66,10 +66,12 @@ PATH="$PATH:/usr/sbin:/sbin" command -v ethtool >/dev/null 2>&1 || missing+=(eth
 # Alertmanager posts the alerts they fire to a webhook in tests/test_alerts_prometheus.py.
 { command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; } || missing+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || missing+=(prometheus-alertmanager)
+# systemd-analyze verifies deploy/systemd's unit in tests/test_deploy_systemd.py (no running systemd needed).
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 if [ ${#missing[@]} -gt 0 ]; then
   apt_install "${missing[@]}"
 else
-  step "Debian packages: all present (tcpdump, openssl, redis-server, memcached, java, tshark, postgresql, iproute2, ethtool, tcpreplay, chromium, prometheus, prometheus-alertmanager)"
+  step "Debian packages: all present (tcpdump, openssl, redis-server, memcached, java, tshark, postgresql, iproute2, ethtool, tcpreplay, chromium, prometheus, prometheus-alertmanager, systemd-analyze)"
 fi
 if [ ! -x .venv/bin/python ]; then
   step "python3 -m venv .venv ($(command -v python3), $(python3 -V 2>&1))"

@@ -5,7 +5,9 @@ VTEP picks the outer UDP source port per inner flow and per direction (RFC 7348 
 section 3.3), so the two directions of one TCP connection inside a tunnel could reach two workers,
 each then seeing half of it. The group is therefore PACKET_FANOUT_CBPF, steered by the classic BPF
 program below, which the kernel runs on every packet (before any worker's own filter); its return
-value, modulo the number of workers, is the worker:
+value is the worker's slot in the group, already taken modulo the number of workers N, so a slot
+keeps its connections while the group briefly holds more members (a worker started in place of a
+dead one joins before the dead one's socket is closed: kwsniff.pipeline.run_workers):
 
 - TCP over IPv4 or IPv6: the sum of the two addresses and of the two ports, the same both ways, so
   every connection stays whole on one worker and connections spread over the workers.
@@ -40,7 +42,7 @@ PACKET_FANOUT_FLAG_DEFRAG = 0x8000
 LD, LDX, ST, ALU, JMP, RET, MISC = 0x00, 0x01, 0x02, 0x04, 0x05, 0x06, 0x07
 W, H, B = 0x00, 0x08, 0x10
 ABS, IND, MEM, MSH = 0x20, 0x40, 0x60, 0xA0
-ADD, MUL, RSH = 0x00, 0x20, 0x70
+ADD, MUL, RSH, MOD = 0x00, 0x20, 0x70, 0x90
 JA, JEQ, JSET = 0x00, 0x10, 0x40
 K, X = 0x00, 0x08  # operand: the constant k, or register X
 RET_A = 0x10
@@ -104,8 +106,9 @@ def _sum_ports(p: Program, sport: int, dport: int, indexed: bool) -> None:
     p.op(ALU | ADD | X)
 
 
-def steering_program() -> Program:
-    """The flow-symmetric worker choice (module docstring); M[0] holds the sum of the addresses."""
+def steering_program(workers: int) -> Program:
+    """The flow-symmetric worker choice (module docstring) among ``workers`` slots; M[0] holds the
+    sum of the addresses."""
     p = Program()
     p.op(LD | W | ABS, SKF_AD_PROTOCOL)
     p.jump(JEQ, ETH_P_IP, "ipv4")
@@ -143,7 +146,10 @@ def steering_program() -> Program:
     p.label("hash")
     p.op(ALU | MUL | K, GOLDEN)
     p.op(ALU | RSH | K, 16)
-    p.op(RET | RET_A)  # the kernel takes it modulo the number of workers
+    # The slot: the kernel takes the value modulo the number of members again, which leaves it as
+    # it is while the group has at least ``workers`` members.
+    p.op(ALU | MOD | K, workers)
+    p.op(RET | RET_A)
     return p
 
 
@@ -153,10 +159,10 @@ def fanout_option(group: int) -> bytes:
     return Struct("=I").pack((group & 0xFFFF) | (mode << 16))  # unsigned: the flag is the top bit
 
 
-def set_steering(sock: socket.socket) -> None:
-    """Give the group of ``sock`` (a socket.socket that joined it) the steering program; every
-    member sets the same one. OSError if the kernel refuses it."""
-    code = steering_program().code()
+def set_steering(sock: socket.socket, workers: int) -> None:
+    """Give the group of ``sock`` (a socket.socket that joined it) the steering program for
+    ``workers`` slots; every member sets the same one. OSError if the kernel refuses it."""
+    code = steering_program(workers).code()
     insns = ctypes.create_string_buffer(code, len(code))  # kept alive until the kernel copied it
     fprog = _FPROG.pack(len(code) // _INSN.size, ctypes.addressof(insns))
     sock.setsockopt(SOL_PACKET, PACKET_FANOUT_DATA, fprog)

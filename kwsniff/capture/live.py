@@ -17,6 +17,7 @@ import os
 import queue
 import select
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from struct import Struct
@@ -27,6 +28,11 @@ from kwsniff.capture.fanout import PACKET_FANOUT, SOL_PACKET, fanout_option, set
 POLL_S = 0.1  # longest wait before the capture thread checks for a stop request
 TIMEOUT_MS = 100  # libpcap's packet-buffer timeout: a TPACKET_V3 block is handed over at least this often
 BATCH = 1024  # packets per next_batch call
+# A stop at a time (:meth:`LiveCapture.stop_at`): the ring is read until a packet at or after it, or
+# until it has been quiet this long after it (libpcap hands a TPACKET_V3 block over within
+# TIMEOUT_MS), but no longer than STOP_AT_LIMIT_S.
+STOP_AT_QUIET_S = 0.5
+STOP_AT_LIMIT_S = 10.0
 QUEUE_BATCHES = 512  # batches the decode thread may fall behind before batches are dropped
 QUEUE_BYTES = 128 * 1024 * 1024  # packet bytes it may fall behind (the default budget's queue share)
 _META = Struct("=IIII")  # next_batch's per-packet record: sec, usec, offset, caplen
@@ -132,7 +138,7 @@ def open_interface(iface: str, bpf: str, snaplen: int, buffer_bytes: int) -> Any
     return handle
 
 
-def join_fanout(handle: Any, group: int) -> None:
+def join_fanout(handle: Any, group: int, workers: int) -> None:
     """Join the packet socket under ``handle`` (libpcap's, already bound to its interface) to
     fanout group ``group`` of its network namespace, steered flow by flow (kwsniff.capture.fanout):
     from now on each packet goes to one member only. LiveCaptureError if the kernel refuses (a group
@@ -145,23 +151,11 @@ def join_fanout(handle: Any, group: int) -> None:
         sock.setsockopt(SOL_PACKET, PACKET_FANOUT, fanout_option(group))
         # Set at once: until a program is set the group sends every packet to its first member,
         # and the workers drop what they hold from before all of them joined.
-        set_steering(sock)
+        set_steering(sock, workers)
     except OSError as err:
         raise LiveCaptureError(f"cannot join packet fanout group {group}: {err.strerror or err}") from None
     finally:
         sock.close()
-
-
-def drain(handle: Any, rounds: int = 10_000) -> int:
-    """Read and discard what the ring holds now (packets a worker took before its group was
-    complete, which another worker may have taken too); the number of packets discarded."""
-    dropped = 0
-    for _ in range(rounds):
-        _data, meta = handle.next_batch(BATCH)
-        if not meta:
-            break
-        dropped += len(meta) // _META.size
-    return dropped
 
 
 PCAP_ERROR_NO_SUCH_DEVICE = -5
@@ -210,9 +204,22 @@ class LiveCapture:
     packets. The queue ends with ``None`` once the thread is done."""
 
     def __init__(
-        self, handle: Any, count: int = 0, queue_batches: int = QUEUE_BATCHES, queue_bytes: int = QUEUE_BYTES
+        self,
+        handle: Any,
+        count: int = 0,
+        queue_batches: int = QUEUE_BATCHES,
+        queue_bytes: int = QUEUE_BYTES,
+        close_on_stop: bool = True,
+        skip_before: float = 0.0,
     ) -> None:
         self.handle = handle
+        # Packets stamped before this (wall clock seconds) are skipped, not counted: a fanout
+        # worker's from before it joined its group, or before the capture started.
+        self._skip_us = int(skip_before * 1_000_000)
+        # False (a fanout worker): the handle, a member of the group, stays open after the thread
+        # stops until :meth:`close`, so its share is not handed to the other members meanwhile.
+        self.close_on_stop = close_on_stop
+        self._until_us: int | None = None  # stop_at's time
         self.linktype = int(handle.datalink())
         self.count = count
         self.queue = ByteQueue(queue_bytes, queue_batches)
@@ -227,6 +234,18 @@ class LiveCapture:
 
     def stop(self) -> None:
         self.stopping.set()
+
+    def stop_at(self, seconds: float) -> None:
+        """Stop once every packet the ring holds from before ``seconds`` (wall clock, the packets'
+        own time) is read; later ones are left unread."""
+        self._until_us = int(seconds * 1_000_000)
+        self.stopping.set()
+
+    def close(self) -> None:
+        """Close the handle (leave the fanout group) once the thread is done; idempotent."""
+        if not self.close_on_stop:
+            self.close_on_stop = True
+            self.handle.close()
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
@@ -249,19 +268,39 @@ class LiveCapture:
         counters = self.counters
         linktype = self.linktype
         unpack = _META.unpack_from
+        until: int | None = None
+        limit = 0.0
+        skip = self._skip_us  # 0: none
         try:
-            while not self.stopping.is_set():
+            while True:
+                if self.stopping.is_set():
+                    if self._until_us is None:
+                        break
+                    if until is None:
+                        until = self._until_us
+                        limit = time.monotonic() + STOP_AT_LIMIT_S
+                    if time.monotonic() > limit:
+                        break
                 if not select.select([fd], [], [], POLL_S)[0]:
                     self._read_stats()
+                    if until is not None and time.time() * 1_000_000 >= until + STOP_AT_QUIET_S * 1_000_000:
+                        break  # the ring holds nothing from before the stop
                     continue
                 data, meta = handle.next_batch(BATCH)
                 if not meta:
                     continue
                 packets = []
                 nbytes = 0
+                reached = False
                 for i in range(0, len(meta), _META.size):
                     sec, usec, off, caplen = unpack(meta, i)
-                    packets.append((sec * 1_000_000 + usec, data[off : off + caplen]))
+                    ts = sec * 1_000_000 + usec
+                    if ts < skip:
+                        continue
+                    if until is not None and ts >= until:
+                        reached = True  # the ring is in time order: what follows is later still
+                        break
+                    packets.append((ts, data[off : off + caplen]))
                     nbytes += caplen
                 if self.count:
                     packets = packets[: self.count - counters.captured]
@@ -276,13 +315,14 @@ class LiveCapture:
                         with self._lock:
                             counters.queue_drops += len(part)
                 self._read_stats()
-                if self.count and counters.captured >= self.count:
+                if self.count and counters.captured >= self.count or reached:
                     break
         except Exception as err:  # noqa: BLE001 - reported by the command, never a silent stop
             self.error = f"capture stopped: {err}"
         finally:
             self._read_stats()
-            handle.close()
+            if self.close_on_stop:
+                handle.close()
             self.queue.put(None)
 
     def _read_stats(self) -> None:

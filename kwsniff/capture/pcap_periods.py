@@ -1,9 +1,11 @@
 """`capture --workers N --write-pcap FILE`: one pcap per rotation period holding every worker's packets.
 
 Each worker writes its packets into a file of its own per period, split by the packets' own times at
-the period boundaries the coordinator sends (:class:`PeriodPcapWriter`): a packet captured before a
-boundary but decoded after it (it waited in the worker's queue) still goes to the earlier period,
-so consecutive periods never overlap in time. The coordinator merges the workers' files of a period
+the period boundaries the coordinator announces a period ahead (:class:`PeriodPcapWriter`): a packet
+captured before a boundary but decoded after it (it waited in the worker's queue) still goes to the
+earlier period, and one captured after a boundary but decoded before the worker heard of the
+rotation goes to the later one, so each packet is in the file of its own period and consecutive
+periods never overlap in time. The coordinator merges the workers' files of a period
 into one in timestamp order (:func:`merge_period`, reading each a chunk at a time) and renames it
 into place, named as Wireshark's file sets and dumpcap's ring buffer name theirs
 (`PREFIX_NNNNN_YYYYMMDDHHMMSS.EXT`, :func:`period_path`): `kwsniff read --continuous` reads the set as
@@ -38,23 +40,40 @@ def period_path(target: Path, period: int, start_s: float) -> Path:
 
 
 class PeriodPcapWriter:
-    """A worker's packets, one pcap per period under ``directory`` (`<prefix>-<period>.pcap`).
+    """A worker's packets, one pcap per period under ``directory`` (`<prefix>-<period>.pcap`), each
+    packet in the file of the period its own timestamp falls in.
 
-    :meth:`rotate` (at the coordinator's boundary) opens the next period's file; the period before
-    stays open for the packets older than the boundary still in the queue, until the next rotation
-    closes it. ``closed`` lists (period, path) of the files closed, in period order."""
+    The coordinator says where the current period ends before it ends (``end_s``, then each
+    :meth:`rotate`'s ``next_end_s``): a packet at or after that end goes to the next period's file
+    (opened then) even when it is decoded before the worker hears of the rotation. :meth:`rotate`
+    makes the next period the current one; the period before it stays open for the packets older
+    than its end still in the queue, until the rotation after closes it. A packet older than every
+    open period (its worker fell behind by more than a period) goes to the oldest open file and is
+    counted in ``late``. ``closed`` lists (period, path) of the files closed, in period order."""
 
-    def __init__(self, directory: Path, prefix: str, linktype: int, snaplen: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        prefix: str,
+        linktype: int,
+        snaplen: int,
+        period: int = 1,
+        end_s: float | None = None,
+    ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         self.prefix = prefix
         self.linktype = linktype
         self.snaplen = snaplen
         self.closed: list[tuple[int, Path]] = []
-        self.period = 1
-        self._current = self._open(1)
-        self._previous: PcapWriter | None = None  # the period before the boundary
-        self._boundary_us = 0
+        self.late = 0
+        self.period = period
+        self._current = self._open(period)
+        self._previous: PcapWriter | None = None  # the period before the current one
+        self._previous_us = 0  # its start
+        self._start_us = 0  # the current period's start (the previous one's end)
+        self._end_us = _us(end_s)  # the current period's end, once the coordinator said it
+        self._next: PcapWriter | None = None  # the next period's file, once a packet is due there
 
     def _path(self, period: int) -> Path:
         return self.directory / f"{self.prefix}-{period:06d}.pcap"
@@ -65,22 +84,38 @@ class PeriodPcapWriter:
     def write(self, packets: list[tuple[int, bytes]]) -> None:
         if not packets:
             return
-        previous = self._previous
-        boundary = self._boundary_us
-        if previous is None or packets[0][0] >= boundary:  # the common case: all after the boundary
+        start, end = self._start_us, self._end_us
+        if packets[0][0] >= start and packets[-1][0] < end:  # the common case: all in the current period
             self._current.write(packets)
             return
-        previous.write([p for p in packets if p[0] < boundary])
-        later = [p for p in packets if p[0] >= boundary]
+        older: list[tuple[int, bytes]] = []
+        current: list[tuple[int, bytes]] = []
+        later: list[tuple[int, bytes]] = []
+        for packet in packets:
+            ts = packet[0]
+            (older if ts < start else later if ts >= end else current).append(packet)
+        if older:
+            self.late += sum(1 for p in older if p[0] < self._previous_us) if self._previous else len(older)
+            if self._previous is None:
+                current = sorted(older + current, key=itemgetter(0))
+            else:
+                self._previous.write(older)
+        if current:
+            self._current.write(current)
         if later:
-            self._current.write(later)
+            if self._next is None:
+                self._next = self._open(self.period + 1)
+            self._next.write(later)
 
-    def rotate(self, boundary_s: float) -> None:
-        """Period ``self.period`` ends at ``boundary_s``; the one before it is closed."""
+    def rotate(self, end_s: float, next_end_s: float | None = None) -> None:
+        """The current period ends at ``end_s`` (the end said before, if one was) and the next one,
+        which becomes current, at ``next_end_s``; the period before the current one is closed."""
         self._close_previous()
-        self._previous, self._boundary_us = self._current, int(boundary_s * 1_000_000)
+        self._previous, self._previous_us, self._start_us = self._current, self._start_us, _us(end_s)
         self.period += 1
-        self._current = self._open(self.period)
+        self._current = self._next if self._next is not None else self._open(self.period)
+        self._next = None
+        self._end_us = _us(next_end_s)
 
     def _close_previous(self) -> None:
         if self._previous is not None:
@@ -92,6 +127,15 @@ class PeriodPcapWriter:
         self._close_previous()
         self._current.close()
         self.closed.append((self.period, self._path(self.period)))
+        if self._next is not None:
+            self._next.close()
+            self.closed.append((self.period + 1, self._path(self.period + 1)))
+            self._next = None
+
+
+def _us(seconds: float | None) -> int:
+    """A period bound in microseconds (packet time); None: not said yet, so no bound."""
+    return (1 << 63) if seconds is None else int(seconds * 1_000_000)
 
 
 def _packets(reader: CaptureReader) -> Iterator[tuple[int, bytes]]:

@@ -68,7 +68,15 @@ def capture_with_workers(
             for i in range(workers)
         ]
         stats = LiveStats(collect_pending=metrics is not None, budget=budget, status_window=status_window)
-        pool = WorkerPool(specs, output, run.rotate_s, stats, metrics)
+
+        def restarted(index: int, status: object) -> None:
+            messages.warnings(
+                run.iface, [f"capture worker {index} exited with status {status}: started again"]
+            )
+            if metrics is not None:
+                metrics.increment_worker_restarts()  # kwsniff_worker_restarts_total
+
+        pool = WorkerPool(specs, output, run.rotate_s, stats, metrics, on_restart=restarted)
         # Set before the workers start: a Ctrl-C while they open their sockets stops them cleanly.
         stop = stop_on_signals()
         started = time.monotonic()
@@ -91,7 +99,7 @@ def capture_with_workers(
         metrics.close()
     for error in pool.errors:
         messages.error(f"{run.iface}: {error}")
-    if not pool.results or len(pool.results) < workers:
+    if not pool.results or len(pool.results) + pool.unstarted < workers:
         return 1
     result = merge_results(pool.results, name, time.monotonic() - started)
     add_view_evictions(result.totals, stats)
@@ -103,3 +111,8 @@ def capture_with_workers(
 def _summary(result: CaptureResult, pool: WorkerPool, out: Path | str) -> None:
     print_summary(result, out, dict(pool.counts))
     print_capture_line(pool.snapshot(), pool.seq, pool.per_worker())
+    if pool.restarts:
+        click.echo(
+            f"  workers restarted: {pool.restarts} (each died and was started again; packets lost with them, "
+            f"taken but not committed or never read from their sockets: at least {pool.lost_packets:,})"
+        )

@@ -87,7 +87,8 @@ if TYPE_CHECKING:
     is_flag=True,
     help="Each directory is one series of consecutive pieces of one capture (a rotated file set; a "
     "directory given, or the directory holding the files given), decoded in one task as `kwsniff read "
-    "--continuous` decodes them; a series whose pieces overlap fails, its captures row says why.",
+    "--continuous` decodes them; a series whose pieces overlap fails, its captures row says why, "
+    "and the run exits 1 once the others are written.",
 )
 @broker_port_option
 @decoding_options
@@ -243,6 +244,13 @@ def spark(
         click.echo(f"{accepted} captures{flawed} on {master} in {seconds:.1f} s{lost}{split}")
         root = str(out).rstrip("/") if isinstance(out, str) else out
         click.echo("  tables: " + ", ".join(f"{root}/{t}/ ({n:,} rows)" for t, n in decoded.rows.items()))
+    if continuous and failed:
+        # A series asked to be read as one capture and not read is the run's failure, not a warning.
+        messages.error(
+            f"{len(failed)} of {len(paths)} series could not be read as one capture: "
+            + "; ".join(f"{name}: {reason}" for name, reason in failed)
+        )
+        sys.exit(1)
     if strict and (failed or damaged):
         click.echo(
             f"kwsniff: strict: {len(failed)} of {len(paths)} inputs failed, {len(damaged)} damaged", err=True

@@ -12,8 +12,10 @@ and the worker's number: ``ready``, ``error`` (one line), ``stats`` (counters, o
 the few fields of the rows the live view and metrics count), ``period`` (files of a closed period,
 and the `--write-pcap` files closed: (period, path)), ``drained`` (every packet decoded, its last
 stats sent), ``done`` (the last files, row counts, the worker's :class:`CaptureResult` and its last
-`--write-pcap` files). From the coordinator (one queue per worker): ``("start", now)``,
-``("rotate", now)``, ``("brokers", endpoints)``, ``("node_ids", [((address, port), node id), ...])``
+`--write-pcap` files). From the coordinator (one queue per worker): ``("start", now, period, end)``
+(the table period's start, and the `--write-pcap` period's number and end),
+``("rotate", now, end, next_end)`` (the table period ends now, the `--write-pcap` period at ``end``,
+announced before, and the next one at ``next_end``), ``("brokers", endpoints)``, ``("node_ids", [((address, port), node id), ...])``
 (the ids brokers gave themselves) and ``("finish",)``.
 
 Brokers a worker learns (`read`'s auto-detection: an endpoint whose connection proved Kafka) go to
@@ -22,10 +24,17 @@ endpoint hashed to another worker is trusted there too, mid-stream ones included
 learns for broker addresses (kwsniff.rows.brokers) travel the same way, so rows of a connection
 whose Metadata went to another worker are named too (once the id arrives). SIGTERM, sent to the worker's PID,
 stops it; SIGINT is ignored (Ctrl-C reaches the whole process group, the coordinator decides). A
-stopped worker, its packets decoded, says it is drained and waits (at most FINISH_WAIT_S) for the
-coordinator's ``finish``, sent once every worker is drained and after every id they learned, before
-its session writes the rows still held for a node id: a capture stopped right after a Metadata names
-the rows of every worker alike.
+stopped worker reads its ring up to the moment of the stop (:meth:`LiveCapture.stop_at`), decodes
+it, says it is drained and waits (at most FINISH_WAIT_S) for the coordinator's ``finish``, sent once
+every worker is drained and after every id they learned, before its session writes the rows still
+held for a node id: a capture stopped right after a Metadata names the rows of every worker alike.
+Its socket stays in the fanout group until then: a member that left would hand its connections' last
+packets to the others (the group steers by the number of members), splitting them. Once it joined
+the group it sends the socket to the coordinator (``channel``), which keeps a copy so that its slot
+stays taken if it dies (kwsniff.pipeline.run_workers).
+
+A worker the coordinator started again after one died (its ``generation`` above 0) names its files
+and numbers its connections apart from those of the worker it replaces.
 """
 
 from __future__ import annotations
@@ -35,13 +44,14 @@ import dataclasses
 import os
 import queue
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kwsniff.capture.live import LiveCapture, LiveCaptureError, drain, join_fanout, open_interface
+from kwsniff.capture.live import LiveCapture, LiveCaptureError, join_fanout, open_interface
 from kwsniff.capture.pcap_periods import PeriodPcapWriter
 from kwsniff.memory import SECRETS, MemoryBudget
 from kwsniff.pipeline.keylogs import KeyLogError, follow_keylog
@@ -53,6 +63,7 @@ from kwsniff.view.stats import LAG_APIS, LiveStats
 
 PUBLISH_EVERY_S = 0.5  # how often a worker sends its counters and rows to the coordinator
 START_TIMEOUT_S = 60.0  # a worker told nothing this long after it is ready gives up
+CONN_ID_BITS = 40  # a replacement worker's conn_ids start at generation << 40 (an int64 column)
 FINISH_WAIT_S = 10.0  # how long a drained worker waits for the others' node ids (`finish`)
 # The fields of each table's rows that LiveStats counts: all the view and metrics need.
 VIEW_FIELDS = {
@@ -127,6 +138,12 @@ class WorkerSpec:
     keylog: tuple[Path, ...]
     queue_bytes: int
     metrics: bool = False  # --metrics-port: the rows only the metrics count are relayed too
+    generation: int = 0  # 0, then 1, 2, ... for the workers started in its place after one died
+
+    @property
+    def tag(self) -> str:
+        """The worker in its file names: `w1`, and `w1r2` for its second replacement."""
+        return f"w{self.index}" + (f"r{self.generation}" if self.generation else "")
 
 
 class RowRelay(LiveStats):
@@ -174,18 +191,31 @@ class WorkerDecoder(LiveDecoder):
         self.shared: set[tuple[bytes, int]] = set()  # learned brokers the other workers were told of
         self.shared_ids: dict[tuple[str, int], int] = {}  # node ids of broker addresses, likewise
         self.told_to_finish = False  # the coordinator's `finish`: every worker is drained
+        # The packets taken from the kernel so far, in memory the coordinator shares: it outlives
+        # this process, so the coordinator can count what a killed worker lost.
+        self.taken: Any = None
+
+    def before_batch(self) -> None:
+        """Rotations take effect before the next batch is written (the sooner, the fewer packets the
+        period files must move)."""
+        if self.taken is not None:
+            self.taken.value = self.capture.counters.captured
+        self._take_control()
 
     def _publish(self) -> None:
+        self._take_control()
+        now = time.monotonic()
+        if now - self._last_sent >= PUBLISH_EVERY_S:
+            self._last_sent = now
+            self.send_stats()
+
+    def _take_control(self) -> None:
         while True:
             try:
                 message = self.control.get_nowait()
             except queue.Empty:
                 break
             self._apply(message)
-        now = time.monotonic()
-        if now - self._last_sent >= PUBLISH_EVERY_S:
-            self._last_sent = now
-            self.send_stats()
 
     def before_finish(self) -> None:
         """Every packet decoded: the last stats (every node id this worker learned) go out, then the
@@ -204,11 +234,15 @@ class WorkerDecoder(LiveDecoder):
         if message[0] == "finish":
             self.told_to_finish = True
         elif message[0] == "rotate":
-            files = self.sink.rotate(message[1])
+            _, now, end, next_end = message
+            files = self.sink.rotate(now)
             self.reported = len(self.sink.files)
             if isinstance(self.pcap, PeriodPcapWriter):
-                self.pcap.rotate(message[1])
-            self.events.put(("period", self.index, [str(f) for f in files], self.closed_pcaps()))
+                self.pcap.rotate(end, next_end)
+            # The packets whose rows (but those of exchanges still open) are in the files handed in.
+            self.events.put(
+                ("period", self.index, [str(f) for f in files], self.closed_pcaps(), self.decoded)
+            )
         elif message[0] == "brokers":  # learned by another worker from its connections
             for endpoint in message[1]:
                 self.session.learn_broker(endpoint)
@@ -238,16 +272,20 @@ class WorkerDecoder(LiveDecoder):
         self.events.put(("stats", self.index, counters, self.open_connections(), rows, sorted(learned), ids))
 
 
-def worker_main(spec: WorkerSpec, events: Any, control: Any) -> None:
+def worker_main(
+    spec: WorkerSpec, events: Any, control: Any, taken: Any = None, channel: socket.socket | None = None
+) -> None:
     """The body of a worker process (multiprocessing's target): anything unforeseen is one line to
-    the coordinator, not a traceback on the terminal."""
+    the coordinator, not a traceback on the terminal. ``taken``: a shared multiprocessing Value the
+    worker keeps at the number of packets it has taken from the kernel; ``channel``: a Unix socket
+    its packet socket is sent over, once it joined the fanout group."""
     try:
-        _work(spec, events, control)
+        _work(spec, events, control, taken, channel)
     except Exception as err:  # noqa: BLE001
         events.put(("error", spec.index, f"{type(err).__name__}: {err}"))
 
 
-def _work(spec: WorkerSpec, events: Any, control: Any) -> None:
+def _work(spec: WorkerSpec, events: Any, control: Any, taken: Any, channel: socket.socket | None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
@@ -255,7 +293,13 @@ def _work(spec: WorkerSpec, events: Any, control: Any) -> None:
         run = spec.run
         handle = open_interface(run.iface, run.bpf, run.snaplen, run.buffer_bytes)
         try:
-            join_fanout(handle, spec.group)
+            join_fanout(handle, spec.group, spec.workers)
+            joined = time.time()
+            if channel is not None:
+                # The coordinator keeps a copy of this socket: if this process dies, its slot in the
+                # group stays taken until a worker in its place has joined (kwsniff.pipeline.run_workers).
+                with contextlib.suppress(OSError), channel:  # without it, a restart reshuffles slots
+                    socket.send_fds(channel, [b"socket"], [handle.getfd()])
         except LiveCaptureError:
             handle.close()
             raise
@@ -266,33 +310,35 @@ def _work(spec: WorkerSpec, events: Any, control: Any) -> None:
     # close (seconds on a busy machine, while the other workers wait to commit).
     arrow_without_pandas()
     events.put(("ready", spec.index, os.getpid()))
-    start = _wait_for_start(control, stop)
-    if start is None:
+    begin = _wait_for_start(control, stop)
+    if begin is None:
         handle.close()
-        events.put(("done", spec.index, [], {}, None))
+        events.put(("done", spec.index, [], {}, None, []))
         return
-    # Until every worker had joined, this socket took every packet, which others may have taken
-    # too: what it holds from before the start is dropped, so no packet is decoded twice.
-    drain(handle)
     try:
-        session = dataclasses.replace(spec.session, conn_ids=(spec.index, spec.workers))
+        session = dataclasses.replace(
+            spec.session, conn_ids=(spec.index, spec.workers), conn_id_base=spec.generation << CONN_ID_BITS
+        )
         if spec.keylog:
             cap = MemoryBudget(session.memory_limit).cap(SECRETS)
             session = dataclasses.replace(session, keylog=follow_keylog(spec.keylog, cap))
-        _capture(spec, handle, session, start, events, control, stop)
+        _capture(spec, handle, session, begin, joined, events, control, stop, taken)
     except (KeyLogError, OSError) as err:
         events.put(("error", spec.index, str(err)))
 
 
-def _wait_for_start(control: Any, stop: threading.Event) -> float | None:
-    """The coordinator's start time (every worker's first period starts then), or None: stop."""
+def _wait_for_start(control: Any, stop: threading.Event) -> tuple[float, int, float] | None:
+    """The coordinator's ``start``: the table period's start (every worker's first period starts
+    then), the `--write-pcap` period's number and its end; or None: stop."""
     deadline = time.monotonic() + START_TIMEOUT_S
     parent = os.getppid()
     while not stop.is_set() and time.monotonic() < deadline and os.getppid() == parent:
         with contextlib.suppress(queue.Empty):
             message = control.get(timeout=0.2)
             if message[0] == "start":
-                return float(message[1])
+                return float(message[1]), int(message[2]), float(message[3])
+            if message[0] == "stop":  # the capture stopped before this worker (a replacement) started
+                return None
     return None
 
 
@@ -300,12 +346,26 @@ def _capture(
     spec: WorkerSpec,
     handle: Any,
     session: SessionOptions,
-    start: float,
+    begin: tuple[float, int, float],
+    joined: float,
     events: Any,
     control: Any,
     stop: threading.Event,
+    taken: Any,
 ) -> None:
-    live = LiveCapture(handle, 0, queue_bytes=spec.queue_bytes)
+    start, period, end = begin
+    # Until it joined the group this socket took every packet, which others take too; and the
+    # capture starts at ``start`` (a worker started in place of a dead one joins after it): what it
+    # holds from before either is skipped, so no packet is decoded twice. (Reading the ring empty at
+    # the start would not do: libpcap hands a block over only once it is full or TIMEOUT_MS old.)
+    # The socket leaves the fanout group only once every worker has drained (live.close below).
+    live = LiveCapture(
+        handle,
+        0,
+        queue_bytes=spec.queue_bytes,
+        close_on_stop=False,
+        skip_before=max(joined, start),
+    )
     relay = RowRelay(spec.metrics)
     pcap = spec.run.write_pcap
     options = LiveOptions(
@@ -317,13 +377,14 @@ def _capture(
         snaplen=spec.run.snaplen,
         worker=spec.index,
         # The file names say the worker, the rows do not: one capture, one `capture` value.
-        file_name=f"{spec.name}-w{spec.index}",
+        file_name=f"{spec.name}-{spec.tag}",
     )
     decoder = WorkerDecoder(live, session, options, relay, index=spec.index, events=events, control=control)
+    decoder.taken = taken
     if pcap is not None:
         # This worker's packets of each period, for the coordinator to merge with the others'.
         decoder.pcap = PeriodPcapWriter(
-            spec.spool / "pcap", f"w{spec.index}", live.linktype, spec.run.snaplen
+            spec.spool / "pcap", spec.tag, live.linktype, spec.run.snaplen, period=period, end_s=end
         )
     decoder.sink.started = start  # the first period's start, as every worker's
     started = time.monotonic()
@@ -333,9 +394,11 @@ def _capture(
     while not stop.wait(0.2) and live.running and decoder.running:
         if os.getppid() != parent:  # the coordinator is gone: stop and keep what was decoded
             break
-    live.stop()
+    # What the fanout gave this worker up to the stop is read (the others do the same, still members).
+    live.stop_at(time.time())
     live.join()
     decoder.join()
+    live.close()
     decoder.send_stats()
     done = [str(f) for f in decoder.sink.files[decoder.reported :]]
     if decoder.error is not None or decoder.result is None:

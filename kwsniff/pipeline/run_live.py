@@ -121,6 +121,10 @@ class LiveDecoder:
                 self.pcap.close()
             gc.unfreeze()
 
+    def before_batch(self) -> None:
+        """Called before each batch is written and decoded (a worker applies the coordinator's
+        rotations there: kwsniff.pipeline.live_worker)."""
+
     def before_finish(self) -> None:
         """Called once every packet is decoded, before the session ends (a worker waits there for
         what the other workers learned: kwsniff.pipeline.live_worker)."""
@@ -140,6 +144,7 @@ class LiveDecoder:
                 return
             linktype, packets = item
             if packets:
+                self.before_batch()
                 if self.pcap is not None:
                     self.pcap.write(packets)
                 to_end(fed(linked(linktype, packets), feed))

@@ -84,6 +84,9 @@ class SessionOptions:
     # (worker, workers): this session numbers connections worker+1, worker+1+workers, ..., so the
     # workers of one live capture (`--workers`) never give two connections the same conn_id.
     conn_ids: tuple[int, int] = (0, 1)
+    # Added to every conn_id: a worker started in place of one that died numbers its connections
+    # from here, above any the one before it can have numbered.
+    conn_id_base: int = 0
     # Node ids of broker addresses (--broker-map's, and those learned from responses): one directory
     # shared by every Session of a run, so a capture's rows are named by what the captures before it
     # taught; None gives each Session its own (docs/tables.md "Which broker answered").
@@ -295,7 +298,8 @@ class Session:
         self._flows_cell[0] = len(flows) // 2 * CONNECTION_COST + CONNECTION_COST
         self._next_id += 1
         index, workers = self.options.conn_ids
-        conn = Connection(self, (self._next_id - 1) * workers + index + 1, client, broker, known, ts)
+        number = self.options.conn_id_base + (self._next_id - 1) * workers + index + 1
+        conn = Connection(self, number, client, broker, known, ts)
         self.flows[client + broker] = (conn, C2B)  # type: ignore[index]
         self.flows[broker + client] = (conn, B2C)  # type: ignore[index]
         return self.flows[(src, sport, dst, dport)]

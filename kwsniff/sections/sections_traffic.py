@@ -13,20 +13,24 @@ CONSUMER_APIS = (
 ADMIN_APIS = "15, 16, 19, 20, 21, 29, 30, 31, 32, 33, 37, 42, 43, 44, 47, 48, 49, 50, 51, 60, 65, 66, 67, 69, 77, 89, 90, 91, 92"
 
 # Per capture (`summary_inventory`, kwsniff.sections.summaries): each client's requests, records and
-# bytes per role, topic and group; the section adds the captures up.
+# bytes per role, topic and group; the section adds the captures up. Rows of a topic id no row of the
+# dataset names (views.NAMED) are the client's under a null topic, and `unnamed_rows` on every row of
+# that client and role in that capture says its records per topic cannot be known.
 INVENTORY_ROWS = f"""
 WITH rows AS (
   SELECT p.client_id, p.client_ip,
          CASE WHEN p.api_key IN ({PRODUCER_APIS}) THEN 'producer'
               WHEN p.api_key IN ({CONSUMER_APIS}) THEN 'consumer' ELSE 'admin' END AS role,
-         p.topic, p.group_id, p.record_count, p.record_bytes, p.ts_request, p.capture, p.conn_id, p.correlation_id
+         p.topic, p.group_id, p.record_count, p.record_bytes, p.ts_request, p.capture, p.conn_id, p.correlation_id,
+         CASE WHEN p.topic IS NULL THEN 1 ELSE 0 END AS unnamed
   FROM partition_exchanges p
-  WHERE p.api_key IN ({PRODUCER_APIS}, {CONSUMER_APIS}, {ADMIN_APIS}) AND p.topic IS NOT NULL
+  WHERE p.api_key IN ({PRODUCER_APIS}, {CONSUMER_APIS}, {ADMIN_APIS})
+    AND (p.topic IS NOT NULL OR p.topic_id IS NOT NULL)
   UNION ALL
   -- Admin requests without a topic-partition row (CreateTopics, DescribeConfigs, ListGroups...).
   SELECT r.client_id, r.client_ip, 'admin' AS role, CAST(NULL AS VARCHAR) AS topic, CAST(NULL AS VARCHAR) AS group_id,
          CAST(NULL AS BIGINT) AS record_count, CAST(NULL AS BIGINT) AS record_bytes, r.ts_request, r.capture,
-         r.conn_id, r.correlation_id
+         r.conn_id, r.correlation_id, 0 AS unnamed
   FROM requests r LEFT JOIN partition_exchanges p
     ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
     AND p.api_key IN ({ADMIN_APIS})
@@ -35,7 +39,7 @@ WITH rows AS (
 -- One row per request and topic: a request carrying several partitions of a topic is one request.
 per_request AS (
   SELECT capture, client_id, client_ip, role, topic, group_id, SUM(record_count) AS record_count,
-         SUM(record_bytes) AS record_bytes, MIN(ts_request) AS ts_request
+         SUM(record_bytes) AS record_bytes, MIN(ts_request) AS ts_request, SUM(unnamed) AS unnamed
   FROM rows GROUP BY capture, client_id, client_ip, role, topic, group_id, conn_id, correlation_id
 ),
 -- Summed per capture first: the joins below then meet thousands of rows, not millions (and `rows`,
@@ -43,8 +47,12 @@ per_request AS (
 counted AS (
   SELECT capture, client_id, client_ip, role, topic, group_id, SUM(record_count) AS record_count,
          SUM(record_bytes) AS record_bytes, COUNT(*) AS requests, MIN(ts_request) AS first_seen,
-         MAX(ts_request) AS last_seen
+         MAX(ts_request) AS last_seen, SUM(unnamed) AS unnamed
   FROM per_request GROUP BY capture, client_id, client_ip, role, topic, group_id
+),
+unnamed AS (
+  SELECT capture, client_id, client_ip, role, SUM(unnamed) AS unnamed_rows
+  FROM counted GROUP BY capture, client_id, client_ip, role HAVING SUM(unnamed) > 0
 ),
 -- A consumer's Fetch carries no group: it is the group the same client commits for on that topic.
 client_group AS (
@@ -54,15 +62,21 @@ client_group AS (
 SELECT r.capture, r.client_id, r.client_ip, r.role, r.topic,
        CASE WHEN r.role = 'consumer' THEN COALESCE(r.group_id, g.group_id) ELSE r.group_id END AS group_id,
        CAST(SUM(r.record_count) AS BIGINT) AS record_count, CAST(SUM(r.record_bytes) AS BIGINT) AS record_bytes,
-       CAST(SUM(r.requests) AS BIGINT) AS requests, MIN(r.first_seen) AS first_seen, MAX(r.last_seen) AS last_seen
+       CAST(SUM(r.requests) AS BIGINT) AS requests, MIN(r.first_seen) AS first_seen, MAX(r.last_seen) AS last_seen,
+       CAST(COALESCE(MAX(u.unnamed_rows), 0) AS BIGINT) AS unnamed_rows
 FROM counted r
 LEFT JOIN client_group g ON g.capture = r.capture AND g.client_id = r.client_id
   AND g.client_ip = r.client_ip AND g.topic = r.topic
+LEFT JOIN unnamed u ON u.capture = r.capture AND u.client_id IS NOT DISTINCT FROM r.client_id
+  AND u.client_ip IS NOT DISTINCT FROM r.client_ip AND u.role = r.role
 GROUP BY 1, 2, 3, 4, 5, 6
 """
 INVENTORY = """
 SELECT r.client_id, r.client_ip, s.sasl_mechanism, s.sasl_principal, s.software_name, s.software_version, r.role, r.topic,
-       r.group_id, COALESCE(SUM(r.record_count), 0) AS records, COALESCE(SUM(r.record_bytes), 0) AS bytes,
+       r.group_id,
+       -- Unknown (null, never 0) when some of the client's rows in that role are of a topic id no row names.
+       CASE WHEN SUM(r.unnamed_rows) > 0 THEN NULL ELSE COALESCE(SUM(r.record_count), 0) END AS records,
+       CASE WHEN SUM(r.unnamed_rows) > 0 THEN NULL ELSE COALESCE(SUM(r.record_bytes), 0) END AS bytes,
        SUM(r.requests) AS requests, MIN(r.first_seen) AS first_seen, MAX(r.last_seen) AS last_seen
 FROM summary_inventory r
 LEFT JOIN client_software s ON s.client_id = r.client_id AND s.client_ip = r.client_ip

@@ -26,19 +26,27 @@ from kwsniff.sinks.parquet import ParquetSink
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "sample_pcaps/quickstart.pcap"
 FETCHER_PORT = 56092  # the client port of qs-consumer-confluent's fetch connection
+PRODUCE_PORTS = {51838, 51864, 51874}  # the producers' Produce connections (no Metadata on them)
 ATTACHED = dt.datetime(2026, 11, 22, 17, 39, 37, 700_000, tzinfo=dt.UTC).timestamp()
 EVENTS_ID = "01a20457-6bf7-7fc2-a8a3-42a50ed82c7e"
 CONSUMER = "qs-consumer-confluent"
 SECTIONS = ["inventory", "member_lag", "produce_to_consume"]
 
 
-def split(target: Path) -> tuple[Path, Path]:
-    """The quick start as two workers' captures: the fetch connection from ATTACHED on, and the rest."""
-    fetcher, others = target / "fetcher.pcap", target / "others.pcap"
-    with QUICKSTART.open("rb") as f, fetcher.open("wb") as a, others.open("wb") as b:
+def split(target: Path) -> tuple[Path, Path, Path]:
+    """The quick start as two workers' captures: the fetch connection from ATTACHED on, and the rest;
+    and the producers' Produce connections alone."""
+    fetcher, others, producers = target / "fetcher.pcap", target / "others.pcap", target / "producers.pcap"
+    with (
+        QUICKSTART.open("rb") as f,
+        fetcher.open("wb") as a,
+        others.open("wb") as b,
+        producers.open("wb") as c,
+    ):
         reader = dpkt.pcap.Reader(f)
-        wa = dpkt.pcap.Writer(a, snaplen=reader.snaplen, linktype=reader.datalink())
-        wb = dpkt.pcap.Writer(b, snaplen=reader.snaplen, linktype=reader.datalink())
+        wa, wb, wc = (
+            dpkt.pcap.Writer(w, snaplen=reader.snaplen, linktype=reader.datalink()) for w in (a, b, c)
+        )
         for ts, frame in reader:
             tcp = dpkt.ethernet.Ethernet(frame).data.data
             if FETCHER_PORT in (tcp.sport, tcp.dport):
@@ -46,7 +54,9 @@ def split(target: Path) -> tuple[Path, Path]:
                     wa.writepkt(frame, ts)
             else:
                 wb.writepkt(frame, ts)
-    return fetcher, others
+                if PRODUCE_PORTS & {tcp.sport, tcp.dport}:
+                    wc.writepkt(frame, ts)
+    return fetcher, others, producers
 
 
 def decoded(out: Path, *pieces: tuple[Path, str]) -> Path:
@@ -60,11 +70,12 @@ def decoded(out: Path, *pieces: tuple[Path, str]) -> Path:
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("names")
-    fetcher, others = split(root)
+    fetcher, others, producers = split(root)
     return {
         "whole": decoded(root / "whole", (QUICKSTART, "whole")),
         "workers": decoded(root / "workers", (fetcher, "worker-0"), (others, "worker-1")),
         "fetcher": decoded(root / "fetcher", (fetcher, "worker-0")),
+        "unnamed": decoded(root / "unnamed", (fetcher, "worker-0"), (producers, "worker-1")),
     }
 
 
@@ -127,3 +138,23 @@ def test_records_of_a_topic_no_row_names_are_unknown_not_zero(
         "member_lag": [],
         "produce_to_consume": [],
     }
+
+
+@pytest.mark.parametrize("engine_name", ["duckdb", "spark"])
+def test_batches_consumed_in_a_capture_with_unnamed_fetches_are_unknown_not_a_short_count(
+    datasets: dict[str, Path], engine_name: str, request: pytest.FixtureRequest
+) -> None:
+    # The producers of `events` and `orders` with the fetcher, and no Metadata: its 60 records of
+    # `events` are in Fetch rows of an id only, so how many batches of either topic were consumed
+    # cannot be told.
+    answer = answer_sections(datasets["unnamed"], SECTIONS, engine_name, request)
+    assert [(r["topic"], r["batches"], r["p50_ms"]) for r in answer["produce_to_consume"]] == [
+        ("events", None, None),
+        ("orders", None, None),
+    ]
+    assert [
+        (r["role"], r["topic"], r["records"]) for r in answer["inventory"] if r["client_id"] == CONSUMER
+    ] == [
+        ("consumer", "events", None),
+        ("consumer", None, None),
+    ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prometheus_client import generate_latest
-from test_lag_index import BATCH, S, acked, commit, produce
+from test_lag_index import BATCH, T0, S, acked, commit, produce
 
 from kwsniff.capture.live import CaptureCounters
 from kwsniff.view.group_status import STATUS_WINDOW
@@ -142,3 +142,35 @@ def test_requests_of_a_removed_version_are_counted_per_client_api_version_and_re
         'kwsniff_client_removed_version_requests_total{api="Produce",api_version="2",client_id="legacy",removed_in="4.0"}': 2.0,
         'kwsniff_client_removed_version_requests_total{api="Produce",api_version="2",client_id="",removed_in="4.0"}': 1.0,
     }
+
+
+def heartbeat(member: str, t: float, event: str = "heartbeat", error: int = 0) -> dict:
+    """A ConsumerGroupHeartbeat (KIP-848) of ``member`` in group g at ``t`` seconds."""
+    return {"api_key": 68, "group_id": "g", "member_id": member, "event": event, "error_code": error,
+            "ts_request": T0 + int(t * S)}  # fmt: skip
+
+
+def test_a_kip_848_groups_members_are_its_heartbeating_members_until_they_go() -> None:
+    stats = LiveStats(collect_pending=True)
+    metrics = Metrics()
+
+    def members(*rows: dict, clock: float | None = None) -> str:
+        for row in rows:
+            stats.row("groups", row)
+        if clock is not None:
+            stats.row("partitions", produce(int(clock * RATE), RATE))  # the packet clock moves on
+        metrics.update(CaptureCounters(), stats.take_pending(), 0)
+        (line,) = [
+            x for x in generate_latest(metrics.registry).decode().splitlines()
+            if x.startswith("kwsniff_consumer_group_members{")
+        ]  # fmt: skip
+        return line.rsplit(" ", 1)[1]
+
+    assert members(heartbeat("a", 1, "join"), heartbeat("b", 1.5, "join"), heartbeat("a", 6)) == "2.0"
+    # b leaves (epoch -1); a is fenced and joins again; c is unknown to the coordinator.
+    assert members(heartbeat("b", 7, "leave"), heartbeat("c", 7, "join")) == "2.0"
+    assert members(heartbeat("a", 8, "fenced", 110), heartbeat("c", 8, "error", 25)) == "0.0"
+    assert members(heartbeat("a", 9, "join"), heartbeat("a", 14)) == "1.0"
+    # A coordinator error says nothing of the member; silence past the session timeout (45 s) does.
+    assert members(heartbeat("a", 15, "error", 14), clock=14 + 45) == "1.0"
+    assert members(clock=14 + 45.1) == "0.0"

@@ -23,6 +23,7 @@ from kwsniff.cli import main
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
+from kwsniff.view.group_members import HeartbeatMembers
 
 TOPIC, PARTITIONS, GROUP = "orders", 4, "kip848-group"
 ALL = f"{TOPIC}:0,1,2,3"
@@ -219,3 +220,14 @@ def test_report_says_the_group_left_at_its_last_members_leave_heartbeat(run: Run
     for row in rows:
         at = dt.datetime.fromisoformat(row["last_leave"].replace("Z", "+00:00")).timestamp()
         assert at <= leave < at + 0.5  # the request, then the coordinator's answer to it
+
+
+def test_live_member_count_follows_the_members_joins_and_leaves(run: Run) -> None:
+    """kwsniff_consumer_group_members of a KIP-848 group (kwsniff.view.group_members) from the same
+    heartbeats: A joins, B joins, B leaves, A leaves, as the clients did."""
+    members = HeartbeatMembers()
+    counts = []
+    for row in sorted(run.rows, key=lambda r: r["ts_request"]):
+        members.row(row)
+        counts += [(group, n) for group, n, _ts in members.take_changed(row["ts_request"])]
+    assert counts == [(GROUP, 1), (GROUP, 2), (GROUP, 1), (GROUP, 0)]

@@ -64,6 +64,20 @@ KRAFT = (
     "tests/test_kraft.py::test_report_sections_are_what_was_encoded[duckdb]",
     "tests/test_kraft.py::test_report_command_prints_both_sections",
 )
+# Topic ids named from the whole dataset: the quick start split as two workers (DuckDB).
+NAMES_LATE = (
+    "tests/test_topic_names_late.py::test_rows_written_before_the_name_take_it_from_any_metadata_of_the_dataset[duckdb]",
+    "tests/test_topic_names_late.py::test_records_of_a_topic_no_row_names_are_unknown_not_zero",
+    "tests/test_topic_names_late.py::test_batches_consumed_in_a_capture_with_unnamed_fetches_are_unknown_not_a_short_count[duckdb]",
+)
+# stopped's status: stories of one group each, the report against the live tracker (DuckDB).
+STATUS_RULE = (
+    "tests/test_group_status_rule.py::test_the_report_and_the_live_metric_give_each_group_the_same_status[duckdb]",
+)
+# brokers' errors against the errors section's failures, on the quick start.
+AGREEMENT = (
+    "tests/test_report_agreement.py::test_brokers_count_as_errors_only_what_the_errors_section_calls_failures",
+)
 # misrouted: ApiVersions v5 intents the test encoded against what its server reported (DuckDB).
 MISROUTED = (
     "tests/test_misrouted.py::test_misrouted_lists_each_connection_whose_intent_differs_from_what_its_broker_reported[duckdb]",
@@ -98,6 +112,7 @@ T, G, U, L = "sections_traffic.py", "sections_groups.py", "upgrade.py", "section
 B = "sections_brokers.py"
 K = "sections_kraft.py"
 ID = "sections_identity.py"
+V = "views.py"
 MUTATIONS = [
     Mutation("throughput", T, "SUM(record_count) AS records,\n       SUM(record_bytes)", "COUNT(*) AS records,\n       SUM(record_bytes)"),
     Mutation("churn", T, "< 1000 THEN 1", "< 10 THEN 1"),
@@ -106,12 +121,15 @@ MUTATIONS = [
     Mutation("produce_latency", T, "GROUP BY capture, conn_id, correlation_id, topic", "GROUP BY capture, conn_id, correlation_id, topic, partition"),
     Mutation("produce_to_consume", T, "MIN(pr.ts_request) AS ts_produce", "MIN(pr.ts_ack) AS ts_produce"),
     Mutation("produce_to_consume", T, "MIN(f.ts_response) AS ts_consume", "MAX(f.ts_response) AS ts_consume"),
+    Mutation("produce_to_consume", T, "CASE WHEN MAX(unnamed) > 0 THEN NULL ELSE COUNT(e2e_ms) END AS batches", "COUNT(e2e_ms) AS batches", NAMES_LATE[2:]),
     Mutation("errors", T, "(e.error_code = 79 AND e.api_key = 11)", "(e.error_code = 79 AND e.api_key = 12)"),
     Mutation("errors", T, "COUNT(DISTINCT e.partition) AS partitions", "COUNT(e.partition) AS partitions"),
     Mutation("long_polls", T, "SUM(CASE WHEN record_count = 0 THEN 1 ELSE 0 END) AS empty", "SUM(CASE WHEN record_count >= 0 THEN 1 ELSE 0 END) AS empty"),
     Mutation("long_polls", T, "latency_ms > wait_ms * 1.1 + 100", "latency_ms > wait_ms * 1.1 - 100"),
-    Mutation("inventory", T, "COALESCE(SUM(r.record_count), 0) AS records", "COALESCE(SUM(r.requests), 0) AS records"),
+    Mutation("inventory", T, "COALESCE(SUM(r.record_count), 0) END AS records", "COALESCE(SUM(r.requests), 0) END AS records"),
     Mutation("inventory", T, "FROM per_request GROUP BY", "FROM rows GROUP BY"),
+    Mutation("inventory", T, "AND (p.topic IS NOT NULL OR p.topic_id IS NOT NULL)", "AND p.topic IS NOT NULL", NAMES_LATE),
+    Mutation("inventory", V, "HAVING COUNT(DISTINCT topic) = 1", "HAVING COUNT(DISTINCT topic) = 2", NAMES_LATE),
     Mutation("rebalances", G, "MIN(ts_request) AS ts_start", "MAX(ts_request) AS ts_start"),
     Mutation("rebalances", G, "FROM groups WHERE api_key = 11 AND error_code IN (0, 79)", "FROM groups WHERE api_key = 11"),
     Mutation("rebalance_members", G, "MIN(ts_request) AS ts_join", "MAX(ts_request) AS ts_join"),
@@ -124,7 +142,10 @@ MUTATIONS = [
     # lag, stopped, member_lag: the real clients' record (slow: real clients against tansu).
     Mutation("lag", L, "MAX({_lag_seconds(\"e.ts\")}) AS lag_seconds", "MIN({_lag_seconds(\"e.ts\")}) AS lag_seconds", (LIVE,)),
     Mutation("stopped", L, "WHEN {silent} * 1000 > session_timeout_ms THEN 'stopped'", "WHEN {silent} * 1000 < session_timeout_ms THEN 'stopped'", (LIVE,)),
+    Mutation("stopped", L, "WHEN lag > previous_lag THEN 1", "WHEN lag >= previous_lag THEN 1", STATUS_RULE),
+    Mutation("stopped", L, "COUNT(DISTINCT committed_offset) AS recent_offsets", "COUNT(committed_offset) AS recent_offsets", STATUS_RULE),
     Mutation("member_lag", L, "f.fetch_offset AS position", "f.fetch_offset + 1 AS position", (LIVE,)),
+    Mutation("brokers", B, "COALESCE(SUM(error_count), 0) - COALESCE(SUM(expected_count), 0) AS errors", "COALESCE(SUM(error_count), 0) AS errors", AGREEMENT),
     Mutation("brokers", B, "COALESCE(SUM(request_bytes), 0) AS bytes_in", "COALESCE(SUM(response_bytes), 0) AS bytes_in", BROKER_HOST),
     Mutation("brokers", B, "COUNT(DISTINCT capture || '/' || CAST(conn_id AS VARCHAR)) AS connections", "COUNT(DISTINCT capture) AS connections", BROKER_HOST),
     Mutation("brokers", B, "WHEN fetcher IN {REPLICATION_FETCHERS} THEN 1", "WHEN fetcher = 'follower' THEN 1", BROKER_HOST),

@@ -98,7 +98,8 @@ def report(
         messages.error(problem)
         sys.exit(1)
     from kwsniff.sections import output
-    from kwsniff.sections.run import answer, answer_top, figure_rows, open_engine
+    from kwsniff.sections.run import answer, answer_top, figure_rows, open_engine, unheld
+    from kwsniff.view.escape import visible
 
     filters = report_filters(since, until, topic, client, group, session_timeout_ms)
     try:
@@ -126,6 +127,10 @@ def report(
     engine = None
     try:
         engine = open_engine(tables, filters, spark, memory_limit, spill_limit)
+        nothing = unheld(engine, filters)
+        if nothing:
+            messages.error(visible(nothing))
+            sys.exit(1)
         # Only the rows shown (the page's first HTML_ROWS too) leave the engine, with their count;
         # each plot takes the few rows it draws (figure_rows). JSON and CSV without --top take all.
         page_rows = HTML_ROWS if html_file is not None else 0

@@ -105,8 +105,18 @@ VIEW_FIELDS = {
         "fetcher",
     ),
     "connections": ("gaps", "gap_bytes"),
-    # Joins (members), and each exchange's event and time for the group's status (LEFT).
-    "groups": ("api_key", "group_id", "members", "error_code", "event", "ts_request", "ts_response"),
+    # Joins (members), KIP-848 heartbeats' members, and each exchange's event and time for the
+    # group's status (LEFT).
+    "groups": (
+        "api_key",
+        "group_id",
+        "member_id",
+        "members",
+        "error_code",
+        "event",
+        "ts_request",
+        "ts_response",
+    ),
 }
 
 

@@ -14,7 +14,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from kwsniff.sections.views import DERIVED, FILLED, KNOWN, MATERIALIZED, fill, known, table_columns
+from kwsniff.sections.views import (
+    ANY_UNNAMED_SQL,
+    DERIVED,
+    FILLED,
+    KNOWN,
+    MATERIALIZED,
+    NAMED,
+    TOPIC_NAMES,
+    TOPIC_NAMES_SQL,
+    UNNAMED_SQL,
+    fill,
+    known,
+    named,
+    raw,
+    table_columns,
+)
 from kwsniff.tables.names import TABLES
 
 if TYPE_CHECKING:
@@ -304,7 +319,17 @@ class DuckTables:
                 source = "(SELECT 1 AS _none WHERE false)"
             # A table written before a column existed (or not written at all) reads as nulls there.
             select = ", ".join(f'"{c}"' if c in present else f'CAST(NULL AS {t}) AS "{c}"' for c, t in wanted)
-            self.con.execute(f"CREATE VIEW _{table}_all AS SELECT {select} FROM {source}")
+            self.con.execute(f"CREATE VIEW {raw(table)} AS SELECT {select} FROM {source}")
+        # Rows named here that were written without their topic: the summaries kept with the tables
+        # were made without those names (engines read the parts from the rows instead).
+        self.named_late = False
+        if self.con.execute(ANY_UNNAMED_SQL).fetchall():
+            self.con.execute(f"CREATE TEMP TABLE {TOPIC_NAMES} AS {TOPIC_NAMES_SQL}")
+            ((unnamed,),) = self.con.execute(UNNAMED_SQL).fetchall()
+            self.named_late = unnamed > 0
+        for table in NAMED:
+            body = named(columns[table], raw(table)) if self.named_late else f"SELECT * FROM {raw(table)}"
+            self.con.execute(f"CREATE VIEW _{table}_all AS {body}")
         for table in in_fill_order(columns):
             where = time_filter(table, filters)
             if found[table][1]:

@@ -31,7 +31,18 @@ from kwsniff.sections.dataset import (
 )
 from kwsniff.sections.sql import split_order
 from kwsniff.sections.summaries import stored
-from kwsniff.sections.views import DERIVED, fill, table_columns
+from kwsniff.sections.views import (
+    ANY_UNNAMED_SQL,
+    DERIVED,
+    NAMED,
+    TOPIC_NAMES,
+    TOPIC_NAMES_SQL,
+    UNNAMED_SQL,
+    fill,
+    named,
+    raw,
+    table_columns,
+)
 
 # The captures whose parts a report computes from their rows, beside the others' summaries.
 UNSUMMARIZED = "_unsummarized"
@@ -63,7 +74,8 @@ class DuckEngine(DuckTables):
     def _more_views(self, tables: Path | str, filters: Filters) -> dict[str, str]:
         # Read from the summaries kept with the tables, or computed from the rows (summaries.py);
         # Delta tables' parts are computed from their rows (their summaries are not read yet).
-        found_parts = None if self.delta is not None else stored(self.con, Path(tables), self.paths, filters)
+        unsummarized = self.named_late or self.delta is not None
+        found_parts = None if unsummarized else stored(self.con, Path(tables), self.paths, filters)
         parts, rest = found_parts or (None, [])
         # Every part read from the summaries alone (top reads such answers in place).
         self.summarized = parts is not None and not rest
@@ -147,7 +159,17 @@ class SparkEngine:
                 if paths[table]
                 else spark.createDataFrame([], ddl)
             )
-            df.createOrReplaceTempView(f"_{table}_all")
+            df.createOrReplaceTempView(raw(table))
+        named_late = False
+        if spark.sql(to_spark(ANY_UNNAMED_SQL)).collect():  # as DuckTables: names gathered only then
+            spark.sql(to_spark(TOPIC_NAMES_SQL)).createOrReplaceTempView(TOPIC_NAMES)
+            named_late = spark.sql(to_spark(UNNAMED_SQL)).collect()[0][0] > 0
+        for table in NAMED:
+            body = named(columns[table], raw(table)) if named_late else f"SELECT * FROM {raw(table)}"
+            spark.sql(to_spark(body)).createOrReplaceTempView(f"_{table}_all")
+        if named_late:  # the summaries were made without the names learned since (DuckTables)
+            parts = None
+            self.summarized = False
         for table in in_fill_order(columns):
             source = (
                 f"_{table}_all"

@@ -139,3 +139,37 @@ def _bind(section: Section, filters: Filters) -> str:
         ]
         sql = windowed(section.name, *at)
     return sql.replace(SESSION_TIMEOUT, str(int(filters.session_timeout_ms)))
+
+
+# Where each --topic/--client/--group value may be held, whatever the sections read.
+HELD = {
+    "topic": "SELECT DISTINCT topic AS name FROM partitions WHERE topic IS NOT NULL",
+    "client": "SELECT DISTINCT client_id AS name FROM requests WHERE client_id IS NOT NULL",
+    "group": """SELECT DISTINCT group_id AS name FROM groups WHERE group_id IS NOT NULL
+        UNION SELECT DISTINCT group_id AS name FROM partitions WHERE group_id IS NOT NULL""",
+}
+HINT_NAMES = 10  # names a hint lists at most
+
+
+def unheld(engine: DuckEngine | SparkEngine, filters: Filters) -> str:
+    """Why --topic/--client/--group can match no row: "" when the tables hold every value given,
+    else one line naming the first value they do not hold and the ones they do. Under
+    --since/--until the whole tables are asked (a group may be silent in a window and still be
+    there)."""
+    from kwsniff.sections.views import known
+
+    windowed = filters.since is not None or filters.until is not None
+    for option, sql in HELD.items():
+        value = getattr(filters, option)
+        if value is None:
+            continue
+        names = sorted(r["name"] for r in engine.run(known(sql) if windowed else sql))
+        if value in names:
+            continue
+        shown = ", ".join(names[:HINT_NAMES]) + (
+            f" and {len(names) - HINT_NAMES} more" if len(names) > HINT_NAMES else ""
+        )
+        return f"--{option} {value}: the tables hold no such {option}; they hold " + (
+            f"{len(names)}: {shown}" if names else "none"
+        )
+    return ""

@@ -9,6 +9,7 @@ the run never learned it).
 
 from __future__ import annotations
 
+from kwsniff.sections.sections_traffic import EXPECTED
 from kwsniff.sections.sql import int64_minus, latest, offset_bucket, pct, seconds
 
 # Fetches of brokers (docs/tables.md "Who is fetching"): followers replicating a partition, and the
@@ -18,15 +19,24 @@ REPLICATION_FETCHERS = "('follower', 'metadata')"
 # One row per broker and API: a broker's requests are per API anyway (a Produce and a Fetch
 # latency mean different things), and the broker-wide figures (connections, the replication share
 # of its fetches) sit on the rows they are about (connections per API; the share on Fetch).
+# `errors` are failures as the `errors` section counts them: the codes a healthy client meets in its
+# handshakes (sections_traffic.EXPECTED, e.g. MEMBER_ID_REQUIRED on a first JoinGroup) are apart, in
+# `expected_errors`.
 BROKERS = f"""
-WITH exchanges AS (
+WITH expected AS (
+  SELECT e.capture, e.conn_id, e.correlation_id, COUNT(*) AS n
+  FROM errors e WHERE {EXPECTED} GROUP BY 1, 2, 3
+),
+exchanges AS (
   SELECT c.broker_ip, c.broker_port, r.broker_id, r.capture, r.conn_id, r.api_name, r.latency_ms, r.error_count,
-         r.request_bytes, r.response_bytes, r.fetcher
+         x.n AS expected_count, r.request_bytes, r.response_bytes, r.fetcher
   FROM requests r LEFT JOIN connections c ON c.capture = r.capture AND c.conn_id = r.conn_id
+  LEFT JOIN expected x ON x.capture = r.capture AND x.conn_id = r.conn_id AND x.correlation_id = r.correlation_id
 )
 SELECT broker_ip, broker_port, MAX(broker_id) AS broker_id, api_name, COUNT(*) AS requests,
        {pct(0.5, "latency_ms")} AS p50_ms, {pct(0.99, "latency_ms")} AS p99_ms, MAX(latency_ms) AS max_ms,
-       COALESCE(SUM(error_count), 0) AS errors,
+       COALESCE(SUM(error_count), 0) - COALESCE(SUM(expected_count), 0) AS errors,
+       COALESCE(SUM(expected_count), 0) AS expected_errors,
        COALESCE(SUM(request_bytes), 0) AS bytes_in, COALESCE(SUM(response_bytes), 0) AS bytes_out,
        COUNT(DISTINCT capture || '/' || CAST(conn_id AS VARCHAR)) AS connections,
        SUM(CASE WHEN fetcher IN {REPLICATION_FETCHERS} THEN 1 ELSE 0 END) / NULLIF(COUNT(fetcher), 0) AS replication_share

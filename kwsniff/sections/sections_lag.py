@@ -9,6 +9,7 @@ Produce is not in the capture, minus the record's own timestamp (the `records` t
 from __future__ import annotations
 
 from kwsniff.sections.sql import bucket, int64_minus, latest, offset_bucket, seconds
+from kwsniff.view.group_status import KEPT_COMMITS, STATUS_WINDOW, judge_sql
 
 
 def _lag_seconds(at: str) -> str:
@@ -106,6 +107,44 @@ committed AS (
   FROM dated d JOIN last_commit l ON l.capture = d.capture AND l.group_id = d.group_id
     AND l.topic = d.topic AND l.partition = d.partition AND l.ts_commit = d.ts
 ),
+-- The figures of the group's status (kwsniff.view.group_status.RULE) at the end: its commits of the
+-- last STATUS_WINDOW (of its last KEPT_COMMITS), each with its lag in records when it was made (the
+-- latest watermark then: the largest before the window, or of the window up to the commit).
+numbered AS (
+  SELECT d.capture, d.group_id, d.topic, d.partition, d.ts, d.committed_offset, EPOCH_US(e.ts_end) AS end_us,
+         ROW_NUMBER() OVER (PARTITION BY d.capture, d.group_id, d.topic, d.partition ORDER BY d.ts DESC) AS nth
+  FROM dated d JOIN {ends} e ON e.capture = d.capture
+  WHERE d.ts <= e.ts_end
+),
+recent AS (
+  SELECT * FROM numbered WHERE nth <= {KEPT_COMMITS} AND end_us - EPOCH_US(ts) <= {STATUS_WINDOW}
+),
+before_window AS (
+  SELECT w.capture, w.topic, w.partition, MAX(w.hwm) AS hwm
+  FROM watermarks w JOIN {ends} e ON e.capture = w.capture
+  WHERE EPOCH_US(w.ts) < EPOCH_US(e.ts_end) - {STATUS_WINDOW}
+  GROUP BY 1, 2, 3
+),
+recent_lags AS (
+  SELECT r.capture, r.group_id, r.topic, r.partition, r.ts, r.committed_offset,
+         {int64_minus("GREATEST(MAX(b.hwm), MAX(w.hwm))", "r.committed_offset")} AS lag
+  FROM recent r
+  LEFT JOIN before_window b ON b.capture = r.capture AND b.topic = r.topic AND b.partition = r.partition
+  LEFT JOIN watermarks w ON w.capture = r.capture AND w.topic = r.topic AND w.partition = r.partition
+    AND w.ts <= r.ts AND EPOCH_US(w.ts) >= r.end_us - {STATUS_WINDOW}
+  GROUP BY 1, 2, 3, 4, 5, 6
+),
+figures AS (
+  SELECT capture, group_id, topic, partition, COUNT(*) AS recent_commits,
+         COUNT(DISTINCT committed_offset) AS recent_offsets,
+         CASE WHEN COUNT(lag) = COUNT(*)
+               AND SUM(CASE WHEN lag > previous_lag THEN 1 ELSE 0 END) = COUNT(*) - 1 THEN 1 ELSE 0 END AS lag_rising
+  FROM (
+    SELECT *, LAG(lag) OVER (PARTITION BY capture, group_id, topic, partition ORDER BY ts) AS previous_lag
+    FROM recent_lags
+  ) AS l
+  GROUP BY 1, 2, 3, 4
+),
 -- Groups that never committed: the partitions their clients fetched.
 uncommitted AS (
   SELECT DISTINCT gc.capture, gc.group_id, p.topic, p.partition,
@@ -134,17 +173,35 @@ beats AS (
 SELECT l.capture, l.group_id, l.topic, l.partition, l.ts, l.committed_offset, l.produced_at, l.record_ts,
        w.hwm, e.ts_end, f.ts_fetch, b.ts_heartbeat, b.ts_leave, b.session_timeout_ms AS group_session_timeout_ms,
        -- GREATEST skips nulls (DuckDB and Spark): the latest of what the group was seen doing.
-       GREATEST(f.ts_fetch, b.ts_heartbeat, c.ts_commit) AS ts_active
+       GREATEST(f.ts_fetch, b.ts_heartbeat, c.ts_commit) AS ts_active,
+       COALESCE(s.recent_commits, 0) AS recent_commits, COALESCE(s.recent_offsets, 0) AS recent_offsets,
+       COALESCE(s.lag_rising, 0) AS lag_rising
 FROM latest l
 LEFT JOIN hwms w ON w.capture = l.capture AND w.topic = l.topic AND w.partition = l.partition
 JOIN {ends} e ON e.capture = l.capture
 LEFT JOIN fetches f ON f.capture = l.capture AND f.group_id = l.group_id
 LEFT JOIN beats b ON b.capture = l.capture AND b.group_id = l.group_id
 LEFT JOIN commits_any c ON c.capture = l.capture AND c.group_id = l.group_id
+LEFT JOIN figures s ON s.capture = l.capture AND s.group_id = l.group_id AND s.topic = l.topic
+  AND s.partition = l.partition
 """
 
 
 STOPPED_ROWS = stopped_rows()
+
+# The group's status (docs/report.md "Group status"): the rule the live metric judges, over the
+# figures stopped_rows measured at the end.
+STATUS = judge_sql(
+    {
+        "left": "CASE WHEN ts_leave IS NOT NULL AND ts_leave >= ts_active THEN 1 ELSE 0 END",
+        "committed": "CASE WHEN committed_offset IS NULL THEN 0 ELSE 1 END",
+        "offset_lag": int64_minus("hwm", "committed_offset"),
+        "commit_age": "EPOCH_US(ts_end) - EPOCH_US(ts)",
+        "recent_commits": "recent_commits",
+        "recent_offsets": "recent_offsets",
+        "lag_rising": "lag_rising",
+    }
+)
 
 
 def stopped_sql(rows: str = "summary_stopped") -> str:
@@ -158,6 +215,7 @@ SELECT capture, group_id, topic, partition,
             WHEN {silent} * 1000 > session_timeout_ms THEN 'stopped'
             WHEN committed_offset IS NULL THEN 'never_committed'
             ELSE 'active' END AS state,
+       {STATUS} AS status,
        committed_offset, hwm AS high_watermark, {int64_minus("hwm", "committed_offset")} AS offset_lag,
        {_lag_seconds("ts_end")} AS lag_seconds, {_SOURCE} AS lag_source,
        ts AS last_commit, ts_fetch AS last_fetch, ts_heartbeat AS last_heartbeat, ts_leave AS last_leave,

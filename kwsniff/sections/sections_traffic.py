@@ -14,20 +14,24 @@ CONSUMER_APIS = (
 ADMIN_APIS = "15, 16, 19, 20, 21, 29, 30, 31, 32, 33, 37, 42, 43, 44, 47, 48, 49, 50, 51, 60, 65, 66, 67, 69, 77, 89, 90, 91, 92"
 
 # Per capture (`summary_inventory`, kwsniff.sections.summaries): each client's requests, records and
-# bytes per role, topic and group; the section adds the captures up.
+# bytes per role, topic and group; the section adds the captures up. Rows of a topic id no row of the
+# dataset names (views.NAMED) are the client's under a null topic, and `unnamed_rows` on every row of
+# that client and role in that capture says its records per topic cannot be known.
 INVENTORY_ROWS = f"""
 WITH rows AS (
   SELECT p.client_id, p.client_ip,
          CASE WHEN p.api_key IN ({PRODUCER_APIS}) THEN 'producer'
               WHEN p.api_key IN ({CONSUMER_APIS}) THEN 'consumer' ELSE 'admin' END AS role,
-         p.topic, p.group_id, p.record_count, p.record_bytes, p.ts_request, p.capture, p.conn_id, p.correlation_id
+         p.topic, p.group_id, p.record_count, p.record_bytes, p.ts_request, p.capture, p.conn_id, p.correlation_id,
+         CASE WHEN p.topic IS NULL THEN 1 ELSE 0 END AS unnamed
   FROM partition_exchanges p
-  WHERE p.api_key IN ({PRODUCER_APIS}, {CONSUMER_APIS}, {ADMIN_APIS}) AND p.topic IS NOT NULL
+  WHERE p.api_key IN ({PRODUCER_APIS}, {CONSUMER_APIS}, {ADMIN_APIS})
+    AND (p.topic IS NOT NULL OR p.topic_id IS NOT NULL)
   UNION ALL
   -- Admin requests without a topic-partition row (CreateTopics, DescribeConfigs, ListGroups...).
   SELECT r.client_id, r.client_ip, 'admin' AS role, CAST(NULL AS VARCHAR) AS topic, CAST(NULL AS VARCHAR) AS group_id,
          CAST(NULL AS BIGINT) AS record_count, CAST(NULL AS BIGINT) AS record_bytes, r.ts_request, r.capture,
-         r.conn_id, r.correlation_id
+         r.conn_id, r.correlation_id, 0 AS unnamed
   FROM requests r LEFT JOIN partition_exchanges p
     ON r.capture = p.capture AND r.conn_id = p.conn_id AND r.correlation_id = p.correlation_id
     AND p.api_key IN ({ADMIN_APIS})
@@ -36,7 +40,7 @@ WITH rows AS (
 -- One row per request and topic: a request carrying several partitions of a topic is one request.
 per_request AS (
   SELECT capture, client_id, client_ip, role, topic, group_id, SUM(record_count) AS record_count,
-         SUM(record_bytes) AS record_bytes, MIN(ts_request) AS ts_request
+         SUM(record_bytes) AS record_bytes, MIN(ts_request) AS ts_request, SUM(unnamed) AS unnamed
   FROM rows GROUP BY capture, client_id, client_ip, role, topic, group_id, conn_id, correlation_id
 ),
 -- Summed per capture first: the joins below then meet thousands of rows, not millions (and `rows`,
@@ -44,8 +48,12 @@ per_request AS (
 counted AS (
   SELECT capture, client_id, client_ip, role, topic, group_id, SUM(record_count) AS record_count,
          SUM(record_bytes) AS record_bytes, COUNT(*) AS requests, MIN(ts_request) AS first_seen,
-         MAX(ts_request) AS last_seen
+         MAX(ts_request) AS last_seen, SUM(unnamed) AS unnamed
   FROM per_request GROUP BY capture, client_id, client_ip, role, topic, group_id
+),
+unnamed AS (
+  SELECT capture, client_id, client_ip, role, SUM(unnamed) AS unnamed_rows
+  FROM counted GROUP BY capture, client_id, client_ip, role HAVING SUM(unnamed) > 0
 ),
 -- A consumer's Fetch carries no group: it is the group the same client commits for on that topic.
 client_group AS (
@@ -55,15 +63,21 @@ client_group AS (
 SELECT r.capture, r.client_id, r.client_ip, r.role, r.topic,
        CASE WHEN r.role = 'consumer' THEN COALESCE(r.group_id, g.group_id) ELSE r.group_id END AS group_id,
        CAST(SUM(r.record_count) AS BIGINT) AS record_count, CAST(SUM(r.record_bytes) AS BIGINT) AS record_bytes,
-       CAST(SUM(r.requests) AS BIGINT) AS requests, MIN(r.first_seen) AS first_seen, MAX(r.last_seen) AS last_seen
+       CAST(SUM(r.requests) AS BIGINT) AS requests, MIN(r.first_seen) AS first_seen, MAX(r.last_seen) AS last_seen,
+       CAST(COALESCE(MAX(u.unnamed_rows), 0) AS BIGINT) AS unnamed_rows
 FROM counted r
 LEFT JOIN client_group g ON g.capture = r.capture AND g.client_id = r.client_id
   AND g.client_ip = r.client_ip AND g.topic = r.topic
+LEFT JOIN unnamed u ON u.capture = r.capture AND u.client_id IS NOT DISTINCT FROM r.client_id
+  AND u.client_ip IS NOT DISTINCT FROM r.client_ip AND u.role = r.role
 GROUP BY 1, 2, 3, 4, 5, 6
 """
 INVENTORY = """
 SELECT r.client_id, r.client_ip, s.sasl_mechanism, s.sasl_principal, s.software_name, s.software_version, r.role, r.topic,
-       r.group_id, COALESCE(SUM(r.record_count), 0) AS records, COALESCE(SUM(r.record_bytes), 0) AS bytes,
+       r.group_id,
+       -- Unknown (null, never 0) when some of the client's rows in that role are of a topic id no row names.
+       CASE WHEN SUM(r.unnamed_rows) > 0 THEN NULL ELSE COALESCE(SUM(r.record_count), 0) END AS records,
+       CASE WHEN SUM(r.unnamed_rows) > 0 THEN NULL ELSE COALESCE(SUM(r.record_bytes), 0) END AS bytes,
        SUM(r.requests) AS requests, MIN(r.first_seen) AS first_seen, MAX(r.last_seen) AS last_seen
 FROM summary_inventory r
 LEFT JOIN client_software s ON s.client_id = r.client_id AND s.client_ip = r.client_ip
@@ -112,13 +126,26 @@ batches AS (
     AND f.partition = pr.partition AND f.bucket = {offset_bucket("pr.first_offset")}
     AND pr.first_offset BETWEEN f.first_offset AND f.last_offset
   GROUP BY 1, 2, 3, 4
+),
+-- A capture whose Fetch responses carried records of a topic id no row names (views.NAMED): how
+-- many of its batches were consumed cannot be known. One row of each topic it produced says so.
+unnamed AS (
+  SELECT DISTINCT capture, topic FROM produced
+  WHERE capture IN (
+    SELECT capture FROM partition_exchanges
+    WHERE api_key = 1 AND topic IS NULL AND topic_id IS NOT NULL AND first_offset IS NOT NULL
+  )
 )
-SELECT capture, topic, {millis("ts_consume", "ts_produce")} AS e2e_ms FROM batches
+SELECT capture, topic, {millis("ts_consume", "ts_produce")} AS e2e_ms, 0 AS unnamed FROM batches
+UNION ALL
+SELECT capture, topic, CAST(NULL AS DOUBLE) AS e2e_ms, 1 AS unnamed FROM unnamed
 """
+# `batches` is null (unknown, never a count short of the truth) for a topic produced in a capture
+# with unnamed Fetch records; its times are those of the batches seen consumed.
 PRODUCE_TO_CONSUME = f"""
-SELECT topic, COUNT(*) AS batches, {pct(0.5, "e2e_ms")} AS p50_ms, {pct(0.99, "e2e_ms")} AS p99_ms,
-       MAX(e2e_ms) AS max_ms
-FROM ({ranked("SELECT topic, e2e_ms FROM summary_produce_to_consume", "topic", "e2e_ms")}) AS t
+SELECT topic, CASE WHEN MAX(unnamed) > 0 THEN NULL ELSE COUNT(e2e_ms) END AS batches,
+       {pct(0.5, "e2e_ms")} AS p50_ms, {pct(0.99, "e2e_ms")} AS p99_ms, MAX(e2e_ms) AS max_ms
+FROM (SELECT topic, e2e_ms, unnamed FROM summary_produce_to_consume WHERE e2e_ms IS NOT NULL OR unnamed = 1) AS t
 GROUP BY topic ORDER BY topic
 """
 

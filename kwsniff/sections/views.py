@@ -99,7 +99,7 @@ MATERIALIZED = (
 )
 DERIVED = {
     "partition_exchanges": """
-        SELECT capture, conn_id, correlation_id, api_key, topic, partition, group_id,
+        SELECT capture, conn_id, correlation_id, api_key, topic, topic_id, partition, group_id,
                record_count, record_bytes, first_offset, last_offset, high_watermark,
                fetch_offset, committed_offset, error_code,
                client_id, client_ip, ts_request, ts_response, latency_ms
@@ -183,3 +183,41 @@ def known(sql: str) -> str:
 
     names = "|".join(sorted(NAMES, key=len, reverse=True))
     return re.sub(rf"\b(FROM|JOIN)(\s+)({names})\b", rf"\1\2{KNOWN}\3", sql, flags=re.IGNORECASE)
+
+
+# Topic ids named at report time (docs/report.md "Topic names learned late"). A row written before
+# its topic id's name was learned (a live capture's period written before the Metadata naming it; a
+# capture attached mid-stream whose naming Metadata is in another capture of the dataset) takes the
+# name the dataset's other rows give that id, Metadata's above all. An id given two names names
+# nothing: a topic id is one topic's for ever (KIP-516), so two names are a damaged or hostile row.
+NAMED = ("partitions", "records")
+TOPIC_NAMES = "_topic_names"
+TOPIC_NAMES_SQL = """
+SELECT topic_id, MIN(topic) AS topic FROM _partitions_read
+WHERE topic_id IS NOT NULL AND topic IS NOT NULL
+GROUP BY topic_id HAVING COUNT(DISTINCT topic) = 1"""
+# Whether any row lacks its topic's name: most datasets have none, and the names are not gathered.
+ANY_UNNAMED_SQL = (
+    "SELECT 1 AS unnamed FROM _partitions_read WHERE topic IS NULL AND topic_id IS NOT NULL LIMIT 1"
+)
+# Rows the names above name: none, and the tables are read as written (no join).
+UNNAMED_SQL = f"""
+SELECT COUNT(*) AS n FROM _partitions_read r JOIN {TOPIC_NAMES} n ON n.topic_id = r.topic_id
+WHERE r.topic IS NULL"""
+
+
+def raw(table: str) -> str:
+    """The view of ``table``'s rows as written: `_<table>_read` for a NAMED table (its `_<table>_all`
+    is :func:`named` over it), else `_<table>_all` itself."""
+    return f"_{table}_read" if table in NAMED else f"_{table}_all"
+
+
+def named(columns: list[tuple[str, str]], source: str) -> str:
+    """SQL of ``source``'s rows (``columns``) with a null topic named from TOPIC_NAMES by its id."""
+    select = ", ".join(
+        "COALESCE(t.topic, n.topic) AS topic" if c == "topic" else f't."{c}"' for c, _ in columns
+    )
+    return (
+        f"SELECT {select} FROM {source} t "
+        f"LEFT JOIN {TOPIC_NAMES} n ON t.topic IS NULL AND n.topic_id = t.topic_id"
+    )

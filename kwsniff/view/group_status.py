@@ -1,54 +1,117 @@
-"""A consumer group's state on a topic, live (`kwsniff_consumer_group_status`): the rule of
-docs/live-capture.md "Group status", judged from what kwsniff.view.lag holds and the group's own
-exchanges, with the capture's packet times as the clock.
+"""A consumer group's status on a partition: the one rule of docs/report.md "Group status", judged
+live by `capture --metrics-port` (`kwsniff_consumer_group_status`, from what kwsniff.view.lag holds,
+the capture's packet times as the clock) and by the report's `stopped` section (its `status`, at the
+end of the capture, in SQL: kwsniff.sections.sections_lag). Both evaluate RULE: the states, their
+order and thresholds are written once, here; each side only measures the figures RULE reads.
 
-Per partition, first match wins (a partition whose lag is unknown says nothing):
-- STOP: behind (lag > 0) and no commit for the window (STATUS_WINDOW, `capture --group-status-seconds`);
-- STALL: behind, and every commit of the last window (two at least) named the same offset;
-- WARN: behind, and the lag in records rose at every commit of the last window (three at
-  least, of the last KEPT_COMMITS at most): consuming, slower than the producers;
-- OK: anything else.
-A group on a topic is its worst partition (STOP, STALL, WARN, OK), or LEFT when the last thing the
-group did was leave (a LeaveGroup, a KIP-848 heartbeat with epoch -1 or -2: the report's `left`).
+The figures of one group on one partition at a moment (null where unknown):
+- ``left``: 1 when the last thing the group did was leave (a LeaveGroup, a KIP-848 heartbeat with
+  member epoch -1 or -2), else 0;
+- ``committed``: 1 when the group committed on the partition, 0 when it fetched and never did;
+- ``offset_lag``: the high watermark minus its latest committed offset, in records;
+- ``commit_age``: µs from its latest commit to the moment;
+- ``recent_commits``, ``recent_offsets``: its commits within STATUS_WINDOW of the moment (of its
+  last KEPT_COMMITS), and how many distinct offsets they named;
+- ``lag_rising``: 1 when every one of those recent commits was further behind (records, at its
+  commit) than the one before, else 0.
+A group on a topic (the metric) is its worst partition (STATUSES' order).
 """
 
 from __future__ import annotations
 
+import operator
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 STATUS_WINDOW = 60 * 1_000_000  # µs: a consumer commits every 5 s by default (auto.commit.interval.ms)
 KEPT_COMMITS = 16  # commits held per group and partition to judge the window
-OK, WARN, STALL, STOP, LEFT = "OK", "WARN", "STALL", "STOP", "LEFT"
+OK, WARN, STALL, STOP, LEFT, NEVER_COMMITTED = "OK", "WARN", "STALL", "STOP", "LEFT", "NEVER_COMMITTED"
+# The states the live metric has a series for: it follows only groups that committed.
 STATES = (OK, WARN, STALL, STOP, LEFT)
-_WORST = {OK: 0, WARN: 1, STALL: 2, STOP: 3}
+STATUSES = (*STATES, NEVER_COMMITTED)  # best to worst
+_WORST = {state: i for i, state in enumerate(STATUSES)}
 LEAVES = frozenset({"leave", "static_leave"})
+
+WINDOW = "window"  # a RULE value: the status window (STATUS_WINDOW, `capture --group-status-seconds`)
+Condition = tuple[str, str, int | str | None]  # (figure, operator, value); IS NULL is ("...", "IS", None)
+# First match wins; no match: OK. A None state is "says nothing" (the lag is unknown).
+RULE: tuple[tuple[str | None, tuple[Condition, ...]], ...] = (
+    (LEFT, (("left", "=", 1),)),
+    (NEVER_COMMITTED, (("committed", "=", 0),)),
+    (None, (("offset_lag", "IS", None),)),
+    (OK, (("offset_lag", "<=", 0),)),
+    # Behind and no commit for the window: a crashed or hung consumer.
+    (STOP, (("commit_age", ">", WINDOW),)),
+    # Behind, and every commit of the window (two at least) named the same offset.
+    (STALL, (("recent_commits", ">=", 2), ("recent_offsets", "=", 1))),
+    # Behind, and the lag rose at every commit of the window (three at least): slower than producers.
+    (WARN, (("recent_commits", ">=", 3), ("lag_rising", "=", 1))),
+)
+_COMPARE = {"=": operator.eq, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+
+
+def judge(figures: Mapping[str, int | None], window: int = STATUS_WINDOW) -> str | None:
+    """RULE over ``figures`` (a missing or None figure satisfies only IS NULL, as in SQL), its
+    window ``window`` µs."""
+    for state, conditions in RULE:
+        if all(_holds(figures.get(name), op, _value(value, window)) for name, op, value in conditions):
+            return state
+    return OK
+
+
+def _value(value: int | str | None, window: int) -> int | None:
+    return window if value == WINDOW else value  # type: ignore[return-value]
+
+
+def _holds(figure: int | None, op: str, value: int | None) -> bool:
+    if op == "IS":
+        return figure is None
+    return figure is not None and value is not None and _COMPARE[op](figure, value)
+
+
+def judge_sql(figures: Mapping[str, str], window: int = STATUS_WINDOW) -> str:
+    """RULE as a SQL CASE expression over ``figures`` ({figure: its SQL expression}), its window
+    ``window`` µs."""
+
+    def condition(name: str, op: str, value: int | str | None) -> str:
+        if op == "IS":
+            return f"({figures[name]}) IS NULL"
+        return f"({figures[name]}) {op} {_value(value, window)}"
+
+    whens = " ".join(
+        f"WHEN {' AND '.join(condition(*c) for c in conditions)} THEN "
+        + ("NULL" if state is None else f"'{state}'")
+        for state, conditions in RULE
+    )
+    return f"CASE {whens} ELSE '{OK}' END"
 
 
 def partition_state(
     commits: deque[tuple[int, int, int | None]],
     offset_lag: int | None,
     now: int,
+    left: bool = False,
     window: int = STATUS_WINDOW,
 ) -> str | None:
     """The state of one group on one partition at ``now`` (µs) from its latest commits (time,
-    offset, lag in records then) and its lag now, over the last ``window`` µs; None when the lag is
-    unknown."""
-    if offset_lag is None or not commits:
-        return None
-    if offset_lag <= 0:
-        return OK
-    if now - commits[-1][0] > window:
-        return STOP
+    offset, lag in records then), its lag now and whether its last act was leaving, over the last
+    ``window`` µs (`capture --group-status-seconds`)."""
     recent = [c for c in commits if now - c[0] <= window]
-    if len(recent) >= 2 and len({offset for _ts, offset, _lag in recent}) == 1:
-        return STALL
     lags = [lag for _ts, _offset, lag in recent]
-    if len(lags) >= 3 and all(
-        a is not None and b is not None and b > a for a, b in zip(lags, lags[1:], strict=False)
-    ):
-        return WARN
-    return OK
+    rising = all(a is not None and b is not None and b > a for a, b in zip(lags, lags[1:], strict=False))
+    return judge(
+        {
+            "left": int(left),
+            "committed": 1 if commits else 0,
+            "offset_lag": offset_lag,
+            "commit_age": now - commits[-1][0] if commits else None,
+            "recent_commits": len(recent),
+            "recent_offsets": len({offset for _ts, offset, _lag in recent}),
+            "lag_rising": int(rising and None not in lags),
+        },
+        window,
+    )
 
 
 def worst(states: list[str]) -> str:

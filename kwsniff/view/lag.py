@@ -32,14 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from kwsniff.defaults import int64_or_none
-from kwsniff.view.group_status import (
-    KEPT_COMMITS,
-    LEFT,
-    STATUS_WINDOW,
-    GroupActivity,
-    partition_state,
-    worst,
-)
+from kwsniff.view.group_status import KEPT_COMMITS, STATUS_WINDOW, GroupActivity, partition_state, worst
 from kwsniff.view.offset_times import MAX_POINTS, OffsetTimes
 
 PRODUCE, FETCH, OFFSET_COMMIT, OFFSET_FETCH = 0, 1, 8, 9
@@ -141,14 +134,13 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
         judged: dict[tuple[str, str], tuple[list[str], int]] = {}
         for (group, topic, _partition), lag in self.lags.items():
             states, last = judged.setdefault((group, topic), ([], lag.commit_ts))
-            state = partition_state(lag.commits, lag.offset_lag, self.now, self.status_window)
+            left = self.activity.has_left(group)
+            state = partition_state(lag.commits, lag.offset_lag, self.now, left, self.status_window)
             if state is not None:
                 states.append(state)
             judged[(group, topic)] = (states, max(last, lag.commit_ts))
         return [
-            (group, topic, LEFT if self.activity.has_left(group) else worst(states), last)
-            for (group, topic), (states, last) in judged.items()
-            if states or self.activity.has_left(group)
+            (group, topic, worst(states), last) for (group, topic), (states, last) in judged.items() if states
         ]
 
     def row(self, row: dict[str, Any]) -> None:

@@ -172,13 +172,15 @@ class Metrics:
         )
         self.group_members = Gauge(
             "kwsniff_consumer_group_members",
-            "Members the group's leader was sent in its last successful JoinGroup response (classic groups)",
+            "Members the group's leader was sent in its last successful JoinGroup response (classic groups);"
+            " KIP-848, share and streams groups: members heartbeating",
             ["group"],
             registry=r,
         )
         self.group_rebalanced = Gauge(
             "kwsniff_consumer_group_last_rebalance_timestamp_seconds",
-            "When the group's last successful JoinGroup response to its leader was seen (a new generation)",
+            "When the group's last successful JoinGroup response to its leader was seen (a new generation),"
+            " or a KIP-848 group's members changed",
             ["group"],
             registry=r,
         )

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from kwsniff.memory import TOTAL_COST, VIEW, MemoryBudget
 from kwsniff.protocol import error_expected
 from kwsniff.rows import RowSink
+from kwsniff.view.group_members import HEARTBEAT_APIS, HeartbeatMembers
 from kwsniff.view.group_status import STATUS_WINDOW
 from kwsniff.view.lag import LagTracker
 from kwsniff.view.replication import ReplicationTracker
@@ -67,7 +68,8 @@ class Pending(NamedTuple):
     # bound of its lag in seconds when the committed offset is older than every batch held
     lags: list[tuple[tuple[str, str, int], int | None, float | None, float | None]]
     # (group, members, ts_us) per successful JoinGroup response that named the members (classic
-    # protocol: only the group's leader is sent the member list, at each rebalance)
+    # protocol: only the group's leader is sent the member list, at each rebalance), and per change
+    # of a KIP-848 (share, streams) group's members (kwsniff.view.group_members), its new epoch
     joins: list[tuple[str, int, int]]
     # (replica id, topic, partition) of a follower whose replication lag moved, in records and seconds
     replication: list[tuple[tuple[int, str, int], int | None, float | None]]
@@ -122,6 +124,8 @@ class LiveStats:
         self.judged_at: int | None = None  # the packet time of the last status sweep
         # Followers' replication lag (the metrics' replication gauges), the same bound on partitions.
         self.replication = ReplicationTracker(MAX_LAG_PARTITIONS) if collect_pending else None
+        # KIP-848 (share, streams) groups' members, from their heartbeats (the members gauge).
+        self.members = HeartbeatMembers() if collect_pending else None
 
     def row(self, table: str, row: dict[str, Any]) -> None:
         # Rows are read with .get: a table's rows carry only the columns known for that exchange
@@ -186,6 +190,9 @@ class LiveStats:
             if self.lag is not None:
                 with self.lock:
                     self.lag.group_row(row)
+            if self.members is not None and get("api_key") in HEARTBEAT_APIS:
+                with self.lock:
+                    self.members.row(row)
             if (
                 self.collect_pending
                 and get("api_key") == JOIN_GROUP
@@ -254,6 +261,9 @@ class LiveStats:
                 if self.judged_at is None or now >= self.judged_at + STATUS_EVERY:
                     pending.statuses.extend(self.lag.statuses())
                     self.judged_at = now
+            if self.members is not None:
+                clock = self.lag.now if self.lag is not None else 0
+                pending.joins.extend(self.members.take_changed(clock))
             if self.replication is not None:
                 fetches = self.replication.fetches
                 pending.replication.extend(

@@ -521,3 +521,16 @@ def test_write_to_a_dangling_symlink_creates_nothing_outside_out(tmp_path: Path,
         f"--out {out}: {link} is a symbolic link to {tmp_path}/elsewhere/deep/x, which does not exist"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_report_filter_naming_nothing_the_tables_hold_raises_as_the_command_says(tmp_path: Path) -> None:
+    tables = kwsniff.read(QUICKSTART)
+    tables.write(tmp_path / "out")
+    done = run_kwsniff("report", tmp_path / "out", "--group", "billing")
+    assert done.returncode == 1
+    with pytest.raises(kwsniff.ReportError) as raised:
+        kwsniff.report(tables, group="billing")
+    said = "the tables hold no such group; they hold 2: quickstart-audit, quickstart-group"
+    assert done.stderr == f"kwsniff: error: --group billing: {said}\n"
+    assert str(raised.value) == f"report: group='billing': {said}"
+    assert kwsniff.report(tables, group="quickstart-group", sections=["lag"])["lag"].num_rows > 0

@@ -110,7 +110,7 @@ def report(
 
     from kwsniff.core.answers import chosen_sections, missing_tables, refusal
     from kwsniff.core.answers import filters as report_filters
-    from kwsniff.sections.run import answer_arrow, open_engine
+    from kwsniff.sections.run import answer_arrow, open_engine, unheld
 
     try:
         asked = chosen_sections(chosen)
@@ -134,6 +134,12 @@ def report(
     engine = None
     try:
         engine = open_engine(path, filters, spark, memory, spill)
+        nothing = unheld(engine, filters)
+        if nothing:  # as `kwsniff report --group X` says it, with the API's keyword
+            name, _, rest = nothing.removeprefix("--").partition(" ")
+            raise ReportError(
+                f"report: {name}={getattr(filters, name)!r}" + rest.removeprefix(str(getattr(filters, name)))
+            )
         return answer_arrow(engine, filters, asked)
     except duckdb.OutOfMemoryException as exc:
         raise ReportError(

@@ -25,7 +25,8 @@ scaled down instead: the log entries a checkpoint covers are removed once older 
 and the bench vacuums without a grace (a capture keeps a replaced file an hour more: up to 60 more
 small files per table and host than printed here).
 
-Printed at period 1, 1,000, 10,000 and 43,200 (those reached, and the last): the median commit time
+Printed at period 1, 1,000, 10,000 and 43,200 (those reached, the last, and every --every periods;
+the rows come as the run goes, so a run stopped early has printed what it reached): the median commit time
 of the 20 periods around it, the table's data files and log files on disk, the bytes of both, the
 files in the table's current version, and the machine's load average. A benchmark, not a test: it
 never fails on a timing.
@@ -151,13 +152,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--periods", type=int, default=MONTH, help="one-minute periods (a month: 43200)")
     parser.add_argument("--tables", default="requests", help="comma-separated kwsniff tables")
+    parser.add_argument("--every", type=int, default=0, help="also print every this many periods")
     parser.add_argument("--log-retention-s", type=int, default=5, help="real seconds a log entry is kept")
     args = parser.parse_args()
     tables = [t for t in args.tables.split(",") if t]
     unknown = sorted(set(tables) - set(SCHEMAS))
     if unknown:
         parser.error(f"unknown tables {unknown}")
-    points = sorted({p for p in POINTS if p <= args.periods} | {args.periods})
+    extra = set(range(args.every, args.periods, args.every)) if args.every > 0 else set()
+    points = sorted({p for p in POINTS if p <= args.periods} | {args.periods} | extra)
     print(
         f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {args.periods} periods of one "
         f"{ROWS}-row file per table into {', '.join(tables)}; compaction hourly, retention of 7 days daily"

@@ -28,6 +28,7 @@ from kwsniff.sinks.delta_upkeep import (
     dataset_tables,
     retain_table,
     stored_files,
+    upkeep_table,
     vacuum_table,
 )
 from kwsniff.sinks.location import Location, parse_location
@@ -215,6 +216,28 @@ def test_retain_removes_exactly_the_days_before_the_cutoff(location: Location, t
     assert (again.files_removed, again.version, again.files_deleted) == (0, None, 4)
     assert stored_files(location, "requests") == active_paths(location)
     assert len(active_paths(location)) == 16
+
+
+def test_a_captures_upkeep_compacts_and_retains_its_own_host_only(location: Location, tmp_path: Path) -> None:
+    now = time.time()
+    clock = FakeClock(now)
+    writer = DeltaTableWriter(location, "requests", SCHEMAS["requests"], clock=clock)
+    for host in ("h1", "h2"):
+        for ago in (10 * DAY, 2 * HOUR):  # a day past the retention, and a finished hour
+            clock.now = now - ago
+            write_periods(writer, clock, tmp_path, 3, utc_day(int(clock.now * 1e6)), host)
+    before = rows(location)
+
+    done = upkeep_table(location, "requests", host="h1", retain_s=7 * DAY, now=now)
+
+    # h1: the old day's 3 files compacted into one, then that day removed; the hour's 3 into one.
+    assert (done.compaction.hours, done.compaction.files_removed, done.compaction.files_added) == (2, 6, 2)
+    assert done.retention is not None
+    assert (done.retention.files_removed, done.retention.rows_removed) == (1, 3 * ROWS_PER_FILE)
+    old_day = utc_day(int((now - 10 * DAY) * 1e6))
+    assert rows(location) == Counter({k: n for k, n in before.items() if k[3] == "h2" or k[2] != old_day})
+    files_by_host = Counter(path.split("/")[1] for path in active_paths(location))
+    assert files_by_host == {"host=h1": 1, "host=h2": 6}
 
 
 def test_tables_are_created_with_kwsniffs_checkpoint_and_retention_properties(location: Location) -> None:

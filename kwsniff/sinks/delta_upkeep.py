@@ -23,7 +23,7 @@ import math
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -135,7 +135,7 @@ def dataset_tables(location: Location) -> list[str]:
 
 
 def _hour_groups(
-    files: Iterable[_ActiveFile], now_s: float, hour_s: int
+    files: Iterable[_ActiveFile], now_s: float, hour_s: int, hosts: Collection[str] | None
 ) -> dict[tuple[str, str, int], list[_ActiveFile]]:
     """The finished hours' files by (date, host, hour), each group in staging order, only groups of
     two files or more (one file is already compacted)."""
@@ -143,7 +143,7 @@ def _hour_groups(
     groups: dict[tuple[str, str, int], list[_ActiveFile]] = defaultdict(list)
     for file in files:
         hour = file.modification_ms // (hour_s * 1000)
-        if hour < current_hour:
+        if hour < current_hour and (hosts is None or file.host in hosts):
             groups[(file.date, file.host, hour)].append(file)
     return {
         key: sorted(group, key=lambda f: (f.modification_ms, f.path))
@@ -197,10 +197,16 @@ def _discard(writer: DeltaTableWriter, staged: Iterable[StagedFile]) -> None:
 
 
 def compact_table(
-    location: Location, table: str, *, now: float | None = None, hour_s: int = HOUR_S
+    location: Location,
+    table: str,
+    *,
+    now: float | None = None,
+    hour_s: int = HOUR_S,
+    hosts: Collection[str] | None = None,
 ) -> Compaction:
     """Each finished hour's files of each (date, host) partition of ``table`` into one file, in one
-    commit for the whole table; ``now`` (seconds, default the clock) says which hours are finished.
+    commit for the whole table; ``now`` (seconds, default the clock) says which hours are finished,
+    ``hosts`` limits it to these hosts' partitions (a capture compacts its own, not the fleet's).
 
     The commit removes exactly the files it read, so it fails, changing nothing, if another writer
     removed one of them meanwhile (a second compaction at once); other writers' appends go on."""
@@ -208,7 +214,7 @@ def compact_table(
 
     now_s = time.time() if now is None else now
     writer = DeltaTableWriter(location, table, None)
-    groups = _hour_groups(_active_files(writer.delta), now_s, hour_s)
+    groups = _hour_groups(_active_files(writer.delta), now_s, hour_s, hosts)
     if not groups:
         return Compaction(table, 0, 0, 0, 0, None)
     fs, root = location.filesystem()
@@ -260,17 +266,23 @@ def retain_table(
     older_than_s: float,
     *,
     now: float | None = None,
+    hosts: Collection[str] | None = None,
     vacuum_retention_hours: int | None = None,
 ) -> Retention:
     """Remove from ``table`` every day whose rows are all older than ``older_than_s`` seconds before
-    ``now`` (the ``date`` partitions before the cutoff's UTC day), in one commit of whole-file
-    removes, then vacuum the table (:func:`vacuum_table`, ``vacuum_retention_hours``)."""
+    ``now`` (the ``date`` partitions before the cutoff's UTC day; ``hosts``: only these hosts'), in
+    one commit of whole-file removes, then vacuum the table (:func:`vacuum_table`,
+    ``vacuum_retention_hours``)."""
     now_s = time.time() if now is None else now
     first_kept = utc_day(int((now_s - older_than_s) * 1_000_000))
     writer = DeltaTableWriter(location, table, None)
     version = None
     for _ in range(MAX_COMMIT_RETRIES):
-        old = [f for f in _active_files(writer.delta) if f.date < first_kept]
+        old = [
+            f
+            for f in _active_files(writer.delta)
+            if f.date < first_kept and (hosts is None or f.host in hosts)
+        ]
         if not old:
             break
         try:
@@ -324,3 +336,31 @@ def stored_files(location: Location, table: str) -> list[str]:
     listing = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
     relative = (info.path[len(base) :] for info in listing if info.type == pafs.FileType.File)
     return sorted(path for path in relative if not path.startswith("_delta_log/"))
+
+
+@dataclass(frozen=True)
+class Upkeep:
+    """What :func:`upkeep_table` did to one table."""
+
+    compaction: Compaction
+    retention: Retention | None
+    files_deleted: int
+
+
+def upkeep_table(
+    location: Location,
+    table: str,
+    *,
+    host: str,
+    retain_s: float | None = None,
+    now: float | None = None,
+) -> Upkeep:
+    """A capture's periodic upkeep of one table, for its own ``host``: compact the finished hours,
+    remove the days older than ``retain_s`` (None: keep every day), and vacuum what has been out of
+    the table for the grace. Each step is its own commit; a step that fails leaves the table whole."""
+    now_s = time.time() if now is None else now
+    compaction = compact_table(location, table, now=now_s, hosts={host})
+    if retain_s is None:
+        return Upkeep(compaction, None, len(vacuum_table(location, table)))
+    retention = retain_table(location, table, retain_s, now=now_s, hosts={host})
+    return Upkeep(compaction, retention, retention.files_deleted)

@@ -5,8 +5,9 @@ and do the files and bytes on disk stay bounded?
     python bench/bench_delta_month.py                     # 43,200 periods (a month) of `requests`
     python bench/bench_delta_month.py --periods 10000     # the first week
     python bench/bench_delta_month.py --tables requests,connections,capture_stats
+    python bench/bench_delta_month.py --dir /tmp/month     # stopped (timeout 600)? the same again goes on
 
-Each period writes one small file per table with kwsniff's ParquetSink (not timed), then times
+Each period copies one small file per table, written once with kwsniff's ParquetSink (not timed), then times
 staging and committing it (DeltaTableWriter.stage + commit: the log entry, and the checkpoint and
 log cleanup delta-rs runs after every 100th commit). Every 60 periods (a fake hour) each table's
 finished hour is compacted into one file (kwsniff.sinks.delta_upkeep.compact_table) and the replaced
@@ -35,11 +36,15 @@ never fails on a timing.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -70,6 +75,14 @@ def small_file(spool: Path, table: str, name: str) -> Path:
     return sink.paths[table]
 
 
+def period_file(template: Path, spool: Path, n: int) -> Path:
+    """A copy of the table's template file, as a period's file: the same bytes every period, so the
+    bench's time goes to the commits, not to writing Parquet."""
+    target = spool / f"{template.stem}-{n}.parquet"
+    shutil.copyfile(template, target)
+    return target
+
+
 def on_disk(root: Path) -> tuple[int, int, int, int]:
     """Data files, log files, data bytes, log bytes under a table's directory."""
     data = log = data_bytes = log_bytes = 0
@@ -93,7 +106,15 @@ class Month:
     def __init__(self, root: Path, tables: list[str], log_retention_s: int) -> None:
         self.root = root
         self.location: Location = parse_location(root / "tables")
-        self.clock = fake_start()
+        self.state = root / "state.json"
+        # A run stopped early (--dir) goes on from the period after its last one, on its clock.
+        state = (
+            json.loads(self.state.read_text())
+            if self.state.exists()
+            else {"period": 0, "clock": fake_start()}
+        )
+        self.done: int = state["period"]
+        self.clock: float = state["clock"]
         configuration = {
             **TABLE_PROPERTIES,
             "delta.logRetentionDuration": f"interval {log_retention_s} seconds",
@@ -102,18 +123,21 @@ class Month:
             t: DeltaTableWriter(self.location, t, SCHEMAS[t], configuration, clock=lambda: self.clock)
             for t in tables
         }
-        self.commit_s: list[float] = []
+        self.spool = root / "spool"
+        self.spool.mkdir(exist_ok=True)
+        self.templates = {t: small_file(root / "templates", t, f"period-{uuid.uuid4().hex}") for t in tables}
+        self.commit_s: dict[int, float] = {}
         self.upkeep_s: dict[str, list[float]] = {"compact": [], "retain": []}
 
     def period(self, n: int) -> None:
         day = utc_day(int(self.clock * 1_000_000))
         spent = 0.0
         for table, writer in self.writers.items():
-            path = small_file(self.root / "spool", table, f"period-{n}")
+            path = period_file(self.templates[table], self.spool, n)
             start = time.perf_counter()
             writer.commit([writer.stage(path, date=day, host=HOST)])
             spent += time.perf_counter() - start
-        self.commit_s.append(spent)
+        self.commit_s[n] = spent
         self.clock += PERIOD_S
         if n % HOUR_PERIODS == 0:
             start = time.perf_counter()
@@ -126,6 +150,8 @@ class Month:
             for table in self.writers:
                 retain_table(self.location, table, RETAIN_S, now=self.clock, vacuum_retention_hours=0)
             self.upkeep_s["retain"].append(time.perf_counter() - start)
+        self.done = n
+        self.state.write_text(json.dumps({"period": n, "clock": self.clock}))
 
     def disk(self) -> tuple[int, int, int, int, int, float]:
         """Data files, log files, their bytes, the current version's files, the load: now."""
@@ -140,7 +166,7 @@ class Month:
 
     def row(self, n: int, disk: tuple[int, int, int, int, int, float]) -> str:
         before, after = WINDOW
-        window = self.commit_s[max(0, n - 1 - before) : n + after]
+        window = [self.commit_s[m] for m in range(n - before, n + after + 1) if m in self.commit_s]
         data, log, data_bytes, log_bytes, active, load = disk
         return (
             f"{n:>7} {1000 * statistics.median(window):9.2f} {data:>8} {log:>7} {data_bytes / 1e6:9.2f} "
@@ -153,6 +179,11 @@ def main() -> None:
     parser.add_argument("--periods", type=int, default=MONTH, help="one-minute periods (a month: 43200)")
     parser.add_argument("--tables", default="requests", help="comma-separated kwsniff tables")
     parser.add_argument("--every", type=int, default=0, help="also print every this many periods")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        help="keep the tables here, and go on from a run stopped early (default: a temporary one)",
+    )
     parser.add_argument("--log-retention-s", type=int, default=5, help="real seconds a log entry is kept")
     args = parser.parse_args()
     tables = [t for t in args.tables.split(",") if t]
@@ -169,11 +200,18 @@ def main() -> None:
         f"{'period':>7} {'commit ms':>9} {'files':>8} {'log':>7} {'data MB':>9} {'log MB':>8} {'active':>7} {'load':>6}"
     )
     wall = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="kwsniff-bench-month-") as tmp:
-        month = Month(Path(tmp), tables, args.log_retention_s)
-        pending = list(points)
+    with contextlib.ExitStack() as stack:
+        if args.dir is None:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kwsniff-bench-month-")))
+        else:
+            root = args.dir
+            root.mkdir(parents=True, exist_ok=True)
+        month = Month(root, tables, args.log_retention_s)
+        if month.done:
+            print(f"going on after period {month.done} in {root}")
+        pending = [p for p in points if p > month.done]
         disks = {}
-        for n in range(1, args.periods + 1):
+        for n in range(month.done + 1, args.periods + 1):
             month.period(n)
             if n in points:
                 disks[n] = month.disk()

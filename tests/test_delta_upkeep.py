@@ -240,6 +240,23 @@ def test_a_captures_upkeep_compacts_and_retains_its_own_host_only(location: Loca
     assert files_by_host == {"host=h1": 1, "host=h2": 6}
 
 
+def test_a_writer_appends_after_another_removed_old_days_since_its_version(
+    location: Location, tmp_path: Path
+) -> None:
+    now = time.time()
+    clock = FakeClock(now - 10 * DAY)
+    writer = DeltaTableWriter(location, "requests", SCHEMAS["requests"], clock=clock)
+    old = write_periods(writer, clock, tmp_path, 2, utc_day(int(clock.now * 1e6)), "h")
+    clock.now = now
+    retain_table(location, "requests", 7 * DAY, now=now)  # another writer's commit of data removes
+
+    new = write_periods(writer, clock, tmp_path, 1, utc_day(int(now * 1e6)), "h")
+
+    captures = Counter(c for c, _, _, _ in rows(location))
+    assert captures == Counter({new[0]: ROWS_PER_FILE})
+    assert not set(old) & set(captures)
+
+
 def test_tables_are_created_with_kwsniffs_checkpoint_and_retention_properties(location: Location) -> None:
     writer = DeltaTableWriter(location, "requests", SCHEMAS["requests"])
     assert writer.delta.metadata().configuration == TABLE_PROPERTIES

@@ -27,6 +27,7 @@ __all__ = [
     "PORT",
     "TUNNEL_PORT",
     "BrokerMapFile",
+    "Duration",
     "Port",
     "TunnelPort",
     "checked",

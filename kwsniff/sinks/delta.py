@@ -53,6 +53,8 @@ PARTITION_COLUMNS = ("date", "host")
 # enough for tens of writers committing at once (each retry reads only the entries it missed).
 MAX_COMMIT_RETRIES = 100
 _UNSAFE_PATH = re.compile(r"[^A-Za-z0-9._-]+")
+# delta-rs's words for an append that failed because another writer removed data since its version.
+_CONCURRENT_DELETE = "a concurrent transaction deleted data this operation read"
 # The table properties kwsniff creates its tables with (docs/delta.md, "Commit cost and checkpoints"):
 # a checkpoint every 100 commits, so a reader or writer replays at most 100 entries; log entries and
 # the tombstones of removed files kept one hour, so neither the `_delta_log/` listing nor the
@@ -255,7 +257,23 @@ class DeltaTableWriter:
             if app_id is not None and app_version is not None
             else None
         )
-        self._transact([file.action for file in staged], overwrite, MAX_COMMIT_RETRIES, apps)
+        from deltalake.exceptions import CommitFailedError
+
+        for _ in range(MAX_COMMIT_RETRIES):
+            try:
+                self._transact([file.action for file in staged], overwrite, MAX_COMMIT_RETRIES, apps)
+                break
+            except CommitFailedError as err:
+                # delta-rs takes an append for a read of the whole table, so a removal of data by
+                # another writer since this one's version (retention) fails it, though it read nothing.
+                # It wrote no entry: from the table as it is now, the same files commit.
+                if _CONCURRENT_DELETE not in str(err):
+                    raise
+                self.refresh()
+        else:
+            raise DeltaTableError(
+                f"{self.location.table_uri(self.table)}: {MAX_COMMIT_RETRIES} removals came first"
+            )
         self.refresh()
         return self.delta.version()
 

@@ -10,7 +10,9 @@ Each commit writes one `requests` file of a few rows with kwsniff's ParquetSink 
 times staging it and committing it (Delta: DeltaTableWriter.stage + commit, the log entry included,
 and the checkpoint every --checkpoint-interval commits that delta-rs's post-commit hook writes; peer:
 Output.commit(again=True)). A third run compacts the Delta table (optimize.compact, then vacuum)
-every --compact-every commits, untimed, as `capture` is to compact each finished hour. Printed at commit 1, 10, 100, 1000 (and the last): the median of the
+every --compact-every commits, untimed (kwsniff.sinks.delta_upkeep.compact_table on a fake clock of a
+minute a commit, its "hour" --compact-every minutes long, then vacuum), as `capture` compacts each
+finished hour. Printed at commit 1, 10, 100, 1000 (and the last): the median of the
 commits in a window around it (the 9 before, it, and the 10 after, where there are), and the slowest
 commit of the run with its number (a checkpoint's). A benchmark, not a test: it never fails on a
 timing. The machine's load is printed with it.
@@ -33,12 +35,14 @@ sys.path.insert(0, str(REPO))
 from deltalake import DeltaTable  # noqa: E402
 
 from kwsniff.sinks.dataset import ExistingOutput, Output  # noqa: E402
-from kwsniff.sinks.delta import DeltaTableWriter, compact_table, vacuum_table  # noqa: E402
+from kwsniff.sinks.delta import TABLE_PROPERTIES, DeltaTableWriter  # noqa: E402
+from kwsniff.sinks.delta_upkeep import compact_table, vacuum_table  # noqa: E402
 from kwsniff.sinks.location import parse_location  # noqa: E402
 from kwsniff.sinks.parquet import ParquetSink  # noqa: E402
 from kwsniff.tables.schemas import SCHEMAS  # noqa: E402
 
 ROWS = 5
+FAKE_START_S = 1_796_601_600.0  # 2026-12-07T00:00:00Z
 WINDOW = (9, 10)
 
 
@@ -51,8 +55,12 @@ def small_file(directory: Path, name: str) -> Path:
 
 def delta_run(root: Path, commits: int, interval: int, compact_every: int) -> list[float]:
     location = parse_location(root / "delta")
-    configuration = {"delta.checkpointInterval": str(interval)}
-    writer = DeltaTableWriter(location, "requests", SCHEMAS["requests"], configuration)
+    configuration = {**TABLE_PROPERTIES, "delta.checkpointInterval": str(interval)}
+    # A fake clock, one minute a commit: compaction takes each finished hour's files by it.
+    clock = [FAKE_START_S]
+    writer = DeltaTableWriter(
+        location, "requests", SCHEMAS["requests"], configuration, clock=lambda: clock[0]
+    )
     spool = root / "spool"
     times = []
     for n in range(1, commits + 1):
@@ -60,8 +68,9 @@ def delta_run(root: Path, commits: int, interval: int, compact_every: int) -> li
         start = time.perf_counter()
         writer.commit([writer.stage(path, date="2026-12-07", host="bench")])
         times.append(time.perf_counter() - start)
+        clock[0] += 60
         if compact_every and n % compact_every == 0:  # not timed: a capture compacts between periods
-            compact_table(location, "requests")
+            compact_table(location, "requests", now=clock[0], hour_s=60 * compact_every)
             vacuum_table(location, "requests", retention_hours=0)
             writer.delta.update_incremental()
     return times

@@ -18,11 +18,13 @@ from kwsniff import __version__
 # name -> (module, the command's one-line help as `kwsniff --help` shows it)
 COMMANDS = {
     "capture": ("kwsniff.commands.capture", "Capture Kafka traffic on IFACE into Parquet tables under..."),
+    "compact": ("kwsniff.commands.compact", "Compact the Delta tables under OUT (a path or..."),
     "convert": (
         "kwsniff.commands.convert",
         "Make the directory dataset OUT (written by `read`, `capture`...",
     ),
     "read": ("kwsniff.commands.read", "Decode CAPTURES (pcap, pcapng, optionally gzipped; `-` for..."),
+    "retain": ("kwsniff.commands.retain", "Keep only recent rows in the Delta tables under OUT (a..."),
     "report": ("kwsniff.commands.report", "Fleet report over TABLES (the --out of `kwsniff read` or..."),
     "show": ("kwsniff.commands.show", "Print every request and response of CAPTURE with every decoded..."),
     "spark": ("kwsniff.commands.spark", "Decode INPUTS (files, directories, globs) on Spark into..."),

@@ -41,9 +41,11 @@ def test_help_imports_neither_numpy_nor_pandas_nor_pyarrow() -> None:
     )
     assert [line.split()[0] for line in done.stdout.split("Commands:")[1].splitlines() if line] == [
         "capture",
+        "compact",
         "convert",
         "read",
         "report",
+        "retain",
         "show",
         "spark",
     ]
@@ -62,7 +64,7 @@ def test_help_lists_each_command_with_the_start_of_its_own_help() -> None:
 
 
 def test_every_sub_command_help_stays_light() -> None:
-    for command in ("read", "show", "capture", "spark", "report"):
+    for command in ("read", "show", "capture", "spark", "report", "compact", "retain"):
         done, imported = _imported([command, "--help"])
         assert done.returncode == 0 and f"kwsniff {command} [OPTIONS]" in done.stdout, (command, done.stdout)
         assert sorted(name for name in imported if name.split(".")[0] in HEAVY) == [], command

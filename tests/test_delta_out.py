@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -230,3 +231,42 @@ def test_spark_to_s3_commits_the_rows_read_writes(s3: SeaweedS3, plain: Path) ->
     hosts = table_dataset(parse_location(uri, options), "requests").to_table(columns=["host"]).column("host")
     assert set(hosts.to_pylist()) == {"spark-host"}
     assert s3.keys("spark-out/") and not any("_kwsniff" in k or "stage" in k for k in s3.keys("spark-out/"))
+
+
+def test_a_live_outputs_hourly_upkeep_compacts_its_hours_and_drops_days_past_retain(tmp_path: Path) -> None:
+    """`capture --retain 7d` (kwsniff.sinks.delta_output.DeltaOutput with upkeep): an hour after the
+    last upkeep, the next commit compacts this host's finished hours and removes its days older than
+    the retention, on a clock the test moves."""
+    from kwsniff.sinks import ExistingOutput, ParquetSink
+    from kwsniff.sinks.delta_output import DeltaOutput
+
+    clock = [time.time()]
+    location = parse_location(tmp_path / "live")
+    output = DeltaOutput(
+        location, ExistingOutput.REFUSE, "h", upkeep_s=3600, retain_s=7 * 86_400, clock=lambda: clock[0]
+    )
+    now_us = int(clock[0] * 1_000_000)
+    old_us = now_us - 10 * 86_400 * 1_000_000
+
+    def period(seq: int, start_us: int) -> None:
+        with ParquetSink(output.stage, f"cap-{seq:06d}", ("capture_stats",)) as sink:
+            sink.add(
+                "capture_stats",
+                {"capture": "cap", "period_start": start_us, "period_end": start_us + 60_000_000, "packets": seq,
+                 "bytes": 0, "kernel_drops": 0, "if_drops": 0, "queue_drops": 0, "worker": 0},
+            )  # fmt: skip
+        output.commit(again=True)
+
+    for seq, start in enumerate((old_us, now_us, now_us), 1):
+        period(seq, start)
+    stats = table_dataset(location, "capture_stats")
+    assert (output.upkeeps, stats.count_rows(), len(stats.files)) == (0, 3, 3)
+    clock[0] += 2 * 3600  # the hour the files were staged in is over, and an upkeep is due
+    period(4, now_us)
+    output.close()
+    stats = table_dataset(location, "capture_stats")
+    rows = stats.to_table(columns=["packets", "date"]).to_pylist()
+    assert output.upkeeps == 1
+    assert sorted(r["packets"] for r in rows) == [2, 3, 4]  # the day ten days back is gone
+    assert {r["date"] for r in rows} == {utc_day(now_us)}
+    assert len(stats.files) == 1  # this hour's three files compacted into one

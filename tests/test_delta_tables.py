@@ -14,14 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
-import pyarrow.dataset as pads
-import pyarrow.fs as pafs
 import pytest
 from delta_writer import DATE, ROWS_PER_FILE, write_file
 from deltalake import DeltaTable
 from seaweed import SeaweedS3, seaweed_s3
 
-from kwsniff.sinks.delta import DeltaTableWriter, compact_table, table_dataset, utc_day, vacuum_table
+from kwsniff.sinks.delta import DeltaTableWriter, table_dataset, utc_day
+from kwsniff.sinks.delta_upkeep import vacuum_table
 from kwsniff.sinks.location import Location, LocationError, parse_location
 from kwsniff.tables.schemas import SCHEMAS
 
@@ -196,38 +195,6 @@ def test_writer_killed_between_staging_and_commit_leaves_the_table_whole(
     assert sorted(Path(p).name for p in removed) == sorted(Path(p).name for p in staged)
     assert not any(fs.get_file_info(f"{table_root}/{p}").is_file for p in staged)
     assert rows_by_file(location) == expected(["kept"], "h")
-
-
-def test_compaction_and_vacuum_keep_every_row_and_read_no_file_twice(
-    location: Location, tmp_path: Path
-) -> None:
-    writer = DeltaTableWriter(location, "requests", SCHEMAS["requests"])
-    captures = [f"period-{i}" for i in range(8)]
-    for capture in captures:
-        writer.append_files(
-            [(write_file(tmp_path / "spool", capture), DATE, "h1" if capture < "period-4" else "h2")]
-        )
-    before = rows_by_file(location)
-    assert len(table_dataset(location, "requests").files) == 8
-
-    metrics = compact_table(location, "requests")
-    assert (metrics["numFilesRemoved"], metrics["numFilesAdded"]) == (8, 2)  # one file per partition
-    dataset = table_dataset(location, "requests")
-    assert isinstance(dataset, pads.FileSystemDataset)
-    assert len(dataset.files) == 2 == len(set(dataset.files))
-    assert rows_by_file(location) == before
-
-    removed = vacuum_table(location, "requests", retention_hours=0)
-    assert len(removed) == 8
-    fs, root = location.filesystem()
-    remaining = [
-        info.path
-        for info in fs.get_file_info(pafs.FileSelector(f"{root}/requests", recursive=True))
-        if info.is_file and info.path.endswith(".parquet")
-    ]
-    assert len(remaining) == 2
-    assert rows_by_file(location) == before
-    assert duckdb_counts(location) == (8 * ROWS_PER_FILE, 8 * ROWS_PER_FILE)
 
 
 def test_a_resumed_writer_finds_its_last_committed_app_version(location: Location, tmp_path: Path) -> None:

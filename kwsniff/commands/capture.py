@@ -28,12 +28,13 @@ from kwsniff.commands.options import (
     session_options,
 )
 from kwsniff.commands.signals import stop_on_signals
-from kwsniff.commands.values import BoundedInt, Checked, seconds
+from kwsniff.commands.values import BoundedInt, Checked, Duration, seconds
 from kwsniff.core.options import ReadOptions
 from kwsniff.core.values import out_location
 from kwsniff.defaults import DEFAULT_BROKER_PORT, DEFAULT_METRICS_MAX_SERIES
 from kwsniff.memory import QUEUE, MemoryBudget
 from kwsniff.pipeline.run import capture_result
+from kwsniff.sinks.delta_upkeep import HOUR_S
 from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.view.group_status import STATUS_WINDOW
 from kwsniff.view.screen import log_line, render
@@ -111,6 +112,13 @@ def default_filter(ports: frozenset[int], tunnels: dict | None = None) -> str:
     help="Close the Parquet files and start new ones this often.",
 )
 @click.option(
+    "--retain",
+    type=Duration(),
+    default=None,
+    help="With Delta tables (an s3:// or file:// --out): keep this long (e.g. 7d), deleting this host's "
+    "older days each hour; every hour, the finished hours' files are compacted (docs/delta.md).",
+)
+@click.option(
     "--write-pcap", type=click.Path(path_type=Path), help="Also write the raw packets to this pcap."
 )
 @click.option("--snaplen", type=BoundedInt(64, 262144), default=262144, show_default=True)
@@ -155,6 +163,7 @@ def default_filter(ports: frozenset[int], tunnels: dict | None = None) -> str:
 def capture(
     iface: str,
     out: Path | str,
+    retain: float | None,
     host: str | None,
     storage_option: tuple[tuple[str, str], ...],
     overwrite: bool,
@@ -210,7 +219,14 @@ def capture(
     try:
         # Each rotation period is committed whole (docs/datasets.md), the first replacing the old
         # dataset under --overwrite: a capture that fails to start leaves --out as it was.
-        output = open_output(out, existing, host=host, storage_options=storage_option)
+        output = open_output(
+            out,
+            existing,
+            host=host,
+            storage_options=storage_option,
+            upkeep_s=HOUR_S,  # Delta tables: compacted (and kept --retain) each hour
+            retain_s=retain,
+        )
     except OutputError as err:
         handle.close()
         messages.error(str(err))

@@ -16,6 +16,7 @@ from kwsniff.core.values import (
     SmallFileError,
     Whole,
     broker_map,
+    duration,
     port,
     read_small_file,
     tunnel_port,
@@ -27,6 +28,7 @@ __all__ = [
     "TUNNEL_PORT",
     "BrokerMapFile",
     "Checked",
+    "Duration",
     "Port",
     "TunnelPort",
     "checked",
@@ -84,6 +86,15 @@ def checked(
         return check(value)
     except BadValue as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
+
+
+class Duration(click.ParamType):
+    """A length of time with a unit (`7d`, `12h`, `30m`, `90s`), in seconds (kwsniff.core.values.duration)."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        return float(checked(duration, value, param, ctx))
 
 
 class Port(click.ParamType):

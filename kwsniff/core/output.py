@@ -37,9 +37,12 @@ def open_output(
     *,
     host: str | None = None,
     storage_options: Iterable[tuple[str, str]] = (),
+    upkeep_s: float | None = None,
+    retain_s: float | None = None,
 ) -> Output | DeltaOutput:
     """The output of a run at ``out``: a directory dataset (a path), or Delta tables (an s3:// or
-    file:// URI, docs/delta.md) whose rows get ``host`` (default: this machine's name) as their host.
+    file:// URI, docs/delta.md) whose rows get ``host`` (default: this machine's name) as their host,
+    kept every ``upkeep_s`` seconds (a live capture: compacted, days past ``retain_s`` removed).
     Raises kwsniff.sinks.OutputError (one line) for an output kwsniff cannot write: an unknown
     scheme, no bucket, storage that refuses the credentials or cannot be reached, a held dataset."""
     from kwsniff.sinks import Output, OutputError
@@ -50,6 +53,10 @@ def open_output(
     if "://" not in text:
         if options:
             raise OutputError(f"--storage-option applies to s3:// outputs, not the directory {text}")
+        if retain_s is not None:
+            raise OutputError(
+                f"--retain applies to Delta tables (an s3:// or file:// --out), not the directory {text}"
+            )
         return Output(Path(text), existing)
     try:
         location = parse_location(text, options)
@@ -57,7 +64,7 @@ def open_output(
         raise OutputError(f"--out {exc}") from None
     from kwsniff.sinks.delta_output import DeltaOutput
 
-    return DeltaOutput(location, existing, host or socket.gethostname())
+    return DeltaOutput(location, existing, host or socket.gethostname(), upkeep_s=upkeep_s, retain_s=retain_s)
 
 
 def summarize(stage: Path, memory_limit: int | None, mode: str, adding_to: Path | None, warn: Warn) -> None:

@@ -64,6 +64,26 @@ def seconds(*, zero: bool = True) -> Number:
     return Number(0, MAX_SECONDS, low_open=not zero)
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_DURATION_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+
+
+def duration(value: Any) -> float:
+    """A length of time in seconds, above 0 and up to MAX_SECONDS: a number of seconds, or text
+    with a unit (`90s`, `30m`, `12h`, `7d`, `2w`), as `--retain 7d` and `--older-than 7d` take it."""
+    if isinstance(value, bool):
+        raise BadValue(f"{value!r} is not a duration")
+    if isinstance(value, int | float):
+        return seconds(zero=False)(value)
+    match = _DURATION.match(str(value))
+    if match is None:
+        raise BadValue(f"{value!r} is not a duration (a number with s, m, h, d or w, e.g. 7d)")
+    amount = float(match.group(1)) * _DURATION_UNIT_S[match.group(2)]
+    if not 0 < amount <= MAX_SECONDS:
+        raise BadValue(f"{value!r} is not a duration above 0 and up to {MAX_SECONDS:.0f} seconds")
+    return amount
+
+
 class Whole:
     """A whole number in a range (at most int64 unless narrower); booleans and fractions are refused."""
 

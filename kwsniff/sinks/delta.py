@@ -30,11 +30,11 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -45,17 +45,34 @@ if TYPE_CHECKING:
     import pyarrow.dataset
     import pyarrow.fs
     from deltalake import DeltaTable
-    from deltalake.transaction import AddAction
+    from deltalake import Schema as DeltaSchema
+    from deltalake.transaction import AddAction, RemoveAction, Transaction
 
 PARTITION_COLUMNS = ("date", "host")
 # An append that meets other writers' entries is retried at the next version, up to this many times:
 # enough for tens of writers committing at once (each retry reads only the entries it missed).
 MAX_COMMIT_RETRIES = 100
 _UNSAFE_PATH = re.compile(r"[^A-Za-z0-9._-]+")
+# delta-rs's words for an append that failed because another writer removed data since its version.
+_CONCURRENT_DELETE = "a concurrent transaction deleted data this operation read"
+# The table properties kwsniff creates its tables with (docs/delta.md, "Commit cost and checkpoints"):
+# a checkpoint every 100 commits, so a reader or writer replays at most 100 entries; log entries and
+# the tombstones of removed files kept one hour, so neither the `_delta_log/` listing nor the
+# checkpoint grows with the table's age; and a file out of the table for an hour may be vacuumed
+# (a reader that opened the table before it was removed has had an hour to read it).
+TABLE_PROPERTIES = {
+    "delta.checkpointInterval": "100",
+    "delta.logRetentionDuration": "interval 1 hours",
+    "delta.deletedFileRetentionDuration": "interval 1 hours",
+}
 
 
 class DeltaTableError(Exception):
     """A table kwsniff cannot use as asked (another table's layout at the URI); one line for the user."""
+
+
+class CommitRaced(DeltaTableError):
+    """Another writer's entry took the version a :meth:`DeltaTableWriter.commit_at_next_version` was for."""
 
 
 def utc_day(ts_us: int) -> str:
@@ -89,14 +106,14 @@ class StagedFile:
     rows: int
 
 
-def _add_action(relative: str, size: int, rows: int, date: str, host: str) -> AddAction:
+def _add_action(relative: str, size: int, rows: int, date: str, host: str, now_s: float) -> AddAction:
     from deltalake.transaction import AddAction
 
     return AddAction(
         path=relative,
         size=size,
         partition_values={"date": date, "host": host},
-        modification_time=int(time.time() * 1000),
+        modification_time=int(now_s * 1000),
         data_change=True,
         stats=json.dumps({"numRecords": rows}),
     )
@@ -106,7 +123,8 @@ def open_table(
     location: Location, table: str, schema: pa.Schema, configuration: Mapping[str, str] | None = None
 ) -> DeltaTable:
     """The Delta table of ``table`` at ``location``, created (empty, version 0) when there is none,
-    with the table properties ``configuration`` (``delta.checkpointInterval``...) if it is created.
+    with the table properties ``configuration`` (``delta.checkpointInterval``...; None: kwsniff's
+    TABLE_PROPERTIES) if it is created.
 
     Writers that create the same table at once all end up with it: the one whose version 0 lost the
     race opens the winner's. A table with other partition columns is refused."""
@@ -130,11 +148,28 @@ def open_table(
                 delta_schema(schema),
                 partition_by=list(PARTITION_COLUMNS),
                 mode="ignore",
-                configuration=dict(configuration) if configuration else None,
+                configuration=dict(TABLE_PROPERTIES if configuration is None else configuration) or None,
                 storage_options=options,
                 commit_properties=CommitProperties(max_commit_retries=0),
             )
         opened = DeltaTable(uri, storage_options=options)
+    return _kwsniff_layout(opened, uri)
+
+
+def existing_table(location: Location, table: str) -> DeltaTable:
+    """The Delta table of ``table`` at ``location``; :class:`DeltaTableError` if there is none."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    uri = location.table_uri(table)
+    try:
+        opened = DeltaTable(uri, storage_options=dict(location.storage_options))
+    except TableNotFoundError:
+        raise DeltaTableError(f"{uri}: no Delta table there") from None
+    return _kwsniff_layout(opened, uri)
+
+
+def _kwsniff_layout(opened: DeltaTable, uri: str) -> DeltaTable:
     partitions = tuple(opened.metadata().partition_columns)
     if partitions != PARTITION_COLUMNS:
         raise DeltaTableError(f"{uri}: a Delta table partitioned by {partitions}, not {PARTITION_COLUMNS}")
@@ -143,6 +178,8 @@ def open_table(
 
 class DeltaTableWriter:
     """Stages kwsniff's finished Parquet files into one Delta table and commits them in one log entry.
+    ``schema`` is the kwsniff table's Arrow schema (the table is created if there is none), or None
+    for a table that must exist already, committed with its own schema.
 
     Usage::
 
@@ -155,13 +192,22 @@ class DeltaTableWriter:
         self,
         location: Location,
         table: str,
-        schema: pa.Schema,
+        schema: pa.Schema | None,
         configuration: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.location = location
         self.table = table
-        self.schema = delta_schema(schema)
-        self.delta = open_table(location, table, schema, configuration)
+        self.schema: pa.Schema | DeltaSchema
+        if schema is None:  # the table's own schema, as it is in the log (compaction, retention)
+            self.delta = existing_table(location, table)
+            self.schema = self.delta.schema()
+        else:
+            self.schema = delta_schema(schema)
+            self.delta = open_table(location, table, schema, configuration)
+        # A staged file's modificationTime in the log is this clock's (seconds): compaction groups
+        # files into hours by it (kwsniff.sinks.delta_upkeep), and a bench replays a month on a fake one.
+        self.clock = clock
         self._filesystem: tuple[pyarrow.fs.FileSystem, str] | None = None
 
     def stage(self, path: str | os.PathLike[str], *, date: str, host: str) -> StagedFile:
@@ -190,7 +236,7 @@ class DeltaTableWriter:
                 str(source), f"{root}/{self.table}/{relative}", destination_filesystem=fs, chunk_size=8 << 20
             )
             source.unlink()
-        return StagedFile(_add_action(relative, size, rows, date, host), rows)
+        return StagedFile(_add_action(relative, size, rows, date, host, self.clock()), rows)
 
     def commit(
         self,
@@ -201,31 +247,104 @@ class DeltaTableWriter:
         app_version: int | None = None,
     ) -> int:
         """One log entry adding every staged file (``overwrite``: and removing every file the table
-        had). ``app_id``/``app_version`` record the Delta transaction identifier of the writer (an input's
-        key and its run), which :meth:`app_version_of` reads back. Returns the table's version once
-        committed (other writers' later commits included)."""
-        from deltalake import CommitProperties, Transaction
+        had). ``app_id``/``app_version`` record the Delta transaction identifier of the writer (an
+        input's key and its run), which :meth:`app_version_of` reads back. Returns the table's version
+        once committed (other writers' later commits included)."""
+        from deltalake import Transaction
 
         apps = (
             [Transaction(app_id=app_id, version=app_version)]
             if app_id is not None and app_version is not None
             else None
         )
-        self.delta.create_write_transaction(
-            [file.action for file in staged],
-            mode="overwrite" if overwrite else "append",
-            schema=self.schema,
-            partition_by=list(PARTITION_COLUMNS),
-            commit_properties=CommitProperties(max_commit_retries=MAX_COMMIT_RETRIES, app_transactions=apps),
-        )
-        # The transaction leaves this DeltaTable at the version it read; catching up now keeps the next
-        # commit's conflict check to the entries written meanwhile.
-        self.delta.update_incremental()
+        from deltalake.exceptions import CommitFailedError
+
+        for _ in range(MAX_COMMIT_RETRIES):
+            try:
+                self._transact([file.action for file in staged], overwrite, MAX_COMMIT_RETRIES, apps)
+                break
+            except CommitFailedError as err:
+                # delta-rs takes an append for a read of the whole table, so a removal of data by
+                # another writer since this one's version (retention) fails it, though it read nothing.
+                # It wrote no entry: from the table as it is now, the same files commit.
+                if _CONCURRENT_DELETE not in str(err):
+                    raise
+                self.refresh()
+        else:
+            raise DeltaTableError(
+                f"{self.location.table_uri(self.table)}: {MAX_COMMIT_RETRIES} removals came first"
+            )
+        self.refresh()
         return self.delta.version()
+
+    def commit_at_next_version(self, staged: Sequence[StagedFile], remove: Sequence[RemoveAction]) -> int:
+        """One log entry adding ``staged`` and removing ``remove``, written only as the version right
+        after the one this writer read, never retried at a later one: the caller chose ``remove`` from
+        that version, and delta-rs does not check an append's removes against other writers' (two
+        compactions at once would both replace the same files, and their rows would be there twice).
+        Raises :class:`CommitRaced` when another writer's entry came first: the caller reads the table
+        again (:meth:`refresh`) and chooses anew. Returns the table's version."""
+        from deltalake.exceptions import CommitFailedError
+
+        try:
+            self._transact([*(file.action for file in staged), *remove], False, 0, None)
+        except CommitFailedError as err:
+            raise CommitRaced(f"{self.location.table_uri(self.table)}: {err}") from None
+        self.refresh()
+        return self.delta.version()
+
+    def refresh(self) -> None:
+        """Catch up with the entries other writers committed since this writer's version."""
+        self._behind_expired_log(lambda: self.delta.update_incremental())
+
+    def _transact(
+        self,
+        actions: list[AddAction | RemoveAction],
+        overwrite: bool,
+        retries: int,
+        apps: list[Transaction] | None,
+    ) -> None:
+        from deltalake import CommitProperties, PostCommitHookProperties
+
+        def transaction() -> None:
+            self.delta.create_write_transaction(
+                actions,
+                mode="overwrite" if overwrite else "append",
+                schema=self.schema,
+                partition_by=list(PARTITION_COLUMNS),
+                commit_properties=CommitProperties(max_commit_retries=retries, app_transactions=apps),
+                # delta-rs writes a checkpoint every delta.checkpointInterval commits but, unless
+                # asked, never removes the log entries older than delta.logRetentionDuration.
+                post_commithook_properties=PostCommitHookProperties(
+                    create_checkpoint=True, cleanup_expired_logs=True
+                ),
+            )
+
+        self._behind_expired_log(transaction)
+        # The transaction leaves this DeltaTable at the version it read; the caller's refresh() then
+        # keeps the next commit's conflict check to the entries written meanwhile.
+
+    def _behind_expired_log(self, step: Callable[[], object]) -> None:
+        """``step``, and again on a table read afresh if this writer's version is older than the log
+        entries other writers' commits left (delta.logRetentionDuration): delta-rs cannot replay from
+        a version whose following entries were removed, but the latest checkpoint has the state. The
+        failure comes before any entry is written, so the step runs once."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError
+
+        try:
+            step()
+        except DeltaError as err:
+            if "Invalid table version" not in str(err):
+                raise
+            self.delta = DeltaTable(
+                self.location.table_uri(self.table), storage_options=dict(self.location.storage_options)
+            )
+            step()
 
     def app_version_of(self, app_id: str) -> int | None:
         """The last ``app_version`` committed with ``app_id`` (a writer resuming after a kill)."""
-        self.delta.update_incremental()
+        self.refresh()
         return self.delta.transaction_version(app_id)
 
     def append_files(self, files: Iterable[tuple[str | os.PathLike[str], str, str]]) -> int:
@@ -241,25 +360,3 @@ def table_dataset(location: Location, table: str) -> pyarrow.dataset.Dataset:
     return DeltaTable(
         location.table_uri(table), storage_options=dict(location.storage_options)
     ).to_pyarrow_dataset()
-
-
-def compact_table(location: Location, table: str, **options: Any) -> dict[str, Any]:
-    """Rewrite the table's small files into fewer (delta-rs optimize.compact, one commit); the old
-    files stay until :func:`vacuum_table`. Returns delta-rs's metrics."""
-    from deltalake import DeltaTable
-
-    delta = DeltaTable(location.table_uri(table), storage_options=dict(location.storage_options))
-    return delta.optimize.compact(**options)
-
-
-def vacuum_table(
-    location: Location, table: str, *, retention_hours: int = 168, full: bool = False
-) -> list[str]:
-    """Delete the files no current version references and older than ``retention_hours``; ``full``
-    also deletes files no commit ever referenced (a killed writer's staged files)."""
-    from deltalake import DeltaTable
-
-    delta = DeltaTable(location.table_uri(table), storage_options=dict(location.storage_options))
-    return delta.vacuum(
-        retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False, full=full
-    )

@@ -83,10 +83,27 @@ def sweep() -> int:
 class DeltaOutput:
     """A run's output to the Delta tables at ``location`` (see the module's text)."""
 
-    def __init__(self, location: Location, existing: ExistingOutput, host: str) -> None:
+    def __init__(
+        self,
+        location: Location,
+        existing: ExistingOutput,
+        host: str,
+        *,
+        upkeep_s: float | None = None,
+        retain_s: float | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.location = location
         self.existing = existing
         self.host = host
+        # A live capture's upkeep (kwsniff.sinks.delta_upkeep): every ``upkeep_s`` seconds after a
+        # commit, each table it wrote has this host's finished hours compacted, its days older than
+        # ``retain_s`` removed, and what left the table vacuumed. None: no upkeep (`read`, `spark`).
+        self.upkeep_s = upkeep_s
+        self.retain_s = retain_s
+        self.clock = clock
+        self._next_upkeep = None if upkeep_s is None else clock() + upkeep_s
+        self.upkeeps = 0
         self.shown = location.uri
         self.appending_to: Path | None = None  # summaries: the report reads every capture's own
         self.commits = 0
@@ -164,6 +181,26 @@ class DeltaOutput:
             self._stage = LocalSpool("stage")
         if self.on_commit is not None:
             self.on_commit(time.time(), time.monotonic() - began)
+        if self._next_upkeep is not None and self.upkeep_s is not None and self.clock() >= self._next_upkeep:
+            self._next_upkeep = self.clock() + self.upkeep_s
+            self.upkeep()
+
+    def upkeep(self) -> None:
+        """Compact, retain and vacuum every table this run wrote to, for this host
+        (kwsniff.sinks.delta_upkeep.upkeep_table); OutputError when a table cannot be kept."""
+        from deltalake.exceptions import DeltaError
+
+        from kwsniff.sinks.delta import DeltaTableError
+        from kwsniff.sinks.delta_upkeep import upkeep_table
+
+        now = self.clock()
+        try:
+            for table in self._writers:
+                upkeep_table(self.location, table, host=self.host, retain_s=self.retain_s, now=now)
+        except (OSError, DeltaError, DeltaTableError) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise OutputError(f"--out {self.shown}: upkeep: {reason}") from None
+        self.upkeeps += 1
 
     def _commit_table(self, table: str, files: list[Path], overwrite: bool) -> None:
         import pyarrow.parquet as pq

@@ -34,7 +34,6 @@ from kwsniff.core.values import out_location
 from kwsniff.defaults import DEFAULT_BROKER_PORT, DEFAULT_METRICS_MAX_SERIES
 from kwsniff.memory import QUEUE, MemoryBudget
 from kwsniff.pipeline.run import capture_result
-from kwsniff.sinks.delta_upkeep import HOUR_S
 from kwsniff.tables import DEFAULT_TABLES
 from kwsniff.view.group_status import STATUS_WINDOW
 from kwsniff.view.screen import log_line, render
@@ -191,6 +190,7 @@ def capture(
     from kwsniff.core.output import open_output
     from kwsniff.pipeline.run_live import LiveDecoder, LiveOptions
     from kwsniff.sinks import ExistingOutput, OutputError, arrow_without_pandas, stream_name
+    from kwsniff.sinks.delta_upkeep import HOUR_S
     from kwsniff.view.metrics import Metrics
 
     arrow_without_pandas()

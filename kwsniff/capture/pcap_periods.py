@@ -39,6 +39,29 @@ def period_path(target: Path, period: int, start_s: float) -> Path:
     return target.with_name(f"{target.stem}_{period:05d}_{stamp}{target.suffix}")
 
 
+def expire_periods(target: Path, older_than_s: float, now_s: float) -> list[Path]:
+    """Delete the period files of `--write-pcap target` whose packets all lie before ``now_s -
+    older_than_s`` (`capture --retain`): a file ends where the next period begins, so the latest is
+    always kept. The deleted files, oldest first."""
+    import re
+
+    named = re.compile(rf"{re.escape(target.stem)}_(\d{{5,}})_(\d{{14}}){re.escape(target.suffix)}")
+    periods = []
+    for path in target.parent.glob(f"{target.stem}_*{target.suffix}"):
+        match = named.fullmatch(path.name)
+        if match:
+            began = datetime.strptime(match.group(2), "%Y%m%d%H%M%S").replace(tzinfo=UTC).timestamp()
+            periods.append((int(match.group(1)), began, path))
+    periods.sort()
+    cutoff = now_s - older_than_s
+    gone = []
+    for (_, _, path), (_, next_began, _) in zip(periods, periods[1:], strict=False):
+        if next_began <= cutoff:
+            path.unlink(missing_ok=True)
+            gone.append(path)
+    return gone
+
+
 class PeriodPcapWriter:
     """A worker's packets, one pcap per period under ``directory`` (`<prefix>-<period>.pcap`), each
     packet in the file of the period its own timestamp falls in.

@@ -190,6 +190,7 @@ def capture(
     from kwsniff.core.output import open_output
     from kwsniff.pipeline.run_live import LiveDecoder, LiveOptions
     from kwsniff.sinks import ExistingOutput, OutputError, arrow_without_pandas, stream_name
+    from kwsniff.sinks.delta_output import DeltaOutput
     from kwsniff.sinks.delta_upkeep import HOUR_S
     from kwsniff.view.metrics import Metrics
 
@@ -231,6 +232,11 @@ def capture(
         handle.close()
         messages.error(str(err))
         sys.exit(1)
+    if retain is not None and write_pcap is not None and isinstance(output, DeltaOutput):
+        # The period pcaps follow the tables' retention (their files end where the next begins).
+        from kwsniff.capture.pcap_periods import expire_periods
+
+        output.after_upkeep = functools.partial(expire_periods, write_pcap, retain)
     # However the command ends (sys.exit included), what was staged and not committed is removed.
     click.get_current_context().call_on_close(output.close)
     # The live view's totals and the metrics' series are held in the view pool of this budget; the

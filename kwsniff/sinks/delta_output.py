@@ -104,6 +104,9 @@ class DeltaOutput:
         self.clock = clock
         self._next_upkeep = None if upkeep_s is None else clock() + upkeep_s
         self.upkeeps = 0
+        # Called with the clock's time after each upkeep (`capture --retain` with `--write-pcap`:
+        # the period pcaps past the retention deleted, kwsniff.capture.pcap_periods.expire_periods).
+        self.after_upkeep: Callable[[float], object] | None = None
         self.shown = location.uri
         self.appending_to: Path | None = None  # summaries: the report reads every capture's own
         self.commits = 0
@@ -201,6 +204,8 @@ class DeltaOutput:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise OutputError(f"--out {self.shown}: upkeep: {reason}") from None
         self.upkeeps += 1
+        if self.after_upkeep is not None:
+            self.after_upkeep(now)
 
     def _commit_table(self, table: str, files: list[Path], overwrite: bool) -> None:
         import pyarrow.parquet as pq

@@ -21,6 +21,7 @@ from kwsniff.sections import sections_identity as identity
 from kwsniff.sections import sections_kraft as kraft
 from kwsniff.sections import sections_lag as lag
 from kwsniff.sections import sections_traffic as t
+from kwsniff.sections.findings import FINDINGS
 from kwsniff.sections.sql import split_order
 from kwsniff.sections.upgrade import UPGRADE_ROWS, UPGRADE_SUMMED, ZOOKEEPER_ROWS, ZOOKEEPER_SUMMED
 
@@ -51,6 +52,8 @@ def per_capture(name: str, title: str, sql: str) -> Section:
 
 
 SECTIONS = [
+    # First: what is wrong, ranked (kwsniff.sections.findings), from the other sections' answers.
+    Section("findings", "Findings: what is wrong, the worst first", FINDINGS),
     Section("inventory", "Clients: who produces, consumes or administers which topic", t.INVENTORY),
     per_capture("lag", "Lag per group, topic and partition over time (seconds and offsets)", lag.LAG),
     Section(

@@ -146,6 +146,18 @@ def tunnel_port(value: Any) -> tuple[str, int]:
     return kind, int(number)
 
 
+def finding_threshold(value: Any) -> tuple[str, float]:
+    """`NAME=VALUE`: a threshold of the report's `findings` (kwsniff.sections.findings.THRESHOLDS)."""
+    if isinstance(value, tuple):
+        return value
+    from kwsniff.sections.findings import parse_threshold
+
+    try:
+        return parse_threshold(str(value))
+    except ValueError as exc:
+        raise BadValue(str(exc)) from None
+
+
 class Choice:
     """One of a few words."""
 

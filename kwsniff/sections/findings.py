@@ -1,7 +1,7 @@
 """The report's `findings` section: what is wrong, first, one sentence per finding with its numbers.
 
 Each rule reads another section's answer (or a table, for the capture's own quality) and makes rows of
-(rule, severity, finding, section, subjects); the rules are ranked by harm in RULES' order, and within
+(rule, severity, finding, shown_in: the section showing its rows, subjects); rules are ranked by harm in RULE_ORDER, and within
 a rule by their numbers (the worst first). Thresholds are THRESHOLDS, each overridable with
 `report --finding-threshold NAME=VALUE` (docs/report.md "Findings"). Sentences are built in SQL, so
 both engines write the same text: numbers are whole (rounded) and grouped by thousands here.
@@ -94,7 +94,7 @@ def _body(sql: str) -> str:
 
 
 # Columns every rule's rows have, in this order.
-COLUMNS = "rule, severity, harm, finding, section, capture, group_id, topic, client_id, broker"
+COLUMNS = "rule, severity, harm, finding, shown_in, capture, group_id, topic, client_id, broker"
 _NO = "CAST(NULL AS VARCHAR)"
 
 
@@ -110,7 +110,7 @@ SELECT 'stopped_group' AS rule, 'critical' AS severity, CAST(offset_lag AS DOUBL
   || CASE WHEN lag_seconds IS NULL THEN '' ELSE ' and ' || {secs} || ' s' END
   || ' behind on topic `' || topic || '` (' || CAST(partitions AS VARCHAR) || ' '
   || {_plural("partitions", "partition", "partitions")} || ')' AS finding,
-  'stopped' AS section, capture, group_id, topic, {_NO} AS client_id, {_NO} AS broker
+  'stopped' AS shown_in, capture, group_id, topic, {_NO} AS client_id, {_NO} AS broker
 FROM (
   SELECT capture, group_id, topic, state, SUM(offset_lag) AS offset_lag, MAX(lag_seconds) AS lag_seconds,
          MIN(silent_seconds) AS silent_seconds, MAX(session_timeout_ms) AS session_timeout_ms,
@@ -128,7 +128,7 @@ SELECT 'lag_growing' AS rule, 'warning' AS severity, growth AS harm,
   'group `' || group_id || '` falls behind on topic `' || topic || '`: its lag grew by ' || {number("growth")}
   || ' s to ' || {number("last_lag")} || ' s (' || CAST(partitions AS VARCHAR) || ' '
   || {_plural("partitions", "partition", "partitions")} || ')' AS finding,
-  'lag' AS section, capture, group_id, topic, {_NO} AS client_id, {_NO} AS broker
+  'lag' AS shown_in, capture, group_id, topic, {_NO} AS client_id, {_NO} AS broker
 FROM (
   SELECT capture, group_id, topic, MAX(last_lag - lowest) AS growth, MAX(last_lag) AS last_lag, COUNT(*) AS partitions
   FROM (
@@ -157,7 +157,7 @@ SELECT 'client_errors' AS rule, 'warning' AS severity, failures / client_request
   'client `' || client_id || '` got ' || {number("failures")} || ' failed '
   || {_plural("failures", "response", "responses")} || ' in ' || {number("client_requests")} || ' requests ('
   || {number("100.0 * failures / client_requests")} || '%), most ' || top_error || ' on ' || top_api AS finding,
-  'errors' AS section, {_NO} AS capture, {_NO} AS group_id, {_NO} AS topic, client_id, {_NO} AS broker
+  'errors' AS shown_in, {_NO} AS capture, {_NO} AS group_id, {_NO} AS topic, client_id, {_NO} AS broker
 FROM (
   SELECT client_id, SUM(errors) AS failures, MAX(client_requests) AS client_requests,
          MAX(CASE WHEN n = 1 THEN error_name END) AS top_error, MAX(CASE WHEN n = 1 THEN api_name END) AS top_api
@@ -182,7 +182,7 @@ SELECT 'throttled' AS rule, 'warning' AS severity, CAST(throttle_ms_total AS DOU
   'client `' || client_id || '` was throttled on ' || {number("throttled_requests")} || ' '
   || {_plural("throttled_requests", "request", "requests")} || ', ' || {number("throttle_ms_total")}
   || ' ms in all (at most ' || {number("throttle_ms_max")} || ' ms)' AS finding,
-  'throttled' AS section, {_NO} AS capture, {_NO} AS group_id, {_NO} AS topic, client_id, {_NO} AS broker
+  'throttled' AS shown_in, {_NO} AS capture, {_NO} AS group_id, {_NO} AS topic, client_id, {_NO} AS broker
 FROM ({_body(THROTTLED)}) AS t
 WHERE client_id IS NOT NULL AND throttle_ms_total >= {placeholder("throttle_ms")}"""
 
@@ -200,7 +200,7 @@ SELECT 'misrouted' AS rule, 'warning' AS severity, CAST(connections AS DOUBLE) A
        CASE WHEN mismatch LIKE '%node' THEN 'node ' || CAST(reported_node_id AS VARCHAR) END)
   || ' at ' || broker || ' (' || CAST(connections AS VARCHAR) || ' '
   || {_plural("connections", "connection", "connections")} || ')' AS finding,
-  'misrouted' AS section, capture, {_NO} AS group_id, {_NO} AS topic, client_id, broker
+  'misrouted' AS shown_in, capture, {_NO} AS group_id, {_NO} AS topic, client_id, broker
 FROM (
   SELECT capture, client_id, client_ip, {broker} AS broker, mismatch, intended_cluster_id, reported_cluster_id,
          intended_node_id, reported_node_id, COUNT(*) AS connections
@@ -217,7 +217,7 @@ SELECT 'kafka4_refuses' AS rule, 'warning' AS severity, CAST(requests AS DOUBLE)
   || CASE WHEN client_software IS NULL THEN '' ELSE ' (' || client_software || ')' END
   || ' sends ' || api_name || ' v' || CAST(api_version AS VARCHAR) || ', which Kafka ' || removed_in
   || ' refuses (' || {number("requests")} || ' ' || {_plural("requests", "request", "requests")} || ')' AS finding,
-  'upgrade' AS section, {_NO} AS capture, {_NO} AS group_id, {_NO} AS topic, client_id, {_NO} AS broker
+  'upgrade' AS shown_in, {_NO} AS capture, {_NO} AS group_id, {_NO} AS topic, client_id, {_NO} AS broker
 FROM ({_body(UPGRADE_SUMMED)}) AS u
 WHERE removed_in LIKE '4.%'"""
 
@@ -227,7 +227,7 @@ def _storms() -> str:
 SELECT 'rebalance_storm' AS rule, 'warning' AS severity, CAST(most AS DOUBLE) AS harm,
   'group `' || group_id || '` rebalanced ' || CAST(most AS VARCHAR) || ' times in one minute ('
   || CAST(minutes AS VARCHAR) || ' ' || {_plural("minutes", "such minute", "such minutes")} || ')' AS finding,
-  'storms' AS section, capture, group_id, {_NO} AS topic, {_NO} AS client_id, {_NO} AS broker
+  'storms' AS shown_in, capture, group_id, {_NO} AS topic, {_NO} AS client_id, {_NO} AS broker
 FROM (
   SELECT capture, group_id, MAX(rebalances) AS most, COUNT(*) AS minutes FROM summary_storms GROUP BY capture, group_id
 ) AS s"""
@@ -239,7 +239,7 @@ SELECT 'stream_gaps' AS rule, 'info' AS severity, CAST(gap_bytes AS DOUBLE) AS h
   'capture `' || capture || '` missed ' || {number("gap_bytes")} || ' bytes in ' || {number("gaps")} || ' stream '
   || {_plural("gaps", "gap", "gaps")} || ' on ' || CAST(conns AS VARCHAR) || ' '
   || {_plural("conns", "connection", "connections")} || ': their rows are incomplete' AS finding,
-  'connections' AS section, capture, {_NO} AS group_id, {_NO} AS topic, {_NO} AS client_id, {_NO} AS broker
+  'connections' AS shown_in, capture, {_NO} AS group_id, {_NO} AS topic, {_NO} AS client_id, {_NO} AS broker
 FROM (
   SELECT capture, SUM(gaps) AS gaps, SUM(gap_bytes) AS gap_bytes, COUNT(*) AS conns
   FROM connections WHERE gap_bytes > 0 GROUP BY capture
@@ -250,7 +250,7 @@ SELECT 'decode_errors' AS rule, 'info' AS severity, CAST(bad AS DOUBLE) AS harm,
   'capture `' || capture || '` has ' || {number("bad")} || ' ' || {_plural("bad", "frame", "frames")}
   || ' that did not decode on ' || CAST(conns AS VARCHAR) || ' '
   || {_plural("conns", "connection", "connections")} AS finding,
-  'connections' AS section, capture, {_NO} AS group_id, {_NO} AS topic, {_NO} AS client_id, {_NO} AS broker
+  'connections' AS shown_in, capture, {_NO} AS group_id, {_NO} AS topic, {_NO} AS client_id, {_NO} AS broker
 FROM (
   SELECT capture, SUM(COALESCE(decode_errors, 0) + COALESCE(undecodable_frames, 0)) AS bad, COUNT(*) AS conns
   FROM connections WHERE COALESCE(decode_errors, 0) + COALESCE(undecodable_frames, 0) > 0 GROUP BY capture
@@ -259,14 +259,14 @@ WHERE bad >= {placeholder("decode_errors")}
 UNION ALL
 SELECT 'damaged_capture' AS rule, 'info' AS severity, 0.0 AS harm,
   'capture `' || capture || '` is ' || status || COALESCE(': ' || reason, '') AS finding,
-  'captures' AS section, capture, {_NO} AS group_id, {_NO} AS topic, {_NO} AS client_id, {_NO} AS broker
+  'captures' AS shown_in, capture, {_NO} AS group_id, {_NO} AS topic, {_NO} AS client_id, {_NO} AS broker
 FROM captures WHERE status IS NOT NULL AND status <> 'ok'
 UNION ALL
 SELECT 'dropped_packets' AS rule, 'info' AS severity, CAST(dropped AS DOUBLE) AS harm,
   'capture `' || capture || '` dropped ' || {number("dropped")} || ' ' || {_plural("dropped", "packet", "packets")}
   || ' (kernel ' || {number("kernel")} || ', interface ' || {number("iface")} || ', queue ' || {number("queue")}
   || ')' AS finding,
-  'capture_stats' AS section, capture, {_NO} AS group_id, {_NO} AS topic, {_NO} AS client_id, {_NO} AS broker
+  'capture_stats' AS shown_in, capture, {_NO} AS group_id, {_NO} AS topic, {_NO} AS client_id, {_NO} AS broker
 FROM (
   SELECT capture, SUM(COALESCE(kernel_drops, 0)) AS kernel, SUM(COALESCE(if_drops, 0)) AS iface,
          SUM(COALESCE(queue_drops, 0)) AS queue,
@@ -279,7 +279,7 @@ SELECT 'unnamed_topic_ids' AS rule, 'info' AS severity, CAST(ids AS DOUBLE) AS h
   'capture `' || capture || '` has ' || {number("row_count")} || ' partition '
   || {_plural("row_count", "row", "rows")} || ' of ' || CAST(ids AS VARCHAR) || ' topic '
   || {_plural("ids", "id", "ids")} || ' without a topic name (no Metadata naming them was captured)' AS finding,
-  'partitions' AS section, capture, {_NO} AS group_id, {_NO} AS topic, {_NO} AS client_id, {_NO} AS broker
+  'partitions' AS shown_in, capture, {_NO} AS group_id, {_NO} AS topic, {_NO} AS client_id, {_NO} AS broker
 FROM (
   SELECT capture, COUNT(DISTINCT topic_id) AS ids, COUNT(*) AS row_count
   FROM partitions WHERE topic IS NULL AND topic_id IS NOT NULL GROUP BY capture
@@ -325,7 +325,7 @@ def findings_sql(stopped: str = STOPPED, lag: str = "SELECT * FROM summary_lag O
     )
     union = "\nUNION ALL\n".join(f"SELECT {COLUMNS} FROM ({r}) AS r{i}" for i, r in enumerate(rules))
     return f"""
-SELECT ROW_NUMBER() OVER (ORDER BY {keys}) AS rank, severity, finding, section, rule,
+SELECT ROW_NUMBER() OVER (ORDER BY {keys}) AS rank, severity, finding, shown_in, rule,
        capture, group_id, topic, client_id, broker
 FROM ({union}) AS f
 ORDER BY rank

@@ -9,6 +9,7 @@ both engines write the same text: numbers are whole (rounded) and grouped by tho
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from kwsniff.sections.sections_lag import STOPPED
@@ -98,8 +99,8 @@ COLUMNS = "rule, severity, harm, finding, shown_in, capture, group_id, topic, cl
 _NO = "CAST(NULL AS VARCHAR)"
 
 
-def _stopped(stopped: str) -> str:
-    lagged = f"({_body(stopped)}) AS s"
+def _stopped() -> str:
+    lagged = "stopped_answer AS s"
     records = number("offset_lag")
     secs = number("lag_seconds")
     return f"""
@@ -122,32 +123,25 @@ FROM (
 WHERE offset_lag >= {placeholder("stopped_records")}"""
 
 
-def _lag_growing(lag: str, stopped: str) -> str:
+def _lag_growing() -> str:
+    """Groups still at work (`stopped`'s `active`) whose lag in seconds at the end of the capture is
+    above the lowest the `lag` section saw on the partition by at least the threshold."""
     return f"""
 SELECT 'lag_growing' AS rule, 'warning' AS severity, growth AS harm,
   'group `' || group_id || '` falls behind on topic `' || topic || '`: its lag grew by ' || {number("growth")}
-  || ' s to ' || {number("last_lag")} || ' s (' || CAST(partitions AS VARCHAR) || ' '
+  || ' s to ' || {number("end_lag")} || ' s at the end (' || CAST(partitions AS VARCHAR) || ' '
   || {_plural("partitions", "partition", "partitions")} || ')' AS finding,
   'lag' AS shown_in, capture, group_id, topic, {_NO} AS client_id, {_NO} AS broker
 FROM (
-  SELECT capture, group_id, topic, MAX(last_lag - lowest) AS growth, MAX(last_lag) AS last_lag, COUNT(*) AS partitions
-  FROM (
-    SELECT capture, group_id, topic, partition, lag_seconds AS last_lag, lowest
-    FROM (
-      SELECT capture, group_id, topic, partition, lag_seconds,
-             MIN(lag_seconds) OVER (PARTITION BY capture, group_id, topic, partition) AS lowest,
-             ROW_NUMBER() OVER (PARTITION BY capture, group_id, topic, partition ORDER BY second DESC) AS n
-      FROM ({_body(lag)}) AS l
-      WHERE lag_seconds IS NOT NULL
-    ) AS w
-    WHERE n = 1 AND last_lag - lowest >= {placeholder("lag_growth_seconds")}
-  ) AS p
-  -- A group stopped or left behind is the finding above.
-  WHERE NOT EXISTS (
-    SELECT 1 FROM ({_body(stopped)}) AS s
-    WHERE s.capture = p.capture AND s.group_id = p.group_id AND s.state IN ('stopped', 'left') AND s.offset_lag > 0
-  )
-  GROUP BY capture, group_id, topic
+  SELECT s.capture, s.group_id, s.topic, MAX(s.lag_seconds - l.lowest) AS growth, MAX(s.lag_seconds) AS end_lag,
+         COUNT(*) AS partitions
+  FROM stopped_answer AS s
+  JOIN (
+    SELECT capture, group_id, topic, partition, MIN(lag_seconds) AS lowest
+    FROM lag_answer AS l GROUP BY capture, group_id, topic, partition
+  ) AS l ON l.capture = s.capture AND l.group_id = s.group_id AND l.topic = s.topic AND l.partition = s.partition
+  WHERE s.state = 'active' AND s.lag_seconds - l.lowest >= {placeholder("lag_growth_seconds")}
+  GROUP BY s.capture, s.group_id, s.topic
 ) AS g"""
 
 
@@ -309,8 +303,8 @@ def findings_sql(stopped: str = STOPPED, lag: str = "SELECT * FROM summary_lag O
     windowed one under --since/--until) and of the other sections, ranked: rule by RULE_ORDER, then
     harm (the rule's number: records behind, seconds grown, failure rate...) largest first."""
     rules = [
-        _stopped(stopped),
-        _lag_growing(lag, stopped),
+        _stopped(),
+        _lag_growing(),
         _errors(),
         _throttled(),
         _misrouted(),
@@ -324,7 +318,12 @@ def findings_sql(stopped: str = STOPPED, lag: str = "SELECT * FROM summary_lag O
         " topic NULLS LAST, client_id NULLS LAST, broker NULLS LAST, finding"
     )
     union = "\nUNION ALL\n".join(f"SELECT {COLUMNS} FROM ({r}) AS r{i}" for i, r in enumerate(rules))
+    # Each read once, as a CTE: sqlglot lifts the CTEs inside them to the top for Spark, where a name
+    # may be defined once (lag's `dated` renamed: stopped's has the same name).
+    lag = re.sub(r"\bdated\b", "lag_dated", _body(lag))
     return f"""
+WITH stopped_answer AS ({_body(stopped)}),
+lag_answer AS ({lag})
 SELECT ROW_NUMBER() OVER (ORDER BY {keys}) AS rank, severity, finding, shown_in, rule,
        capture, group_id, topic, client_id, broker
 FROM ({union}) AS f

@@ -288,6 +288,17 @@ def test_findings_come_first_in_every_format(scenario: dict, tmp_path: Path) -> 
     assert body.index('<h2 id="findings">') < body.index('<h2 id="stopped">')
 
 
+def test_member_lag_says_it_measures_from_the_last_fetch(scenario: dict) -> None:
+    # g-stopped's consumer last fetched past offset 10 (a consumer fetches what it will commit later),
+    # while its group committed 10: member_lag's position is the fetch's, and says so.
+    rows = answered(scenario["out"])
+    members = [r for r in rows["member_lag"] if r["group_id"] == "g-stopped"]
+    assert members and {r["measured_from"] for r in members} == {"last_fetch"}
+    (group,) = [r for r in rows["stopped"] if r["group_id"] == "g-stopped"]
+    assert group["committed_offset"] == 10
+    assert all(r["position"] >= group["committed_offset"] for r in members)
+
+
 def test_finding_thresholds_are_named_and_checked() -> None:
     assert parse_threshold("error_rate=0.5") == ("error_rate", 0.5)
     for bad in ("nope=1", "error_rate", "error_rate=x", "error_rate=-1", "error_rate=inf"):

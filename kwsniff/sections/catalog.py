@@ -59,7 +59,9 @@ SECTIONS = [
     Section(
         "stopped", "Groups at the end of the capture: stopped or active, and how far behind", lag.STOPPED
     ),
-    per_capture("member_lag", "Lag per member (its last Fetch)", lag.MEMBER_LAG),
+    per_capture(
+        "member_lag", "Lag per member, from its last Fetch position (not its group's commit)", lag.MEMBER_LAG
+    ),
     per_capture("rebalances", "Rebalances", g.REBALANCES),
     per_capture("rebalance_members", "Rebalances per member (classic)", g.REBALANCE_MEMBERS),
     per_capture("reconciliation", "Reconciliation (KIP-848 consumer, streams, share)", g.RECONCILIATION),

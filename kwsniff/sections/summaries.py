@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 # 2: stopped's states and never_committed rows; 3: rebalances count only MEMBER_ID_REQUIRED attempts;
 # 4: inventory counts a request once per topic, not once per partition; 5: parts count consumer
 # fetches only (partition_exchanges reads `fetcher`); 6: the `replication` part; 7: the `misrouted`
-# part (KIP-1242).
-VERSION = 7
+# part (KIP-1242); 8: member_lag says what it measures from (`measured_from`).
+VERSION = 8
 MARKER = "summary_captures"
 BATCH_ROWS = 65_536  # rows of a part held in Python at a time while it is written
 assert (MARKER, *PARTS) == SUMMARIES, (MARKER, *PARTS)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import socket
 import struct
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,11 @@ import dpkt
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from realparts import free_port
-from test_report_oracles import built_capture
+from kafkawire import METADATA_V0_REQUEST, METADATA_V0_RESPONSE
+from kafkawire import request as kafka_request
+from kafkawire import response as kafka_response
+from realparts import free_port, tcpdump_capture
+from test_report_oracles import TIMEOUT_S, built_capture, received
 from test_report_sections import built_groups_table
 
 from kwsniff.cli import main
@@ -152,6 +157,7 @@ def test_findings_name_each_rules_subjects_with_the_scenarios_numbers(
             "lag_growing",
             "client_errors",
             "throttled",
+            "broker_p99",
             "misrouted",
             "kafka4_refuses",
             "rebalance_storm",
@@ -286,6 +292,71 @@ def test_findings_come_first_in_every_format(scenario: dict, tmp_path: Path) -> 
     assert html.exit_code == 0, html.output
     body = page.read_text()
     assert body.index('<h2 id="findings">') < body.index('<h2 id="stopped">')
+
+
+SLOW_S = 0.2  # the slow broker's wait before each answer
+METADATA_REQUESTS = 12
+
+
+def two_brokers(path: Path) -> tuple[Path, int]:
+    """Two brokers on one port of two loopback addresses, each asked METADATA_REQUESTS Metadata v0
+    on one connection; the one on 127.0.0.2 waits SLOW_S before each answer. Captured by tcpdump."""
+    port = free_port()
+    listeners = [socket.create_server((host, port)) for host in ("127.0.0.1", "127.0.0.2")]
+
+    def serve(listener: socket.socket, wait_s: float) -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(TIMEOUT_S)
+            for corr in range(METADATA_REQUESTS):
+                req = kafka_request(3, 0, corr, METADATA_V0_REQUEST, client_id="asker")
+                assert received(conn, len(req)) == req
+                if wait_s:
+                    threading.Event().wait(wait_s)  # the scenario: a broker slow to answer
+                conn.sendall(kafka_response(corr, METADATA_V0_RESPONSE))
+            assert conn.recv(1) == b""
+
+    with tcpdump_capture(path, port):
+        servers = [
+            threading.Thread(target=serve, args=(listener, wait), daemon=True)
+            for listener, wait in zip(listeners, (0.0, SLOW_S), strict=True)
+        ]
+        for server in servers:
+            server.start()
+        for host in ("127.0.0.1", "127.0.0.2"):
+            with socket.create_connection((host, port), timeout=TIMEOUT_S) as client:
+                for corr in range(METADATA_REQUESTS):
+                    client.sendall(kafka_request(3, 0, corr, METADATA_V0_REQUEST, client_id="asker"))
+                    answer_ = kafka_response(corr, METADATA_V0_RESPONSE)
+                    assert received(client, len(answer_)) == answer_
+        for server in servers:
+            server.join(TIMEOUT_S)
+            assert not server.is_alive()
+    for listener in listeners:
+        listener.close()
+    return path, port
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "spark"])
+def test_a_broker_slow_to_answer_stands_out_from_its_peer(
+    engine: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> None:
+    stage = tmp_path_factory.mktemp("slow")
+    pcap, port = two_brokers(stage / "slow.pcap")
+    out = stage / "tables"
+    done = CliRunner().invoke(main, ["read", "-q", str(pcap), "--out", str(out), "--summaries", "never"])
+    assert done.exit_code == 0, done.output
+    rules = by_rule(findings(out, engine, request))
+    (slow,) = rules["broker_p99"]
+    found = re.fullmatch(
+        rf"broker 127\.0\.0\.2:{port} answers Metadata in ([\d,.]+) ms at p99 \({METADATA_REQUESTS} requests\),"
+        r" against at most ([\d.]+) ms on 1 other broker",
+        slow,
+    )
+    assert found, slow
+    # Its every answer waited SLOW_S; the other broker's did not (a third of it is the threshold).
+    assert float(found[1].replace(",", "")) >= SLOW_S * 1000
+    assert float(found[2]) * 3 <= float(found[1].replace(",", ""))
 
 
 def test_member_lag_says_it_measures_from_the_last_fetch(scenario: dict) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kwsniff.sections.sections_brokers import BROKERS
 from kwsniff.sections.sections_lag import STOPPED
 from kwsniff.sections.sections_traffic import ERRORS, THROTTLED
 from kwsniff.sections.sql import split_order
@@ -31,6 +32,11 @@ THRESHOLDS: dict[str, Threshold] = {
         30, "seconds a partition's lag must have grown, from its lowest to its last second"
     ),
     "error_rate": Threshold(0.01, "failed responses per request of a client"),
+    "broker_p99_factor": Threshold(
+        3, "times the slowest other broker's p99 (same API) a broker's p99 must reach to stand out"
+    ),
+    "broker_p99_ms": Threshold(10, "milliseconds a broker's p99 must reach to stand out at all"),
+    "broker_p99_requests": Threshold(10, "requests of the API a broker (and each peer) must have answered"),
     "throttle_ms": Threshold(1, "milliseconds a client must have been throttled in all"),
     "gap_bytes": Threshold(1, "bytes a capture must have missed in stream gaps"),
     "decode_errors": Threshold(
@@ -170,6 +176,36 @@ FROM (
 WHERE client_requests > 0 AND failures / client_requests >= {placeholder("error_rate")}"""
 
 
+def tenths(expr: str) -> str:
+    """``expr`` rounded to one decimal, as text (`1,234.5`), on both engines."""
+    v = f"CAST(ROUND(({expr}) * 10) AS BIGINT)"
+    return f"({number(f'FLOOR({v} / 10)')} || '.' || CAST({v} % 10 AS VARCHAR))"
+
+
+def _broker_p99() -> str:
+    """Brokers whose p99 for an API (long polls apart: their latency is a wait) is at least the
+    factor above every other broker's p99 for it."""
+    polls = "('Fetch', 'ShareFetch', 'JoinGroup')"
+    busy = f"requests >= {placeholder('broker_p99_requests')} AND api_name NOT IN {polls}"
+    broker = "broker_ip || ':' || CAST(broker_port AS VARCHAR)"
+    return f"""
+SELECT 'broker_p99' AS rule, 'warning' AS severity, p99_ms / NULLIF(peers_p99, 0) AS harm,
+  'broker ' || broker || ' answers ' || api_name || ' in ' || {tenths("p99_ms")} || ' ms at p99 ('
+  || {number("requests")} || ' ' || {_plural("requests", "request", "requests")} || '), against at most ' || {tenths("peers_p99")} || ' ms on '
+  || CAST(peers AS VARCHAR) || ' other ' || {_plural("peers", "broker", "brokers")} AS finding,
+  'brokers' AS shown_in, {_NO} AS capture, {_NO} AS group_id, {_NO} AS topic, {_NO} AS client_id, broker
+FROM (
+  SELECT {broker.replace("broker_", "b.broker_")} AS broker, b.api_name, b.requests, b.p99_ms,
+         MAX(o.p99_ms) AS peers_p99, COUNT(*) AS peers
+  FROM brokers_answer AS b
+  JOIN brokers_answer AS o ON o.api_name = b.api_name
+    AND (o.broker_ip <> b.broker_ip OR o.broker_port <> b.broker_port)
+  WHERE b.{busy.replace(" AND api_name", " AND b.api_name")} AND o.{busy.replace(" AND api_name", " AND o.api_name")}
+  GROUP BY b.broker_ip, b.broker_port, b.api_name, b.requests, b.p99_ms
+) AS p
+WHERE p99_ms >= {placeholder("broker_p99_factor")} * peers_p99 AND p99_ms >= {placeholder("broker_p99_ms")}"""
+
+
 def _throttled() -> str:
     return f"""
 SELECT 'throttled' AS rule, 'warning' AS severity, CAST(throttle_ms_total AS DOUBLE) AS harm,
@@ -287,6 +323,7 @@ RULE_ORDER = (
     "lag_growing",
     "client_errors",
     "throttled",
+    "broker_p99",
     "misrouted",
     "kafka4_refuses",
     "rebalance_storm",
@@ -307,6 +344,7 @@ def findings_sql(stopped: str = STOPPED, lag: str = "SELECT * FROM summary_lag O
         _lag_growing(),
         _errors(),
         _throttled(),
+        _broker_p99(),
         _misrouted(),
         _upgrade(),
         _storms(),
@@ -323,7 +361,8 @@ def findings_sql(stopped: str = STOPPED, lag: str = "SELECT * FROM summary_lag O
     lag = re.sub(r"\bdated\b", "lag_dated", _body(lag))
     return f"""
 WITH stopped_answer AS ({_body(stopped)}),
-lag_answer AS ({lag})
+lag_answer AS ({lag}),
+brokers_answer AS ({_body(BROKERS)})
 SELECT ROW_NUMBER() OVER (ORDER BY {keys}) AS rank, severity, finding, shown_in, rule,
        capture, group_id, topic, client_id, broker
 FROM ({union}) AS f

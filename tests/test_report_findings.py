@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import dpkt
+import duckdb
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -31,8 +32,8 @@ from test_report_sections import built_groups_table
 
 from kwsniff.cli import main
 from kwsniff.sections.catalog import BY_NAME, SECTIONS
-from kwsniff.sections.engines import DuckEngine, Filters, SparkEngine
-from kwsniff.sections.findings import THRESHOLDS, parse_threshold
+from kwsniff.sections.engines import DuckEngine, Filters, SparkEngine, to_spark
+from kwsniff.sections.findings import THRESHOLDS, number, parse_threshold, tenths
 from kwsniff.sections.run import answer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -368,6 +369,30 @@ def test_member_lag_says_it_measures_from_the_last_fetch(scenario: dict) -> None
     (group,) = [r for r in rows["stopped"] if r["group_id"] == "g-stopped"]
     assert group["committed_offset"] == 10
     assert all(r["position"] >= group["committed_offset"] for r in members)
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "spark"])
+def test_numbers_in_findings_are_whole_and_grouped_by_thousands(
+    engine: str, request: pytest.FixtureRequest
+) -> None:
+    values = [0, 0.4, 0.6, 999, 1000, 11164.2, 1234567, -2500, 123456789012345]
+    sql = "SELECT " + ", ".join(f"{number(repr(float(v)))} AS n{i}" for i, v in enumerate(values))
+    sql += f", {tenths('1234.56')} AS t"
+    if engine == "spark":
+        got = request.getfixturevalue("spark").sql(to_spark(sql)).collect()[0].asDict()
+    else:
+        got = dict(
+            zip([f"n{i}" for i in range(len(values))] + ["t"], duckdb.sql(sql).fetchall()[0], strict=True)
+        )
+    assert got == {
+        **{
+            f"n{i}": text
+            for i, text in enumerate(
+                ["0", "0", "1", "999", "1,000", "11,164", "1,234,567", "-2,500", "123,456,789,012,345"]
+            )
+        },
+        "t": "1,234.6",
+    }
 
 
 def test_finding_thresholds_are_named_and_checked() -> None:

@@ -74,22 +74,12 @@ def bind(sql: str, given: dict[str, float] | None = None) -> str:
 
 
 def number(expr: str) -> str:
-    """``expr`` rounded to a whole number, as text grouped by thousands (`11,164`), on both engines."""
+    """``expr`` rounded to a whole number, as text grouped by thousands (`11,164`), on both engines:
+    its digits padded to 18, a comma after every three, the leading zeros and commas trimmed."""
     v = f"CAST(ROUND({expr}) AS BIGINT)"
-    a = f"ABS({v})"
-
-    def group(k: int) -> str:  # the k-th group of three digits from the right, zero-padded
-        return f"LPAD(CAST(CAST(FLOOR({a} / {10 ** (3 * k)}) AS BIGINT) % 1000 AS VARCHAR), 3, '0')"
-
-    def head(k: int) -> str:  # the digits above the k lowest groups
-        return f"CAST(CAST(FLOOR({a} / {10 ** (3 * k)}) AS BIGINT) AS VARCHAR)"
-
-    cases = [f"WHEN {a} < 1000 THEN CAST({a} AS VARCHAR)"]
-    for k in range(1, 6):
-        low = " || ',' || ".join(group(i) for i in range(k - 1, -1, -1))
-        cases.append(f"WHEN {a} < {10 ** (3 * (k + 1))} THEN {head(k)} || ',' || {low}")
-    sign = f"CASE WHEN {v} < 0 THEN '-' ELSE '' END"
-    return f"({sign} || CASE {' '.join(cases)} ELSE CAST({a} AS VARCHAR) END)"
+    padded = f"LPAD(CAST(ABS({v}) AS VARCHAR), 18, '0')"
+    grouped = " || ',' || ".join(f"SUBSTRING({padded}, {i}, 3)" for i in range(1, 19, 3))
+    return f"(CASE WHEN {v} < 0 THEN '-' ELSE '' END || COALESCE(NULLIF(LTRIM({grouped}, '0,'), ''), '0'))"
 
 
 def _plural(expr: str, one: str, many: str) -> str:
@@ -177,7 +167,7 @@ WHERE client_requests > 0 AND failures / client_requests >= {placeholder("error_
 
 
 def tenths(expr: str) -> str:
-    """``expr`` rounded to one decimal, as text (`1,234.5`), on both engines."""
+    """``expr`` (at least 0) rounded to one decimal, as text (`1,234.5`), on both engines."""
     v = f"CAST(ROUND(({expr}) * 10) AS BIGINT)"
     return f"({number(f'FLOOR({v} / 10)')} || '.' || CAST({v} % 10 AS VARCHAR))"
 

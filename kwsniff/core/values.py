@@ -147,11 +147,12 @@ def tunnel_port(value: Any) -> tuple[str, int]:
 
 
 def finding_threshold(value: Any) -> tuple[str, float]:
-    """`NAME=VALUE`: a threshold of the report's `findings` (kwsniff.sections.findings.THRESHOLDS)."""
-    if isinstance(value, tuple):
-        return value
+    """`NAME=VALUE` (or the API's (name, value)): a threshold of the report's `findings`
+    (kwsniff.sections.findings.THRESHOLDS)."""
     from kwsniff.sections.findings import parse_threshold
 
+    if isinstance(value, tuple) and len(value) == 2:
+        value = f"{value[0]}={value[1]}"
     try:
         return parse_threshold(str(value))
     except ValueError as exc:

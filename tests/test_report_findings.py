@@ -15,6 +15,7 @@ import re
 import socket
 import struct
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from kafkawire import METADATA_V0_REQUEST, METADATA_V0_RESPONSE
 from kafkawire import request as kafka_request
 from kafkawire import response as kafka_response
 from realparts import free_port, tcpdump_capture
+from test_misrouted import captured  # noqa: F401 - a fixture: the misrouted clients, captured
 from test_report_oracles import TIMEOUT_S, built_capture, received
 from test_report_sections import built_groups_table
 
@@ -358,6 +360,34 @@ def test_a_broker_slow_to_answer_stands_out_from_its_peer(
     # Its every answer waited SLOW_S; the other broker's did not (a third of it is the threshold).
     assert float(found[1].replace(",", "")) >= SLOW_S * 1000
     assert float(found[2]) * 3 <= float(found[1].replace(",", ""))
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "spark"])
+def test_each_misrouted_client_is_a_finding(
+    captured: tuple[Path, list[tuple[Any, ...]]],  # noqa: F811 - the fixture imported
+    engine: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    """tests/test_misrouted.py's clients, each naming a cluster or node that differs from what the
+    broker it reached reported: one finding per client, broker and mismatch."""
+    out, expected = captured
+    per = Counter(
+        (cid, ip, f"{bip}:{bport}", mismatch, cluster, reported_cluster, node, reported_node)
+        for cid, ip, _, _, _, bip, bport, mismatch, cluster, reported_cluster, node, reported_node in expected
+    )
+    want = []
+    for (cid, ip, broker, mismatch, cluster, reported_cluster, node, reported_node), n in per.items():
+        meant = [f"cluster `{cluster}`"] if mismatch.startswith("cluster") else []
+        reached = [f"cluster `{reported_cluster}`"] if mismatch.startswith("cluster") else []
+        if mismatch.endswith("node"):
+            meant.append(f"node {node}")
+            reached.append(f"node {reported_node}")
+        connections = "1 connection" if n == 1 else f"{n} connections"
+        want.append(
+            f"client `{cid}` at {ip} meant {' and '.join(meant)} but reached {' and '.join(reached)}"
+            f" at {broker} ({connections})"
+        )
+    assert sorted(by_rule(findings(out, engine, request))["misrouted"]) == sorted(want)
 
 
 def test_member_lag_says_it_measures_from_the_last_fetch(scenario: dict) -> None:

@@ -207,17 +207,21 @@ FROM ({_body(THROTTLED)}) AS t
 WHERE client_id IS NOT NULL AND throttle_ms_total >= {placeholder("throttle_ms")}"""
 
 
+def _which(cluster: str, node: str) -> str:
+    """The cluster, the node or both a misrouted row's `mismatch` names (CONCAT_WS is not used: sqlglot
+    makes Spark's keep its nulls as empty strings)."""
+    c = f"'cluster `' || {cluster} || '`'"
+    n = f"'node ' || CAST({node} AS VARCHAR)"
+    return f"CASE mismatch WHEN 'cluster' THEN {c} WHEN 'node' THEN {n} ELSE {c} || ' and ' || {n} END"
+
+
 def _misrouted() -> str:
     broker = "broker_ip || ':' || CAST(broker_port AS VARCHAR)"
     return f"""
 SELECT 'misrouted' AS rule, 'warning' AS severity, CAST(connections AS DOUBLE) AS harm,
   'client `' || COALESCE(client_id, '') || '` at ' || client_ip || ' meant '
-  || CONCAT_WS(' and ',
-       CASE WHEN mismatch LIKE 'cluster%' THEN 'cluster `' || intended_cluster_id || '`' END,
-       CASE WHEN mismatch LIKE '%node' THEN 'node ' || CAST(intended_node_id AS VARCHAR) END)
-  || ' but reached ' || CONCAT_WS(' and ',
-       CASE WHEN mismatch LIKE 'cluster%' THEN 'cluster `' || reported_cluster_id || '`' END,
-       CASE WHEN mismatch LIKE '%node' THEN 'node ' || CAST(reported_node_id AS VARCHAR) END)
+  || {_which("intended_cluster_id", "intended_node_id")} || ' but reached '
+  || {_which("reported_cluster_id", "reported_node_id")}
   || ' at ' || broker || ' (' || CAST(connections AS VARCHAR) || ' '
   || {_plural("connections", "connection", "connections")} || ')' AS finding,
   'misrouted' AS shown_in, capture, {_NO} AS group_id, {_NO} AS topic, client_id, broker

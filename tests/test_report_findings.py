@@ -35,7 +35,7 @@ from test_report_sections import built_groups_table
 from kwsniff.cli import main
 from kwsniff.sections.catalog import BY_NAME, SECTIONS
 from kwsniff.sections.engines import DuckEngine, Filters, SparkEngine, to_spark
-from kwsniff.sections.findings import THRESHOLDS, number, parse_threshold, tenths
+from kwsniff.sections.findings import RULE_ORDER, THRESHOLDS, number, parse_threshold, tenths
 from kwsniff.sections.run import answer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -423,6 +423,14 @@ def test_numbers_in_findings_are_whole_and_grouped_by_thousands(
         },
         "t": "1,234.6",
     }
+
+
+def test_docs_list_every_rule_and_threshold_with_its_default() -> None:
+    docs = (ROOT / "docs/report.md").read_text()
+    for name, threshold in THRESHOLDS.items():
+        assert f"| `{name}` | {threshold.default:g} |" in docs, name
+    for rule in RULE_ORDER:
+        assert f"| `{rule}` | " in docs, rule
 
 
 def test_finding_thresholds_are_named_and_checked() -> None:

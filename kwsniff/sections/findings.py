@@ -1,8 +1,8 @@
 """The report's `findings` section: what is wrong, first, one sentence per finding with its numbers.
 
-Each rule reads another section's answer (or a table, for the capture's own quality) and makes rows of
-(rule, severity, finding, shown_in: the section showing its rows, subjects); rules are ranked by harm in RULE_ORDER, and within
-a rule by their numbers (the worst first). Thresholds are THRESHOLDS, each overridable with
+Each rule reads another section's answer (or a table, for the capture's own quality) and makes rows
+of (rule, severity, finding, shown_in: the section showing its rows, subjects); rules are ranked by
+harm in RULE_ORDER, and within a rule by their numbers (the worst first). Thresholds are THRESHOLDS, each overridable with
 `report --finding-threshold NAME=VALUE` (docs/report.md "Findings"). Sentences are built in SQL, so
 both engines write the same text: numbers are whole (rounded) and grouped by thousands here.
 """
@@ -29,7 +29,7 @@ class Threshold:
 THRESHOLDS: dict[str, Threshold] = {
     "stopped_records": Threshold(1, "records a stopped or left group must be behind on a topic"),
     "lag_growth_seconds": Threshold(
-        30, "seconds a partition's lag must have grown, from its lowest to its last second"
+        30, "seconds a partition's lag must have grown, from its lowest to the end of the capture"
     ),
     "error_rate": Threshold(0.01, "failed responses per request of a client"),
     "broker_p99_factor": Threshold(

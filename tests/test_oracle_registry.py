@@ -372,6 +372,9 @@ RS = "test_report_sections.py::"
 LIVE = "test_report_live.py::"
 SHARE_STORY = RS + "test_share_group_redelivery_release_reject_rates_and_lock_timeouts"
 SECTION_CHECKED: dict[str, str] = {
+    # Each rule against its scenario: the clients' record of a killed consumer, exchanges built,
+    # a segment taken out of a capture, a capture cut short.
+    "findings": "test_report_findings.py::test_findings_name_each_rules_subjects_with_the_scenarios_numbers",
     # ApiVersions v5 intents encoded by the test against what its kio-answering server reported.
     "misrouted": "test_misrouted.py::test_misrouted_lists_each_connection_whose_intent_differs_from_what_its_broker_reported",
     "inventory": RS + "test_inventory_names_each_quickstart_client_with_its_role_topic_and_group",

@@ -9,6 +9,7 @@ capture`) stopped a while after a consumer was killed counts that consumer silen
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -477,3 +478,30 @@ def test_a_live_capture_counts_a_killed_consumer_silent_until_it_was_stopped(tmp
     # Its last request was after its last commit and before the kill.
     last_commit = consumer.commits[-1][0]
     assert stop_sent - killed_at <= row["silent_seconds"] <= stopped_at - last_commit
+
+
+def test_findings_open_with_the_killed_and_the_departed_consumers(traffic: dict) -> None:
+    """The report's first rows: the killed consumer's group stopped, the closed one's left, each
+    behind by what it had not committed of the RECORDS produced; the active group, caught up, and
+    the audit group, which never committed, are no finding."""
+    found = [r for r in traffic["report"]["findings"] if r["rule"] == "stopped_group"]
+    assert found == traffic["report"]["findings"][: len(found)]
+    killed, closed = traffic["stopped"][-1][1], traffic["left"][-1][1]
+    behind = {"g-stopped": RECORDS - killed, "g-left": RECORDS - closed}
+    assert [r["group_id"] for r in found] == sorted(behind, key=lambda g: -behind[g])
+    end = dt_seconds(traffic["report"]["stopped"][0]["capture_end"])
+    for r in found:
+        group = r["group_id"]
+        state = "stopped" if group == "g-stopped" else "left"
+        timeout = " \\(session timeout 6 s\\)" if state == "stopped" else ""
+        sentence = re.fullmatch(
+            rf"group `{group}` {state} (\d+) s ago{timeout}, {behind[group]} records and (\d+) s behind"
+            rf" on topic `{TOPIC}` \(1 partition\)",
+            r["finding"],
+        )
+        assert sentence, r["finding"]
+        # Its first record not committed was acknowledged to the producer that long before the end.
+        committed = killed if group == "g-stopped" else closed
+        assert abs(int(sentence[2]) - (end - traffic["acks"][committed])) <= 1
+        assert (r["severity"], r["shown_in"], r["topic"]) == ("critical", "stopped", TOPIC)
+    assert not any(r["group_id"] in ("g-active", "g-audit") for r in traffic["report"]["findings"])

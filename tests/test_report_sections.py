@@ -159,7 +159,8 @@ def test_every_section_read_from_the_summaries_gives_the_same_rows_on_spark(
     engine = SparkEngine(out, Filters(), spark)
     assert engine.summarized
     parted = [s for s in SECTIONS if "summary_" in s.sql]
-    assert len(parted) == len(SUMMARIES) - 1
+    # One section per part (summary_captures apart), and `findings`, which reads several.
+    assert len([s for s in parted if s.name != "findings"]) == len(SUMMARIES) - 1
     on_spark = answer(engine, Filters(), parted)
     for section in parted:
         assert on_spark[section.name] == duck[section.name], section.name

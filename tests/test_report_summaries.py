@@ -92,7 +92,8 @@ def test_the_report_reads_the_summaries_and_answers_as_from_the_rows(out: Path, 
     summarized, rows = duck_answer(out)
     assert summarized
     assert rows == from_rows
-    assert len(SUMMARIZED) == 15
+    # The fifteen sections of one capture's rows each, and `findings`, which reads several of them.
+    assert len([s for s in SUMMARIZED if s.name != "findings"]) == 15
     assert [s.name for s in SUMMARIZED if not rows[s.name]] == [
         "reconciliation",
         "storms",

@@ -40,21 +40,25 @@ def _text(value: object, name: str) -> str | None:
     return value
 
 
-def _sizes(memory_limit: object, spill_limit: object, session_timeout_ms: object) -> tuple[int, int, int]:
-    """The DuckDB limits (`report`'s defaults for None) and the session timeout, checked by their
-    fields of kwsniff.core.options.ReportOptions, as the `report` command checks them."""
+def _sizes(
+    memory_limit: object, spill_limit: object, session_timeout_ms: object, finding_threshold: object = ()
+) -> tuple[int, int, int, tuple[tuple[str, float], ...]]:
+    """The DuckDB limits (`report`'s defaults for None), the session timeout and the findings'
+    thresholds, checked by their fields of kwsniff.core.options.ReportOptions, as the `report`
+    command checks them."""
     from kwsniff.core.options import OptionError, ReportOptions, from_keywords
 
     given = {
         "memory_limit": memory_limit,
         "spill_limit": spill_limit,
         "session_timeout_ms": session_timeout_ms,
+        "finding_threshold": finding_threshold,
     }
     try:
         asked = from_keywords(ReportOptions, {k: v for k, v in given.items() if v is not None}, "report")
     except OptionError as exc:
         raise UsageError(str(exc)) from None
-    return asked.memory_limit, asked.spill_limit, asked.session_timeout_ms
+    return asked.memory_limit, asked.spill_limit, asked.session_timeout_ms, asked.finding_threshold
 
 
 REPORT_KEYWORDS = (
@@ -65,6 +69,7 @@ REPORT_KEYWORDS = (
     "client",
     "group",
     "session_timeout_ms",
+    "finding_threshold",
     "memory_limit",
     "spill_limit",
     "spark",
@@ -86,6 +91,7 @@ def report(
     client: str | None = None,
     group: str | None = None,
     session_timeout_ms: int = 45_000,
+    finding_threshold: Iterable[str | tuple[str, float]] = (),
     memory_limit: int | None = None,
     spill_limit: int | None = None,
     spark: Any = None,
@@ -96,7 +102,9 @@ def report(
     unless ``spark`` (a SparkSession) is given: then the same SQL runs on it."""
     from kwsniff.api.tables import Tables
 
-    memory, spill, timeout = _sizes(memory_limit, spill_limit, session_timeout_ms)
+    memory, spill, timeout, thresholds = _sizes(
+        memory_limit, spill_limit, session_timeout_ms, finding_threshold
+    )
     times = (_time(since, "since"), _time(until, "until"))
     names = (_text(topic, "topic"), _text(client, "client"), _text(group, "group"))
     chosen = [sections] if isinstance(sections, str) else list(sections or ())
@@ -130,7 +138,7 @@ def report(
         raise ReportError(str(exc)) from None
     if problem:
         raise ReportError(problem)
-    filters = report_filters(*times, *names, timeout)
+    filters = report_filters(*times, *names, timeout, thresholds)
     engine = None
     try:
         engine = open_engine(path, filters, spark, memory, spill)

@@ -34,6 +34,7 @@ def click_type(check: Callable[[Any], Any]) -> click.ParamType:
         values.out_location: Checked(values.out_location, "path|uri"),
         values.key_value: Checked(values.key_value, "key=value"),
         values.host_name: Checked(values.host_name, "name"),
+        values.finding_threshold: Checked(values.finding_threshold, "name=value"),
     }
     return named[check]
 

@@ -52,7 +52,7 @@ HTML_ROWS = 50
     "--since", type=click.DateTime(), help="Only traffic from this UTC time on (e.g. 2026-11-22T17:39:30)."
 )
 @click.option("--until", type=click.DateTime(), help="Only traffic up to this UTC time.")
-@options_of(ReportOptions, "session_timeout_ms")
+@options_of(ReportOptions, "session_timeout_ms", "finding_threshold")
 @click.option(
     "--html",
     "html_file",
@@ -76,6 +76,7 @@ def report(
     since: dt.datetime | None,
     until: dt.datetime | None,
     session_timeout_ms: int,
+    finding_threshold: tuple[tuple[str, float], ...],
     html_file: Path | None,
     plots: Path | None,
     memory_limit: int,
@@ -101,7 +102,7 @@ def report(
     from kwsniff.sections.run import answer, answer_top, figure_rows, open_engine, unheld
     from kwsniff.view.escape import visible
 
-    filters = report_filters(since, until, topic, client, group, session_timeout_ms)
+    filters = report_filters(since, until, topic, client, group, session_timeout_ms, finding_threshold)
     try:
         sections = chosen_sections(chosen)
     except ValueError as exc:

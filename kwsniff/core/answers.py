@@ -62,11 +62,12 @@ def filters(
     client: str | None,
     group: str | None,
     session_timeout_ms: int,
+    finding_thresholds: tuple[tuple[str, float], ...] = (),
 ) -> Filters:
     """The report's filters (`--since` ... `--session-timeout-ms`); a time without a zone is UTC."""
     from kwsniff.sections.dataset import Filters
 
-    return Filters(_utc(since), _utc(until), topic, client, group, session_timeout_ms)
+    return Filters(_utc(since), _utc(until), topic, client, group, session_timeout_ms, finding_thresholds)
 
 
 def _utc(value: dt.datetime | None) -> dt.datetime | None:

@@ -269,6 +269,15 @@ class ReportOptions:
         check=values.Whole(1, 2**31 - 1),
         show_default=True,
     )
+    finding_threshold: tuple[tuple[str, float], ...] = option(
+        (),
+        "--finding-threshold",
+        "A threshold of the findings section as NAME=VALUE, e.g. lag_growth_seconds=60 (repeatable; "
+        'docs/report.md "Findings" lists them).',
+        unit="name=value",
+        check=values.finding_threshold,
+        multiple=True,
+    )
     memory_limit: int = option(
         DEFAULT_MEMORY_LIMIT * 4,
         "--memory-limit",

@@ -166,6 +166,19 @@ def tunnel_port(value: Any) -> tuple[str, int]:
     return kind, int(number)
 
 
+def finding_threshold(value: Any) -> tuple[str, float]:
+    """`NAME=VALUE` (or the API's (name, value)): a threshold of the report's `findings`
+    (kwsniff.sections.findings.THRESHOLDS)."""
+    from kwsniff.sections.findings import parse_threshold
+
+    if isinstance(value, tuple) and len(value) == 2:
+        value = f"{value[0]}={value[1]}"
+    try:
+        return parse_threshold(str(value))
+    except ValueError as exc:
+        raise BadValue(str(exc)) from None
+
+
 class Choice:
     """One of a few words."""
 

@@ -21,6 +21,7 @@ from kwsniff.sections import sections_identity as identity
 from kwsniff.sections import sections_kraft as kraft
 from kwsniff.sections import sections_lag as lag
 from kwsniff.sections import sections_traffic as t
+from kwsniff.sections.findings import FINDINGS
 from kwsniff.sections.sql import split_order
 from kwsniff.sections.upgrade import UPGRADE_ROWS, UPGRADE_SUMMED, ZOOKEEPER_ROWS, ZOOKEEPER_SUMMED
 
@@ -51,12 +52,16 @@ def per_capture(name: str, title: str, sql: str) -> Section:
 
 
 SECTIONS = [
+    # First: what is wrong, ranked (kwsniff.sections.findings), from the other sections' answers.
+    Section("findings", "Findings: what is wrong, the worst first", FINDINGS),
     Section("inventory", "Clients: who produces, consumes or administers which topic", t.INVENTORY),
     per_capture("lag", "Lag per group, topic and partition over time (seconds and offsets)", lag.LAG),
     Section(
         "stopped", "Groups at the end of the capture: stopped or active, and how far behind", lag.STOPPED
     ),
-    per_capture("member_lag", "Lag per member (its last Fetch)", lag.MEMBER_LAG),
+    per_capture(
+        "member_lag", "Lag per member, from its last Fetch position (not its group's commit)", lag.MEMBER_LAG
+    ),
     per_capture("rebalances", "Rebalances", g.REBALANCES),
     per_capture("rebalance_members", "Rebalances per member (classic)", g.REBALANCE_MEMBERS),
     per_capture("reconciliation", "Reconciliation (KIP-848 consumer, streams, share)", g.RECONCILIATION),

@@ -49,6 +49,9 @@ class Filters:
     group: str | None = None
     # For groups whose JoinGroup is not in the capture (Kafka's consumer default, KIP-735).
     session_timeout_ms: int = 45_000
+    # `findings` thresholds given (`--finding-threshold NAME=VALUE`): (name, value) pairs; the others
+    # at their defaults (kwsniff.sections.findings.THRESHOLDS).
+    finding_thresholds: tuple[tuple[str, float], ...] = ()
 
 
 def time_filter(table: str, f: Filters) -> str:

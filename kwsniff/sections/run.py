@@ -129,15 +129,20 @@ def wanted(filters: Filters) -> dict[str, str]:
 def _bind(section: Section, filters: Filters) -> str:
     """The section's SQL for ``filters``: a section that keeps state, under --since/--until, reads
     every row up to --until (sections_lag.windowed)."""
+    from kwsniff.sections import findings
     from kwsniff.sections.sections_lag import SESSION_TIMEOUT, STATEFUL, windowed
 
     sql = section.sql
+    at = [
+        None if t is None else f"TIMESTAMP '{t:%Y-%m-%d %H:%M:%S.%f}'" for t in (filters.since, filters.until)
+    ]
     if section.name in STATEFUL and (filters.since is not None or filters.until is not None):
-        at = [
-            None if t is None else f"TIMESTAMP '{t:%Y-%m-%d %H:%M:%S.%f}'"
-            for t in (filters.since, filters.until)
-        ]
         sql = windowed(section.name, *at)
+    if section.name == "findings":
+        if filters.since is not None or filters.until is not None:
+            # The stopped and lag rules judge what those sections answer in the window.
+            sql = findings.findings_sql(windowed("stopped", *at), windowed("lag", *at))
+        sql = findings.bind(sql, dict(filters.finding_thresholds))
     return sql.replace(SESSION_TIMEOUT, str(int(filters.session_timeout_ms)))
 
 

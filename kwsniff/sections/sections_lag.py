@@ -231,6 +231,9 @@ STOPPED = stopped_sql()
 
 # Which member is behind: each member's clients' last Fetch per partition (its position against
 # the high watermark that Fetch returned), named by the member id and instance its group rows give.
+# `measured_from` says so on every row ('last_fetch'): a client that prefetches (librdkafka) fetches
+# ahead of what its application processed and committed, so its position can be at the high
+# watermark while its group's commit, which `lag` and `stopped` measure from, is far behind.
 MEMBER_LAG = f"""
 WITH members AS (
   SELECT capture, group_id, client_id, client_ip,
@@ -248,7 +251,7 @@ fetched AS (
   GROUP BY capture, client_id, client_ip, topic, partition
 )
 SELECT m.capture, m.group_id, m.member_id, m.group_instance_id, f.client_id, f.client_ip, f.topic, f.partition,
-       f.fetch_offset AS position, f.high_watermark, {int64_minus("f.high_watermark", "f.fetch_offset")} AS offset_lag,
+       f.fetch_offset AS position, 'last_fetch' AS measured_from, f.high_watermark, {int64_minus("f.high_watermark", "f.fetch_offset")} AS offset_lag,
        CASE WHEN f.fetch_offset >= f.high_watermark THEN 0.0
             ELSE {seconds("f.ts_response", "MIN(pr.ts_ack)")} END AS lag_seconds,
        f.ts_response AS last_fetch

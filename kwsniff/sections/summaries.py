@@ -40,8 +40,9 @@ if TYPE_CHECKING:
 # 4: inventory counts a request once per topic, not once per partition; 5: parts count consumer
 # fetches only (partition_exchanges reads `fetcher`); 6: the `replication` part; 7: the `misrouted`
 # part (KIP-1242); 8: inventory's `unnamed_rows`, topic ids named from the whole dataset; 9: stopped's
-# status figures (recent_commits, recent_offsets, lag_rising); 10: produce_to_consume's `unnamed` rows.
-VERSION = 10
+# status figures (recent_commits, recent_offsets, lag_rising); 10: produce_to_consume's `unnamed` rows;
+# 11: member_lag says what it measures from (`measured_from`).
+VERSION = 11
 MARKER = "summary_captures"
 BATCH_ROWS = 65_536  # rows of a part held in Python at a time while it is written
 assert (MARKER, *PARTS) == SUMMARIES, (MARKER, *PARTS)

@@ -198,6 +198,9 @@ class Producing:
         if self.thread.is_alive():
             self.thread.join(timeout=10)
         self.producer.flush(10)
+        # The client's own threads stop here, not when it is collected: none keeps calling a
+        # broker the test has stopped.
+        self.producer.close()
 
 
 def test_a_killed_consumer_fires_group_stopped_through_alertmanager_and_every_panel_has_series(

@@ -13,6 +13,7 @@ import json
 import os
 import random
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,7 +26,10 @@ from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
 GRPC_OFFSET = 10_000  # weed's gRPC port of each server is its HTTP port + 10000
-PORT_RANGE = (20_000, 65_535 - GRPC_OFFSET)  # so that every gRPC port is a valid port too
+# Below Linux's ephemeral range (32768 and up), gRPC ports included: an outgoing connection of another
+# test never takes a port between our check that it is free and weed's bind.
+PORT_RANGE = (10_000, 32_768 - GRPC_OFFSET)
+START_TRIES = 3  # a port taken by another process meanwhile: weed exits; start again on other ports
 PORT_TRIES = 500
 READY_TIMEOUT_S = 60.0
 READY_POLL_S = 0.1
@@ -190,6 +194,30 @@ def seaweed_s3(base_dir: Path, bucket: str = "kwsniff") -> Iterator[SeaweedS3]:
     config = base_dir / "s3.json"
     config.write_text(json.dumps(_identities(access_key, secret_key)))
     config.chmod(0o600)
+    server = None
+    for attempt in range(START_TRIES):
+        server = _start(base_dir, data_dir, config, access_key, secret_key, bucket)
+        try:
+            _wait_ready(server)
+            break
+        except AssertionError:
+            server.stop()
+            if "address already in use" not in server.log_text() or attempt == START_TRIES - 1:
+                raise
+            shutil.rmtree(data_dir)  # what the failed start made
+            data_dir.mkdir()
+    assert server is not None
+    try:
+        server.client().create_bucket(Bucket=bucket)
+        yield server
+    finally:
+        server.stop()
+
+
+def _start(
+    base_dir: Path, data_dir: Path, config: Path, access_key: str, secret_key: str, bucket: str
+) -> SeaweedS3:
+    """`weed server -s3` on free ports, not yet ready."""
     master, volume, filer, s3 = free_port_pairs(4)
     argv = [
         weed_binary(),
@@ -214,7 +242,7 @@ def seaweed_s3(base_dir: Path, bucket: str = "kwsniff") -> Iterator[SeaweedS3]:
         proc = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
-    server = SeaweedS3(
+    return SeaweedS3(
         proc,
         f"http://{LOOPBACK}:{s3}",
         access_key,
@@ -224,9 +252,3 @@ def seaweed_s3(base_dir: Path, bucket: str = "kwsniff") -> Iterator[SeaweedS3]:
         log_path,
         (master, volume, filer, s3),
     )
-    try:
-        _wait_ready(server)
-        server.client().create_bucket(Bucket=bucket)
-        yield server
-    finally:
-        server.stop()

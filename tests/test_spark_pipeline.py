@@ -20,6 +20,7 @@ from kwsniff.cli import main
 from kwsniff.pipeline.run import run_capture
 from kwsniff.pipeline.session import SessionOptions
 from kwsniff.rows import ListSink
+from kwsniff.sections.summaries import VERSION as SUMMARY_VERSION
 from kwsniff.spark.inputs import expand_inputs
 from kwsniff.spark.pipeline import LIGHT_JVM, decode, decode_conf, write
 from kwsniff.spark.tasks import capture_date, flow_bucket
@@ -222,7 +223,7 @@ def test_command_lines_spark_then_report(tmp_path: Path) -> None:
     }
     # The report's summaries of the capture, written by the driver beside the tables.
     assert ds.dataset(out / "summary_captures").to_table().to_pylist() == [
-        {"capture": "quickstart.pcap", "version": 7}
+        {"capture": "quickstart.pcap", "version": SUMMARY_VERSION}
     ]
     assert ds.dataset(out / "summary_lag").count_rows() == 9
     again = run_kwsniff(*spark_args)

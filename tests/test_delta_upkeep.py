@@ -22,10 +22,16 @@ from deltalake import DeltaTable
 from seaweed import SeaweedS3, seaweed_s3
 
 from kwsniff.core.values import BadValue, duration
-from kwsniff.sinks.delta import TABLE_PROPERTIES, DeltaTableError, DeltaTableWriter, table_dataset, utc_day
+from kwsniff.sinks.delta import (
+    TABLE_PROPERTIES,
+    DeltaTableError,
+    DeltaTableWriter,
+    dataset_tables,
+    table_dataset,
+    utc_day,
+)
 from kwsniff.sinks.delta_upkeep import (
     compact_table,
-    dataset_tables,
     retain_table,
     stored_files,
     upkeep_table,

@@ -66,7 +66,7 @@ def dataset_location(
 ) -> tuple[Location, list[str]]:
     """OUT as a location and the tables to work on: the ones named, or every Delta table under OUT
     (none there is an error: OUT is no kwsniff Delta dataset)."""
-    from kwsniff.sinks.delta_upkeep import dataset_tables
+    from kwsniff.sinks.delta import dataset_tables
     from kwsniff.sinks.location import LocationError, parse_location
 
     try:

@@ -77,14 +77,17 @@ def summarize(stage: Path, memory_limit: int | None, mode: str, adding_to: Path 
     if mode == "never" or (mode == "auto" and not worth_summarizing(stage, adding_to)):
         return
     from kwsniff.sections import summaries
+    from kwsniff.sinks.dataset import error_line
 
     try:
         summaries.write(stage, memory_limit, SPILL_LIMIT)
     except Exception as exc:  # DuckDB's errors, a full disk, or a fault of ours: the tables are kept
         for name in SUMMARIES:
             shutil.rmtree(stage / name, ignore_errors=True)
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        warn("summaries", [f"not written ({reason}); `kwsniff report` computes those sections from the rows"])
+        warn(
+            "summaries",
+            [f"not written ({error_line(exc)}); `kwsniff report` computes those sections from the rows"],
+        )
 
 
 def commit(output: Output | DeltaOutput, memory_limit: int | None, summaries: str, warn: Warn) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kwsniff.sinks.commit import Staging, locked, recover
-from kwsniff.sinks.dataset import DATASET_DIRS, OutputError, _carry, _check_out, _link_or_copy
+from kwsniff.sinks.dataset import DATASET_DIRS, OutputError, _carry, _check_out, _link_or_copy, error_line
 from kwsniff.sinks.location import Location
 from kwsniff.sinks.parquet import TEMP_SUFFIX
 
@@ -97,8 +97,7 @@ def convert(out: Path, host: str) -> Converted:
         with locked(real.parent):
             staging.publish()
     except Exception as exc:  # deltalake's, a full disk: OUT stays as it was
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise OutputError(f"{out}: not converted ({reason}); the dataset is as it was") from None
+        raise OutputError(f"{out}: not converted ({error_line(exc)}); the dataset is as it was") from None
     finally:
         staging.drop()
     return Converted(files, rows)

@@ -37,6 +37,11 @@ class OutputError(Exception):
     """The output directory cannot be used; the message is one line for the user."""
 
 
+def error_line(exc: BaseException) -> str:
+    """An exception's first line (its type's name when it says nothing): the reason in one line."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 class ExistingOutput(Enum):
     REFUSE = "refuse"
     APPEND = "append"

@@ -352,6 +352,22 @@ class DeltaTableWriter:
         return self.commit([self.stage(path, date=date, host=host) for path, date, host in files])
 
 
+def dataset_tables(location: Location) -> list[str]:
+    """The Delta tables of a dataset: the directories right under ``location`` holding a ``_delta_log``,
+    sorted. OSError when the storage cannot be reached or refuses the credentials."""
+    import pyarrow.fs as pafs
+
+    fs, root = location.filesystem()
+    children = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    tables = []
+    for child in children:
+        if child.type == pafs.FileType.Directory:
+            log = fs.get_file_info(f"{child.path}/_delta_log")
+            if log.type == pafs.FileType.Directory:
+                tables.append(child.base_name)
+    return sorted(tables)
+
+
 def table_dataset(location: Location, table: str) -> pyarrow.dataset.Dataset:
     """The table's current files (its last commit's, from the log) as one Arrow dataset, the
     partition columns included: for DuckDB (``duckdb.from_arrow``), pandas and the report."""

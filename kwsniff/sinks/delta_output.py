@@ -15,16 +15,14 @@ anything is decoded) and refuses tables already there unless ``--append`` or ``-
 
 from __future__ import annotations
 
-import fcntl
-import os
-import shutil
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kwsniff.sinks.dataset import ExistingOutput, OutputError
+from kwsniff.sinks.commit import Staging, locked, recover
+from kwsniff.sinks.dataset import ExistingOutput, OutputError, error_line
 from kwsniff.sinks.location import Location
 from kwsniff.tables.names import SUMMARIES, TABLES
 
@@ -41,43 +39,13 @@ NAME_MAX = 255  # the longest file name of a staged file (local staging director
 SCRATCH = "kwsniff-delta"  # under the temporary directory: the local files of runs writing Delta tables
 
 
-class LocalSpool:
-    """A local directory (:attr:`path`) under the temporary directory's ``kwsniff-delta/``, held
-    (flock) by this process until :meth:`drop` removes it; one a killed run left is removed by the
-    next run's :func:`sweep` (its lock is then free)."""
-
-    def __init__(self, kind: str) -> None:
-        root = Path(tempfile.gettempdir()) / SCRATCH
-        root.mkdir(mode=0o700, exist_ok=True)
-        self.path = Path(tempfile.mkdtemp(prefix=f"{kind}-{os.getpid()}-", dir=root))
-        self._fd: int | None = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
-        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-
-    def drop(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-def sweep() -> int:
-    """Remove the local directories of runs that are gone (killed before they dropped them); the count."""
+def scratch() -> Path:
+    """Where a run writing Delta tables keeps its local stage and spools: staging directories
+    (kwsniff.sinks.commit.Staging, held by flock) beside ``$TMPDIR/kwsniff-delta/delta``, those of
+    killed runs removed by the next run's :func:`kwsniff.sinks.commit.recover`."""
     root = Path(tempfile.gettempdir()) / SCRATCH
-    removed = 0
-    for entry in root.iterdir() if root.is_dir() else ():
-        try:
-            fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            continue  # a live run's
-        finally:
-            os.close(fd)
-        shutil.rmtree(entry, ignore_errors=True)
-        removed += 1
-    return removed
+    root.mkdir(mode=0o700, exist_ok=True)
+    return root / "delta"
 
 
 class DeltaOutput:
@@ -121,8 +89,10 @@ class DeltaOutput:
         # Told of each commit, with its wall-clock end (Unix seconds) and how long it took (seconds),
         # as Output.on_commit: the capture's metrics (kwsniff_last_commit_timestamp_seconds).
         self.on_commit: Callable[[float, float], None] | None = None
-        sweep()
-        self._stage: LocalSpool | None = LocalSpool("stage")
+        self._scratch = scratch()
+        with locked(self._scratch.parent):
+            recover(self._scratch)  # what killed runs left
+        self._stage: Staging | None = Staging(self._scratch)
 
     def _held_tables(self) -> list[str]:
         """The kwsniff tables at the location; OutputError when the storage cannot be reached or
@@ -130,8 +100,7 @@ class DeltaOutput:
         try:
             return delta_tables(self.location)
         except OSError as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise OutputError(f"--out {self.shown}: {reason}") from None
+            raise OutputError(f"--out {self.shown}: {error_line(exc)}") from None
 
     @property
     def stage(self) -> Path:
@@ -145,10 +114,10 @@ class DeltaOutput:
         """No name of the tables can collide with a staged one: a staged file gets a name of its own."""
         return set()
 
-    def spool(self) -> LocalSpool:
+    def spool(self) -> Staging:
         """A local directory for files other processes write before they are moved into
         :attr:`stage` (`spark` executors of a local master, `capture` workers). Its owner drops it."""
-        return LocalSpool("spool")
+        return Staging(self._scratch)
 
     def commit(self, *, again: bool = False) -> None:
         """Stage every file of :attr:`stage` into its table and commit each table in one log entry
@@ -173,15 +142,14 @@ class DeltaOutput:
                 if files or (overwrite and table in self._held):
                     self._commit_table(table, files, overwrite)
         except (OSError, DeltaError, DeltaTableError) as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise OutputError(f"--out {self.shown}: {reason}") from None
+            raise OutputError(f"--out {self.shown}: {error_line(exc)}") from None
         finally:
             if self._stage is not None:
                 self._stage.drop()
             self._stage = None
         self.commits += 1
         if again:
-            self._stage = LocalSpool("stage")
+            self._stage = Staging(self._scratch)
         if self.on_commit is not None:
             self.on_commit(time.time(), time.monotonic() - began)
         if self._next_upkeep is not None and self.upkeep_s is not None and self.clock() >= self._next_upkeep:
@@ -201,8 +169,7 @@ class DeltaOutput:
             for table in self._writers:
                 upkeep_table(self.location, table, host=self.host, retain_s=self.retain_s, now=now)
         except (OSError, DeltaError, DeltaTableError) as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise OutputError(f"--out {self.shown}: upkeep: {reason}") from None
+            raise OutputError(f"--out {self.shown}: upkeep: {error_line(exc)}") from None
         self.upkeeps += 1
         if self.after_upkeep is not None:
             self.after_upkeep(now)
@@ -289,16 +256,10 @@ class DeltaOutput:
 def delta_tables(location: Location) -> list[str]:
     """The kwsniff tables (and summaries) at ``location`` that are Delta tables (have a log), in
     their order. OSError when the storage cannot be reached or refuses the credentials."""
-    import pyarrow.fs as pafs
+    from kwsniff.sinks.delta import dataset_tables
 
-    fs, root = location.filesystem()
-    listed = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
-    names = {info.base_name for info in listed if info.type == pafs.FileType.Directory}
-    return [
-        t
-        for t in (*TABLES, *SUMMARIES)
-        if t in names and fs.get_file_info(f"{root}/{t}/_delta_log").type == pafs.FileType.Directory
-    ]
+    held = set(dataset_tables(location))
+    return [t for t in (*TABLES, *SUMMARIES) if t in held]
 
 
 def file_day(path: Path) -> str:

@@ -119,21 +119,6 @@ def _active_files(delta: DeltaTable) -> list[_ActiveFile]:
     ]
 
 
-def dataset_tables(location: Location) -> list[str]:
-    """The Delta tables of a dataset: the directories right under ``location`` holding a ``_delta_log``."""
-    import pyarrow.fs as pafs
-
-    fs, root = location.filesystem()
-    children = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
-    tables = []
-    for child in children:
-        if child.type == pafs.FileType.Directory:
-            log = fs.get_file_info(f"{child.path}/_delta_log")
-            if log.type == pafs.FileType.Directory:
-                tables.append(child.base_name)
-    return sorted(tables)
-
-
 def _hour_groups(
     files: Iterable[_ActiveFile], now_s: float, hour_s: int, hosts: Collection[str] | None
 ) -> dict[tuple[str, str, int], list[_ActiveFile]]:

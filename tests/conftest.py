@@ -68,6 +68,10 @@ def spark() -> Iterator[Any]:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
+        # One session serves every Spark test of a worker: with the 1 GiB default its hash
+        # aggregations ran out of execution memory late in a full run (CI: AGGREGATE_OUT_OF_MEMORY in
+        # test_report_sections, which passes alone).
+        .config("spark.driver.memory", "2g")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

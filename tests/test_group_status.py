@@ -96,11 +96,50 @@ def test_the_status_gauge_has_one_series_per_state_and_the_last_commit_its_time(
     assert values == {
         **{
             f'kwsniff_consumer_group_status{{group="g",state="{state}",topic="t"}}': float(state == "STALL")
-            for state in ("OK", "WARN", "STALL", "STOP", "LEFT")
+            for state in ("OK", "WARN", "STALL", "STOP", "LEFT", "NEVER_COMMITTED")
         },
         'kwsniff_consumer_group_last_commit_timestamp_seconds{group="g",topic="t"}': acked(115 * RATE, RATE)
         / S,
     }
+
+
+def test_a_group_whose_clients_fetch_and_never_commit_is_never_committed_until_it_commits() -> None:
+    stats = LiveStats(collect_pending=True)
+    lag = stats.lag
+    assert lag is not None
+    client = {"client_id": "audit-1", "client_ip": "10.0.0.7"}
+    stats.row("groups", {**client, "api_key": 11, "group_id": "audit", "ts_request": T0})
+    fetch = {
+        **client,
+        "api_key": 1,
+        "topic": "t",
+        "partition": 0,
+        "high_watermark": 10,
+        "ts_response": T0 + S,
+    }
+    stats.row("partitions", fetch)
+    stats.row("partitions", {**fetch, "client_id": "someone-else", "topic": "u"})  # no group's client
+    assert lag.statuses() == [("audit", "t", "NEVER_COMMITTED", None)]
+    metrics = Metrics()
+    metrics.update(CaptureCounters(), stats.take_pending(), 0)
+    lines = generate_latest(metrics.registry).decode().splitlines()
+    status = [
+        line for line in lines if line.startswith("kwsniff_consumer_group_status{") and line.endswith(" 1.0")
+    ]
+    assert status == ['kwsniff_consumer_group_status{group="audit",state="NEVER_COMMITTED",topic="t"} 1.0']
+    assert not [
+        line for line in lines if line.startswith("kwsniff_consumer_group_last_commit_timestamp_seconds{")
+    ]
+    # It commits: followed as the others, from then on.
+    stats.row("partitions", {**commit(10, T0 + 2 * S, "audit"), **client})
+    assert [s[:3] for s in lag.statuses()] == [("audit", "t", "OK")]
+    # A group that never committed and left is LEFT.
+    stats.row("groups", {**client, "api_key": 11, "group_id": "audit-2", "ts_request": T0 + 3 * S})
+    stats.row("partitions", {**fetch, "ts_response": T0 + 4 * S})
+    stats.row(
+        "groups", {**client, "api_key": 13, "group_id": "audit-2", "event": "leave", "ts_request": T0 + 5 * S}
+    )
+    assert sorted(s[:3] for s in lag.statuses()) == [("audit", "t", "OK"), ("audit-2", "t", "LEFT")]
 
 
 def test_statuses_are_judged_at_most_once_per_five_seconds_of_packet_time() -> None:

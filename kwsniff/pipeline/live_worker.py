@@ -99,6 +99,7 @@ VIEW_FIELDS = {
         "ts_request",
         "ts_response",
         "client_id",  # the metrics' per-client records and bytes
+        "client_ip",  # with client_id, the group of a Fetch's client (NEVER_COMMITTED)
         # Followers' fetches for the replication lag (kwsniff.view.replication).
         "fetch_offset",
         "replica_id",
@@ -110,6 +111,8 @@ VIEW_FIELDS = {
     "groups": (
         "api_key",
         "group_id",
+        "client_id",  # a group's clients: whose Fetch is the group's (NEVER_COMMITTED)
+        "client_ip",
         "member_id",
         "members",
         "error_code",

@@ -14,7 +14,7 @@ The figures of one group on one partition at a moment (null where unknown):
   last KEPT_COMMITS), and how many distinct offsets they named;
 - ``lag_rising``: 1 when every one of those recent commits was further behind (records, at its
   commit) than the one before, else 0.
-A group on a topic (the metric) is its worst partition (STATUSES' order).
+A group on a topic (the metric) is its worst partition (STATES' order).
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ from typing import Any
 STATUS_WINDOW = 60 * 1_000_000  # µs: a consumer commits every 5 s by default (auto.commit.interval.ms)
 KEPT_COMMITS = 16  # commits held per group and partition to judge the window
 OK, WARN, STALL, STOP, LEFT, NEVER_COMMITTED = "OK", "WARN", "STALL", "STOP", "LEFT", "NEVER_COMMITTED"
-# The states the live metric has a series for: it follows only groups that committed.
-STATES = (OK, WARN, STALL, STOP, LEFT)
-STATUSES = (*STATES, NEVER_COMMITTED)  # best to worst
-_WORST = {state: i for i, state in enumerate(STATUSES)}
+# The states the live metric has a series for, best to worst.
+STATES = (OK, WARN, STALL, STOP, LEFT, NEVER_COMMITTED)
+_WORST = {state: i for i, state in enumerate(STATES)}
 LEAVES = frozenset({"leave", "static_leave"})
 
 WINDOW = "window"  # a RULE value: the status window (STATUS_WINDOW, `capture --group-status-seconds`)
@@ -120,8 +119,9 @@ def worst(states: list[str]) -> str:
 
 class GroupActivity:
     """When each group was last seen acting (a group exchange other than leaving, a commit) and
-    leaving: a group whose latest act is a leave has LEFT. Only groups that committed are followed
-    (``acted``), so what it holds is bounded as the lag's groups are."""
+    leaving: a group whose latest act is a leave has LEFT. Only groups that committed, or fetched
+    through a client of theirs, are followed (``acted``), so what it holds is bounded as the lag's
+    groups are."""
 
     def __init__(self) -> None:
         self.active: dict[str, int] = {}

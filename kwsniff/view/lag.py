@@ -32,7 +32,15 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from kwsniff.defaults import int64_or_none
-from kwsniff.view.group_status import KEPT_COMMITS, STATUS_WINDOW, GroupActivity, partition_state, worst
+from kwsniff.view.group_status import (
+    KEPT_COMMITS,
+    LEFT,
+    NEVER_COMMITTED,
+    STATUS_WINDOW,
+    GroupActivity,
+    partition_state,
+    worst,
+)
 from kwsniff.view.offset_times import MAX_POINTS, OffsetTimes
 
 PRODUCE, FETCH, OFFSET_COMMIT, OFFSET_FETCH = 0, 1, 8, 9
@@ -71,6 +79,7 @@ class GroupLag:
 
 
 Key = tuple[str, str, int]  # group, topic, partition
+Client = tuple[str, str]  # client id, client address
 
 
 L = TypeVar("L")
@@ -120,17 +129,30 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
         self.lags: dict[Key, GroupLag] = {}
         self.activity = GroupActivity()
         self.now = 0  # the latest packet time of a row followed: the status's clock
+        # The report's `group_clients` and `never_committed`: each client's group (from its group
+        # exchanges), and the topics fetched by a group's clients while it has not committed. Both
+        # bounded by ``max_partitions``, as the partitions are.
+        self.group_clients: dict[Client, str] = {}
+        self.committed_groups: set[str] = set()
+        self.uncommitted: dict[tuple[str, str], int] = {}  # (group, topic): its latest fetch (µs)
 
     def group_row(self, row: dict[str, Any]) -> None:
         """A `groups` row: a group's exchange, or its leaving (for its status)."""
+        group, client, address = row.get("group_id"), row.get("client_id"), row.get("client_ip")
+        if group is not None and client is not None and address is not None:
+            clients = self.group_clients
+            if (client, address) in clients or len(clients) < self.max_partitions:
+                clients[(client, address)] = group
+            else:
+                self.refused += 1
         self.activity.row(row)
         ts = row.get("ts_request")
-        if ts is not None and row.get("group_id") in self.activity.active:
+        if ts is not None and group in self.activity.active:
             self.now = max(self.now, ts)
 
-    def statuses(self) -> list[tuple[str, str, str, int]]:
+    def statuses(self) -> list[tuple[str, str, str, int | None]]:
         """(group, topic, state, latest commit µs) of every group followed, at the latest time seen
-        (kwsniff.view.group_status)."""
+        (kwsniff.view.group_status); a group that fetched and never committed has no latest commit."""
         judged: dict[tuple[str, str], tuple[list[str], int]] = {}
         for (group, topic, _partition), lag in self.lags.items():
             states, last = judged.setdefault((group, topic), ([], lag.commit_ts))
@@ -139,8 +161,13 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
             if state is not None:
                 states.append(state)
             judged[(group, topic)] = (states, max(last, lag.commit_ts))
-        return [
+        followed = [
             (group, topic, worst(states), last) for (group, topic), (states, last) in judged.items() if states
+        ]
+        # A group fetching that never committed: no lag, no last commit; LEFT once it left.
+        return followed + [
+            (group, topic, LEFT if self.activity.has_left(group) else NEVER_COMMITTED, None)
+            for group, topic in self.uncommitted
         ]
 
     def row(self, row: dict[str, Any]) -> None:
@@ -161,6 +188,8 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
                 log = self._log(topic, partition)
                 if log is not None:
                     self._watermark(log, topic, partition, hwm, ts)
+            if ts is not None and self.group_clients:
+                self._fetched(topic, get("client_id"), get("client_ip"), ts)
         elif api in (OFFSET_COMMIT, OFFSET_FETCH):
             offset, group, error = get("committed_offset"), get("group_id"), get("error_code")
             ts = get("ts_request") if api == OFFSET_COMMIT else get("ts_response")
@@ -177,6 +206,20 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
             log.groups.discard(key[0])
 
     # -- events --------------------------------------------------------------------------------------
+    def _fetched(self, topic: str, client: str | None, address: str | None, ts: int) -> None:
+        """A Fetch of ``topic`` by a client of a group that has not committed (yet)."""
+        group = (
+            self.group_clients.get((client, address)) if client is not None and address is not None else None
+        )
+        if group is None or group in self.committed_groups:
+            return
+        key = (group, topic)
+        if key not in self.uncommitted and len(self.uncommitted) >= self.max_partitions:
+            self.refused += 1
+            return
+        self.uncommitted[key] = max(ts, self.uncommitted.get(key, ts))
+        self.activity.acted(group, ts)
+
     def _batch(self, log: PartitionLog, first: int, last: int, ts: int) -> None:
         log.times.add(first, last, ts)
         # A group whose committed offset this batch holds can now be dated.
@@ -200,6 +243,10 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
         if lag is None:
             lag = self.lags[key] = GroupLag(ts, offset)
             log.groups.add(key[0])
+            if key[0] not in self.committed_groups:
+                self.committed_groups.add(key[0])
+                for fetched in [k for k in self.uncommitted if k[0] == key[0]]:
+                    del self.uncommitted[fetched]
         elif (ts, offset) > (lag.commit_ts, lag.committed_offset):
             lag.commit_ts, lag.committed_offset, lag.produced_at = ts, offset, None
         else:

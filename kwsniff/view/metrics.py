@@ -189,7 +189,8 @@ class Metrics:
             "kwsniff_consumer_group_status",
             "1 for the group's state on the topic, 0 for the others: OK, WARN (lag rising at every commit),"
             " STALL (committing the same offset while behind), STOP (no commit for 60 s while behind),"
-            ' LEFT (its last act was leaving); docs/live-capture.md "Group status"',
+            " LEFT (its last act was leaving), NEVER_COMMITTED (its clients fetch, it never committed);"
+            ' docs/live-capture.md "Group status"',
             ["group", "topic", "state"],
             registry=r,
         )
@@ -357,7 +358,8 @@ class Metrics:
             if self._allowed("status", labels):
                 for each in STATES:
                     self.group_status.labels(*labels, each).set(1 if each == state else 0)
-                self.group_last_commit.labels(*labels).set(last_commit_us / 1e6)
+                if last_commit_us is not None:  # None: a group that never committed
+                    self.group_last_commit.labels(*labels).set(last_commit_us / 1e6)
         for group, members, ts_us in joins:
             group = bounded_label(group)
             # The latest join by its time: a worker's rows may come after another's later ones.

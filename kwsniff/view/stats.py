@@ -74,7 +74,7 @@ class Pending(NamedTuple):
     # (replica id, topic, partition) of a follower whose replication lag moved, in records and seconds
     replication: list[tuple[tuple[int, str, int], int | None, float | None]]
     # (group, topic, state, latest commit µs) of every group followed (kwsniff.view.group_status)
-    statuses: list[tuple[str, str, str, int]]
+    statuses: list[tuple[str, str, str, int | None]]  # group, topic, state, last commit (µs)
     # (client id or "", api, version, first release refusing it) per request of a version some
     # Apache Kafka release refuses (requests.removed_in, docs/upgrade.md)
     removed: list[tuple[str, str, int, str]]

@@ -312,6 +312,36 @@ def test_a_worker_shares_the_node_ids_it_learns_and_names_held_rows_with_those_o
     assert [r["broker_id"] for r in sink.tables["requests"]] == [7]
 
 
+def test_a_worker_shares_the_topic_names_it_learns_and_takes_those_of_others(tmp_path: Path) -> None:
+    """Topic ids' names travel like node ids: a consumer's Fetch by id on a connection of one worker
+    is named by a Metadata another worker decoded. Those a worker learned go out once; another's are
+    learned (rows held for them are then written named: TopicNames) and not sent back."""
+    sample = ROOT / "tests" / "data" / "captures" / "kafka_python.pcap"
+    options = SessionOptions(broker_ports=frozenset({19103}))
+    reference = Session("fake", ListSink(), options)
+    capture = ReplayedBatches(sample)
+    for ts, data in capture.packets:
+        reference.packet(ts, capture.linktype, data)
+    reference.finish()
+    own = dict(reference.rows.topics.names)
+    assert sorted(own.values()) == ["kp-events", "kp-orders", "kp-temp"]  # its Metadata named them
+
+    events: queue.Queue[Any] = queue.Queue()
+    control: queue.Queue[Any] = queue.Queue()
+    elsewhere = ("01a2043c-0000-7000-8000-000000000009", "orders-elsewhere")
+    control.put(("topic_names", [elsewhere]))
+    control.put(("finish",))
+    decoder = worker_decoder(tmp_path, capture, options, events, control)
+    decoder.start()
+    decoder.join(60)
+    assert decoder.error is None
+    decoder.send_stats()
+    sent = [events.get_nowait() for _ in range(events.qsize())]
+    shared = [pair for m in sent if m[0] == "stats" for pair in m[7]]
+    assert sorted(shared) == sorted(own.items())  # once each, the other worker's not echoed
+    assert decoder.session.rows.topics.names[elsewhere[0]] == elsewhere[1]
+
+
 def test_a_drained_worker_takes_the_node_ids_the_coordinator_sends_before_finish(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -359,10 +389,12 @@ def test_the_coordinator_tells_workers_to_finish_once_every_one_is_drained(tmp_p
                 out.append(pool.controls[index].get(timeout=1))
         return out
 
-    pool._handle(("stats", 0, CaptureCounters(), 0, [], [], ids))
+    names = [("01a2043c-0000-7000-8000-000000000001", "orders")]
+    pool._handle(("stats", 0, CaptureCounters(), 0, [], [], ids, names))
     pool._handle(("drained", 0))
-    assert told(0) == [] and told(1) == [("node_ids", ids)]  # worker 1 still runs: nobody finishes
-    pool._handle(("stats", 1, CaptureCounters(), 0, [], [], []))
+    # worker 1 still runs: nobody finishes
+    assert told(0) == [] and told(1) == [("node_ids", ids), ("topic_names", names)]
+    pool._handle(("stats", 1, CaptureCounters(), 0, [], [], [], []))
     pool._handle(("drained", 1))
     assert told(0) == [("finish",)] and told(1) == [("finish",)]
     pool._handle(("drained", 1))  # said again (never, but): not told twice

@@ -214,8 +214,8 @@ def test_the_coordinator_restarts_a_dead_worker_and_counts_what_it_lost(tmp_path
     # Worker 0 handed in its last period after decoding 700 packets, said it had taken 900 in its
     # last stats, and had taken 1,000 when it was killed (kept in the shared counter).
     pool._handle(("period", 0, [], [], 700))
-    pool._handle(("stats", 0, CaptureCounters(captured=900, kernel_drops=3), 0, [], [], []))
-    pool._handle(("stats", 1, CaptureCounters(captured=50), 0, [], [], []))
+    pool._handle(("stats", 0, CaptureCounters(captured=900, kernel_drops=3), 0, [], [], [], []))
+    pool._handle(("stats", 1, CaptureCounters(captured=50), 0, [], [], [], []))
     pool.taken[0].value = 1000
     pool._awaiting = {0, 1}  # a rotation in progress
     pool._restart(0)

@@ -16,13 +16,16 @@ stats sent), ``done`` (the last files, row counts, the worker's :class:`CaptureR
 (the table period's start, and the `--write-pcap` period's number and end),
 ``("rotate", now, end, next_end)`` (the table period ends now, the `--write-pcap` period at ``end``,
 announced before, and the next one at ``next_end``), ``("brokers", endpoints)``, ``("node_ids", [((address, port), node id), ...])``
-(the ids brokers gave themselves) and ``("finish",)``.
+(the ids brokers gave themselves), ``("topic_names", [(topic id, name), ...])`` and ``("finish",)``.
 
 Brokers a worker learns (`read`'s auto-detection: an endpoint whose connection proved Kafka) go to
 the coordinator with its stats and from there to the other workers, so a connection to that
 endpoint hashed to another worker is trusted there too, mid-stream ones included. Node ids a worker
 learns for broker addresses (kwsniff.rows.brokers) travel the same way, so rows of a connection
-whose Metadata went to another worker are named too (once the id arrives). SIGTERM, sent to the worker's PID,
+whose Metadata went to another worker are named too (once the id arrives), and so do the topic
+names a worker learns for topic ids (a Metadata, a Fetch v13+ response naming them): the rows another
+worker holds for an id it never saw named (a consumer's Fetch by id) get their name, in the tables
+and in the metrics, once it arrives. SIGTERM, sent to the worker's PID,
 stops it; SIGINT is ignored (Ctrl-C reaches the whole process group, the coordinator decides). A
 stopped worker reads its ring up to the moment of the stop (:meth:`LiveCapture.stop_at`), decodes
 it, says it is drained and waits (at most FINISH_WAIT_S) for the coordinator's ``finish``, sent once
@@ -203,6 +206,7 @@ class WorkerDecoder(LiveDecoder):
         self.pcaps_reported = 0  # of the period pcaps closed, those sent
         self.shared: set[tuple[bytes, int]] = set()  # learned brokers the other workers were told of
         self.shared_ids: dict[tuple[str, int], int] = {}  # node ids of broker addresses, likewise
+        self.shared_names: dict[Any, str] = {}  # topic ids' names, likewise
         self.told_to_finish = False  # the coordinator's `finish`: every worker is drained
         # The packets taken from the kernel so far, in memory the coordinator shares: it outlives
         # this process, so the coordinator can count what a killed worker lost.
@@ -263,6 +267,10 @@ class WorkerDecoder(LiveDecoder):
         elif message[0] == "node_ids":  # node ids of broker addresses another worker learned
             self.shared_ids.update(message[1])
             self.session.rows.node_ids.share(message[1])
+        elif message[0] == "topic_names":  # topic ids' names another worker learned
+            names = dict(message[1])
+            self.shared_names.update(names)
+            self.session.rows.topics.learn(names)
 
     def closed_pcaps(self) -> list[tuple[int, str]]:
         """(period, path) of this worker's `--write-pcap` files closed since the last call."""
@@ -281,8 +289,15 @@ class WorkerDecoder(LiveDecoder):
         # heard (kwsniff.rows.brokers), and a flood of such claims is not copied to every worker.
         ids = [(e, n) for e, n in self.session.rows.node_ids.directory.owned() if e not in self.shared_ids]
         self.shared_ids.update(ids)
+        shared, known = self.shared_names, self.session.rows.topics.names
+        names = [(k, v) for k, v in known.items() if shared.get(k) != v]
+        shared.update(names)
+        if len(shared) > 2 * len(known) + 1_024:  # names the budget made it forget: not held twice
+            self.shared_names = {k: v for k, v in shared.items() if k in known}
         counters = self.capture.snapshot()
-        self.events.put(("stats", self.index, counters, self.open_connections(), rows, sorted(learned), ids))
+        self.events.put(
+            ("stats", self.index, counters, self.open_connections(), rows, sorted(learned), ids, names)
+        )
 
 
 def worker_main(

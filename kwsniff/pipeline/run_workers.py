@@ -5,8 +5,8 @@ fanout group, then starts them all at once. A thread of its own reads their mess
 
 - ``stats``: the rows' view fields go into the one LiveStats the live view and metrics read; each
   worker's counters are kept, and the view shows their sum (kernel drops per worker too);
-  brokers a worker learned, and the node ids it learned for broker addresses, are passed on to the
-  others;
+  brokers a worker learned, the node ids it learned for broker addresses and the names it learned
+  for topic ids are passed on to the others;
 - every ``rotate_s`` it asks each worker to close its period; once all have answered, their files
   are moved from the spool into the dataset's stage and committed together (docs/datasets.md), so a
   reader sees every worker's rows of a period or none of them. The `--write-pcap` periods keep to
@@ -313,8 +313,8 @@ class WorkerPool:
     def _handle(self, message: tuple[Any, ...]) -> None:
         kind, index, *rest = message
         if kind == "stats":
-            counters, open_connections, rows, learned, node_ids = rest
-            for kind, news in (("brokers", learned), ("node_ids", node_ids)):
+            counters, open_connections, rows, learned, node_ids, names = rest
+            for kind, news in (("brokers", learned), ("node_ids", node_ids), ("topic_names", names)):
                 if news:
                     for other, control in enumerate(self.controls):
                         if other != index and other not in self._done:

@@ -275,3 +275,35 @@ def test_the_live_gauge_agrees_with_the_reports_lag_on_a_capture_far_behind(tmp_
     assert len(compared) >= 50 and set(worst) == set(latest)
     assert all(live is not None and abs(live - report) <= TOLERANCE_S for report, live in compared), compared
     assert min(report for report, _ in compared) >= E2E_BEHIND
+
+
+def test_the_offset_indices_stay_in_their_share_of_the_budget_thinning_before_refusing() -> None:
+    """The lag's indices are charged to an eighth of the view pool: as partitions come, each index
+    is halved (never below MIN_POINTS) before a new partition is refused, and dating by
+    interpolation stays exact for a producer at a steady rate."""
+    from kwsniff.memory import VIEW, MemoryBudget
+    from kwsniff.view.lag import MIN_POINTS, PARTITION_COST
+
+    budget = MemoryBudget(256 * 1024 * 1024)
+    share = budget.cap(VIEW) // 8
+    assert share == 1024 * 1024
+    lag = LagTracker(max_partitions=100_000, budget=budget)
+    partitions, batches = 1_000, 40
+    for p in range(partitions):
+        for i in range(batches):
+            lag.row(produce(i, RATE := 10, partition=p))
+    fits = share // (MIN_POINTS * POINT_BYTES + PARTITION_COST)  # 819
+    assert len(lag.logs) == fits and lag.points == MIN_POINTS
+    assert lag.refused == (partitions - fits) * batches  # each row of a partition refused, counted
+    assert max(len(log.times) for log in lag.logs.values()) <= MIN_POINTS
+    assert (
+        budget.cell(VIEW)[0] == lag.held_bytes == fits * (MIN_POINTS * POINT_BYTES + PARTITION_COST) <= share
+    )
+    # Partition 0's batch 21 (acknowledged at 2.1 s) was thinned away; a commit in it is dated
+    # between the batches kept around it, within the 0.1 s between two batches: 1.8 s before the
+    # watermark's batch 39 (3.9 s).
+    times = lag.logs[("t", 0)].times
+    assert 21 * BATCH not in list(times.firsts)
+    lag.row(commit(21 * BATCH + 5, acked(39, RATE)))
+    figures = lag.lags[("g", "t", 0)]
+    assert (figures.offset_lag, figures.lag_seconds) == (185, pytest.approx(1.8, abs=0.1))

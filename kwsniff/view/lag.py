@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from kwsniff.defaults import int64_or_none
+from kwsniff.memory import VIEW, MemoryBudget
 from kwsniff.view.group_status import (
     KEPT_COMMITS,
     LEFT,
@@ -41,7 +42,7 @@ from kwsniff.view.group_status import (
     partition_state,
     worst,
 )
-from kwsniff.view.offset_times import MAX_POINTS, OffsetTimes
+from kwsniff.view.offset_times import MAX_POINTS, POINT_BYTES, OffsetTimes
 
 PRODUCE, FETCH, OFFSET_COMMIT, OFFSET_FETCH = 0, 1, 8, 9
 
@@ -79,6 +80,10 @@ class GroupLag:
 
 
 Key = tuple[str, str, int]  # group, topic, partition
+# What a partition's log costs beside its points: the PartitionLog, its OffsetTimes and their dict
+# entries (tracemalloc over 10,000 logs with no point: about 850 B).
+PARTITION_COST = 896
+MIN_POINTS = 16  # the fewest points a partition's index is shrunk to before new partitions are refused
 Client = tuple[str, str]  # client id, client address
 
 
@@ -102,10 +107,14 @@ class PartitionLogs(Generic[L, K]):
         changed, self.changed = self.changed, set()
         return changed
 
+    def _room(self) -> bool:
+        """Whether one more log may be made (a subclass's budget)."""
+        return True
+
     def _log(self, topic: str, partition: int) -> L | None:
         log = self.logs.get((topic, partition))
         if log is None:
-            if len(self.logs) >= self.max_partitions:
+            if len(self.logs) >= self.max_partitions or not self._room():
                 self.refused += 1
                 return None
             log = self.logs[(topic, partition)] = self.new_log(topic, partition)
@@ -118,13 +127,23 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
     and counted in ``refused``); the groups per partition are bounded by the caller's series cap."""
 
     def __init__(
-        self, max_partitions: int, max_points: int = MAX_POINTS, status_window: int = STATUS_WINDOW
+        self,
+        max_partitions: int,
+        max_points: int = MAX_POINTS,
+        status_window: int = STATUS_WINDOW,
+        budget: MemoryBudget | None = None,
     ) -> None:
         super().__init__(
             max_partitions,
-            lambda topic, partition: PartitionLog(topic, partition, times=OffsetTimes(max_points)),
+            lambda topic, partition: PartitionLog(topic, partition, times=OffsetTimes(self.points)),
         )
-        self.max_points = max_points
+        self.max_points = self.points = max_points
+        # The offset indices are charged to an eighth of the budget's view pool (docs/memory.md):
+        # each partition at its current capacity. When more partitions would pass it, every index
+        # is halved (down to MIN_POINTS: dated less finely), then new partitions are refused.
+        self.pool = budget.cell(VIEW) if budget is not None else [0]
+        self.byte_cap = budget.cap(VIEW) // 8 if budget is not None else None
+        self.held_bytes = 0
         self.status_window = status_window  # µs (kwsniff.view.group_status)
         self.lags: dict[Key, GroupLag] = {}
         self.activity = GroupActivity()
@@ -135,6 +154,26 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
         self.group_clients: dict[Client, str] = {}
         self.committed_groups: set[str] = set()
         self.uncommitted: dict[tuple[str, str], int] = {}  # (group, topic): its latest fetch (µs)
+
+    def _room(self) -> bool:
+        """One more partition's index within the lag's share: the indices halved while it does not fit."""
+        cap = self.byte_cap
+        if cap is None:
+            return True
+        partitions = len(self.logs) + 1
+        points = self.points
+        while partitions * (points * POINT_BYTES + PARTITION_COST) > cap and points > MIN_POINTS:
+            points //= 2
+        if partitions * (points * POINT_BYTES + PARTITION_COST) > cap:
+            return False
+        if points != self.points:
+            self.points = points
+            for log in self.logs.values():
+                log.times.shrink(points)
+        charged = partitions * (points * POINT_BYTES + PARTITION_COST)
+        self.pool[0] += charged - self.held_bytes
+        self.held_bytes = charged
+        return True
 
     def group_row(self, row: dict[str, Any]) -> None:
         """A `groups` row: a group's exchange, or its leaving (for its status)."""

@@ -104,7 +104,8 @@ class Metrics:
         self.max_series = max_series
         budget = budget if budget is not None else MemoryBudget()
         self.pool = budget.cell(VIEW)
-        self.byte_cap = budget.cap(VIEW) - budget.cap(VIEW) // 4  # LiveStats holds the other quarter
+        # LiveStats' totals hold a quarter, the lag's offset indices an eighth (kwsniff.view.lag).
+        self.byte_cap = budget.cap(VIEW) - budget.cap(VIEW) // 4 - budget.cap(VIEW) // 8
         self.held_bytes = 0  # what the series made so far cost, as _SHAPES counts
         self._series: set[tuple[str, tuple[str, ...]]] = set()
         # Series labelled by client id, and what they cost: at most half of either cap, so a fleet

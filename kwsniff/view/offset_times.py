@@ -70,6 +70,13 @@ class OffsetTimes:
         if len(firsts) > self.capacity:
             self._thin()
 
+    def shrink(self, capacity: int) -> None:
+        """Hold at most ``capacity`` points from now on, thinned to it now (the lag's share of the
+        memory budget, shared by more partitions)."""
+        self.capacity = max(capacity, 4)
+        while len(self.firsts) > self.capacity:
+            self._thin()
+
     def watermarked(self, hwm: int, ts: int) -> None:
         """A high watermark seen at ``ts``: kept if it is the earliest watermark event so far."""
         if self.watermark is None or ts < self.watermark_ts:

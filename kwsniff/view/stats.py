@@ -120,7 +120,11 @@ class LiveStats:
         self.pending = no_pending()
         # Consumer-group lag as the rows come (the metrics' lag gauges), when metrics are served.
         # The groups' statuses are judged over status_window µs (`capture --group-status-seconds`).
-        self.lag = LagTracker(MAX_LAG_PARTITIONS, status_window=status_window) if collect_pending else None
+        self.lag = (
+            LagTracker(MAX_LAG_PARTITIONS, status_window=status_window, budget=budget)
+            if collect_pending
+            else None
+        )
         self.judged_at: int | None = None  # the packet time of the last status sweep
         # Followers' replication lag (the metrics' replication gauges), the same bound on partitions.
         self.replication = ReplicationTracker(MAX_LAG_PARTITIONS) if collect_pending else None

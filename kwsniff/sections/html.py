@@ -56,9 +56,12 @@ SCRIPT = """
       var c = num ? a[0] - b[0] : (a[0] < b[0] ? -1 : (a[0] > b[0] ? 1 : 0));
       return (desc ? -c : c) || a[1] - b[1];
     });
-    var frag = document.createDocumentFragment();
-    keyed.forEach(function (k) { frag.appendChild(k[2]); });
-    body.appendChild(frag);
+    // Rows move while their body is out of the page: moved in place, each move would restyle the
+    // rows after it (nth-child stripes), a quadratic cost on long tables.
+    var fresh = document.createElement("tbody");
+    table.removeChild(body);
+    keyed.forEach(function (k) { fresh.appendChild(k[2]); });
+    table.appendChild(fresh);
     for (var i = 0; i < ths.length; i++) ths[i].removeAttribute("aria-sort");
     ths[col].setAttribute("aria-sort", desc ? "descending" : "ascending");
   }

@@ -346,3 +346,20 @@ def test_docs_say_each_sections_worst_first_order() -> None:
         columns = [k.split()[0] for k in s.worst]
         # Every key in order (values in parentheses, e.g. stopped's states, apart).
         assert [c for c in said[s.name] if c in columns] == columns, s.name
+
+
+def test_sort_orders_the_page_by_its_column_where_a_section_has_it() -> None:
+    from kwsniff.sections.html import page_order
+
+    rows = [
+        {"topic": "a", "requests": 5, "records": 9, "p50_ms": 1.0, "p99_ms": 2.0, "max_ms": 3.0},
+        {"topic": "b", "requests": 7, "records": 1, "p50_ms": 1.0, "p99_ms": 9.0, "max_ms": 9.0},
+        {"topic": "c", "requests": 6, "records": None, "p50_ms": 1.0, "p99_ms": None, "max_ms": None},
+    ]
+    section = BY_NAME["produce_latency"]
+    worst, mark = page_order(section, rows)
+    assert ([r["topic"] for r in worst], mark) == (["b", "a", "c"], ("p99_ms", True))
+    by_records, mark = page_order(section, rows, "records")
+    assert ([r["topic"] for r in by_records], mark) == (["a", "b", "c"], ("records", True))
+    # A column the section lacks leaves the worst-first order.
+    assert page_order(section, rows, "lag_seconds") == (worst, ("p99_ms", True))

@@ -95,6 +95,51 @@ def test_a_name_the_tables_do_not_hold_is_one_line_naming_those_they_do(
     assert done.stderr == f"kwsniff: error: {option} {value}: the tables hold no such {held}\n"
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "held"),
+    [
+        # A letter missing: the group it was meant to be first, then the other one held.
+        (
+            "--group",
+            "quickstart-grup",
+            "group; they hold 2, the nearest first: quickstart-group, quickstart-audit",
+        ),
+        # Another case is no match (names are exact) but the nearest.
+        ("--topic", "Orders", "topic; they hold 2, the nearest first: orders, events"),
+        # A prefix: the three producers it begins, then the rest in order.
+        (
+            "--client",
+            "qs-producer",
+            "client; they hold 6, the nearest first: qs-producer-gzip, qs-producer-none, qs-producer-zstd,"
+            " kwsniff-admin, qs-consumer-confluent, qs-consumer-kafka-python",
+        ),
+    ],
+)
+def test_a_name_the_tables_do_not_hold_lists_the_nearest_they_do_first_in_both_doors(
+    tables: Path, option: str, value: str, held: str
+) -> None:
+    import kwsniff as api
+
+    done = kwsniff("report", str(tables), option, value)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == f"kwsniff: error: {option} {value}: the tables hold no such {held}\n"
+    keyword = option.removeprefix("--")
+    with pytest.raises(api.ReportError) as raised:
+        api.report(tables, **{keyword: value})
+    assert str(raised.value) == f"report: {keyword}={value!r}: the tables hold no such {held}"
+
+
+def test_a_hint_lists_at_most_eight_names_the_nearest_kept() -> None:
+    from kwsniff.sections.run import held_names
+
+    names = [f"group-{i:02d}" for i in range(20)] + ["billing-v2"]
+    assert held_names("billing", sorted(names)) == (
+        "they hold 21, the nearest first: billing-v2, group-00, group-01, group-02, group-03, group-04,"
+        " group-05, group-06 and 13 more"
+    )
+    assert held_names("x", []) == "they hold none"
+
+
 def test_a_group_silent_in_the_window_is_an_empty_answer_not_an_error(tables: Path) -> None:
     # quickstart-group's last exchange is at 17:39:35; the window after it holds none of its rows.
     answer = report(

@@ -19,7 +19,6 @@ from kwsniff.core.options import ReportOptions
 from kwsniff.core.values import out_location
 
 TEXT_ROWS = 20
-HTML_ROWS = 50
 
 
 @click.command()
@@ -40,7 +39,7 @@ HTML_ROWS = 50
 @click.option(
     "--top",
     type=BoundedInt(1),
-    help=f"Rows per section [default: {TEXT_ROWS} in text, all in json/csv].",
+    help=f"Rows per section [default: {TEXT_ROWS} in text; all in json, csv and --html].",
 )
 @click.option(
     "--sort", "sort_by", metavar="COLUMN", help="Sort each section having COLUMN by it, largest first."
@@ -57,7 +56,8 @@ HTML_ROWS = 50
     "--html",
     "html_file",
     type=click.Path(path_type=Path),
-    help="Also write a self-contained HTML page with plots.",
+    help="Also write a self-contained HTML page: findings first, every row of each section worst first"
+    " (sortable, filterable), with plots.",
 )
 @click.option(
     "--plots", type=click.Path(path_type=Path), help="Also write the plots as PNG files into this directory."
@@ -132,16 +132,16 @@ def report(
         if nothing:
             messages.error(visible(nothing))
             sys.exit(1)
-        # Only the rows shown (the page's first HTML_ROWS too) leave the engine, with their count;
-        # each plot takes the few rows it draws (figure_rows). JSON and CSV without --top take all.
-        page_rows = HTML_ROWS if html_file is not None else 0
-        if limit:
-            cut = answer_top(engine, filters, sections, max(limit, page_rows), sort_by)
+        # Only the rows shown leave the engine, with their count; each plot takes the few rows it
+        # draws (figure_rows). JSON and CSV without --top take all, and so does the page: every
+        # row of a section is in it (the worst --top when given).
+        every: dict[str, list[dict]] = {}
+        if limit and html_file is None:
+            cut = answer_top(engine, filters, sections, limit, sort_by)
             first, totals = {n: rows for n, (rows, _) in cut.items()}, {n: t for n, (_, t) in cut.items()}
         else:
-            first = {
-                n: output.sort_rows(rows, sort_by) for n, rows in answer(engine, filters, sections).items()
-            }
+            every = answer(engine, filters, sections)
+            first = {n: output.sort_rows(rows, sort_by) for n, rows in every.items()}
             totals = {n: len(rows) for n, rows in first.items()}
         shown = {n: rows[:limit] if limit else rows for n, rows in first.items()}
         drawn = {}
@@ -202,7 +202,6 @@ def report(
     if html_file is not None:
         from kwsniff.sections.html import page
 
-        titles = {s.name: s.title for s in sections}
-        rows = {n: r[:HTML_ROWS] for n, r in first.items()}
-        html_file.write_text(page(f"kwsniff report: {tables}", titles, rows, totals, drawn), encoding="utf-8")
+        title = f"kwsniff report: {tables}"
+        html_file.write_text(page(title, sections, every, drawn, sort_by, top), encoding="utf-8")
         click.echo(f"html: {html_file}", err=True)

@@ -32,6 +32,20 @@ def sort_rows(rows: list[dict[str, Any]], column: str | None) -> list[dict[str, 
     return sorted(present, key=lambda r: r[column], reverse=True) + [r for r in rows if r[column] is None]
 
 
+def worst_first(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Rows in a section's worst-first order (catalog.Section.worst): each key "column" (smallest
+    first) or "column DESC" (largest first), nulls last either way, ties in the rows' own order."""
+    out = list(rows)
+    if not out:
+        return out
+    for key in reversed(keys):  # a stable sort per key, the last key first
+        column, _, direction = key.partition(" ")
+        present = [r for r in out if r[column] is not None]
+        present.sort(key=lambda r: r[column], reverse=direction.strip().upper() == "DESC")
+        out = present + [r for r in out if r[column] is None]
+    return out
+
+
 def text_table(title: str, rows: list[dict[str, Any]], total: int) -> str:
     """A plain aligned table (pipes and grep stay easy), with the count of rows not shown."""
     lines = [f"\n{title} ({total:,} rows)"]

@@ -153,14 +153,14 @@ HELD = {
     "group": """SELECT DISTINCT group_id AS name FROM groups WHERE group_id IS NOT NULL
         UNION SELECT DISTINCT group_id AS name FROM partitions WHERE group_id IS NOT NULL""",
 }
-HINT_NAMES = 10  # names a hint lists at most
+HINT_NAMES = 8  # names a hint lists at most
 
 
 def unheld(engine: DuckEngine | SparkEngine, filters: Filters) -> str:
     """Why --topic/--client/--group can match no row: "" when the tables hold every value given,
-    else one line naming the first value they do not hold and the ones they do. Under
-    --since/--until the whole tables are asked (a group may be silent in a window and still be
-    there)."""
+    else one line naming the first value they do not hold and the ones they do, the nearest to it
+    first (:func:`nearest`). Under --since/--until the whole tables are asked (a group may be
+    silent in a window and still be there)."""
     from kwsniff.sections.views import known
 
     windowed = filters.since is not None or filters.until is not None
@@ -171,10 +171,34 @@ def unheld(engine: DuckEngine | SparkEngine, filters: Filters) -> str:
         names = sorted(r["name"] for r in engine.run(known(sql) if windowed else sql))
         if value in names:
             continue
-        shown = ", ".join(names[:HINT_NAMES]) + (
-            f" and {len(names) - HINT_NAMES} more" if len(names) > HINT_NAMES else ""
-        )
-        return f"--{option} {value}: the tables hold no such {option}; they hold " + (
-            f"{len(names)}: {shown}" if names else "none"
-        )
+        return f"--{option} {value}: the tables hold no such {option}; {held_names(value, names)}"
     return ""
+
+
+def held_names(value: str, names: list[str]) -> str:
+    """ "they hold N: ..." of a hint: the names like ``value`` first (:func:`nearest`, "the nearest
+    first"), then the others in order, HINT_NAMES of them at most."""
+    if not names:
+        return "they hold none"
+    close = nearest(value, names)
+    listed = close + [n for n in names if n not in close]
+    shown = ", ".join(listed[:HINT_NAMES])
+    if len(listed) > HINT_NAMES:
+        shown += f" and {len(listed) - HINT_NAMES} more"
+    return f"they hold {len(names)}{', the nearest first' if close else ''}: {shown}"
+
+
+def nearest(value: str, names: list[str]) -> list[str]:
+    """The names like ``value`` (a typo, another case, a suffix missing), the likest first, ties in
+    order: difflib's ratio of at least 0.6 on the lowercased names (get_close_matches' rule), or
+    one holding the other."""
+    import difflib
+
+    wanted = value.lower()
+    likeness = []
+    for n in names:
+        matcher = difflib.SequenceMatcher(None, wanted, n.lower())
+        ratio = matcher.ratio()
+        if ratio >= 0.6 or (wanted and (wanted in n.lower() or n.lower() in wanted)):
+            likeness.append((-ratio, n))
+    return [n for _, n in sorted(likeness)]

@@ -506,7 +506,8 @@ def test_a_group_committing_slower_than_its_producer_has_a_growing_lag(
     out = tmp_path / "tables"
     done = CliRunner().invoke(main, ["read", "-q", str(pcap), "--out", str(out), "--summaries", "never"])
     assert done.exit_code == 0, done.output
-    rules = by_rule(findings(out, engine, request))
+    rows = findings(out, engine, request)
+    rules = by_rule(rows)
     # slow-group's last commit, offset 5 * SECONDS, is the first record of the batch produced in
     # second SECONDS / 2: at the capture's end its lag is the end minus that batch's acknowledgement.
     last = 5 * SECONDS
@@ -519,6 +520,14 @@ def test_a_group_committing_slower_than_its_producer_has_a_growing_lag(
         f"group `slow-group` falls behind on topic `orders`: its lag grew by {round(end_lag - lowest)} s"
         f" to {round(end_lag)} s at the end (1 partition)"
     ]
+    (row,) = [r for r in rows if r["rule"] == "lag_growing"]
+    assert (row["severity"], row["shown_in"], row["capture"], row["group_id"], row["topic"]) == (
+        "warning",
+        "lag",
+        "growing.pcap",
+        "slow-group",
+        "orders",
+    )
     # Still committing at the end (active), so not a stopped group; fast-group kept up: no finding.
     assert "stopped_group" not in rules
     if engine == "spark":

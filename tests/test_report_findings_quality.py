@@ -41,6 +41,11 @@ def read(pcap: Path, out: Path) -> Path:
     return out
 
 
+def subjects(rows: list[dict], rule: str) -> list[tuple[str, str, str]]:
+    """Each finding of ``rule``: its severity, the section showing its rows, and its capture."""
+    return [(r["severity"], r["shown_in"], r["capture"]) for r in rows if r["rule"] == rule]
+
+
 def packets(path: Path) -> tuple[int, list[tuple[float, bytes]]]:
     with path.open("rb") as f:
         reader = dpkt.pcap.Reader(f)
@@ -64,11 +69,9 @@ def empty_metadata_topics(buf: bytes) -> int | None:
         return None
     size, key, version, _, cid = struct.unpack_from(">ihhih", tcp.data)
     at = 14 + cid + 1
-    if (key, version, size + 4) != (METADATA, METADATA_V12, len(tcp.data)) or tcp.data[
-        at - 1 : at + 1
-    ] != b"\0\1":
-        return None
-    return at
+    whole = (key, version, size + 4) == (METADATA, METADATA_V12, len(tcp.data))
+    no_tags_no_topics = tcp.data[at - 1 : at + 1] == b"\0\1"
+    return at if whole and no_tags_no_topics else None
 
 
 def damaged_metadata(src: Path, dst: Path, frames: int) -> Path:
@@ -99,10 +102,11 @@ def test_frames_that_do_not_decode_are_a_finding(
     failed = duckdb.sql(
         f"SELECT api_name, reason FROM '{out}/requests/*.parquet' WHERE status = 'decode_error'"
     ).fetchall()
-    assert (
-        failed == [("Metadata", f"request: array count {TOO_MANY - 1} exceeds body at topics (offset 1)")] * 2
-    )
-    rules = by_rule(findings(out, engine, request))
+    reason = f"request: array count {TOO_MANY - 1} exceeds body at topics (offset 1)"
+    assert failed == [("Metadata", reason)] * 2
+    found = findings(out, engine, request)
+    assert subjects(found, "decode_errors") == [("info", "connections", "damaged.pcap")]
+    rules = by_rule(found)
     assert rules["decode_errors"] == [
         "capture `damaged.pcap` has 2 frames that did not decode on 2 connections"
     ]
@@ -134,7 +138,9 @@ def test_topic_ids_no_captured_metadata_named_are_a_finding(
     assert "unnamed_topic_ids" not in by_rule(findings(full, "duckdb", request))
     link, kept = packets(CODECS)
     cut = write(tmp_path / "fetches.pcap", link, [(ts, buf) for ts, buf in kept if first <= ts <= last])
-    rules = by_rule(findings(read(cut, tmp_path / "cut"), engine, request))
+    found = findings(read(cut, tmp_path / "cut"), engine, request)
+    assert subjects(found, "unnamed_topic_ids") == [("info", "partitions", "fetches.pcap")]
+    rules = by_rule(found)
     assert rules["unnamed_topic_ids"] == [
         f"capture `fetches.pcap` has {rows} partition rows of {ids} topic ids without a topic name"
         " (no Metadata naming them was captured)"
@@ -207,7 +213,9 @@ def test_packets_a_live_capture_dropped_are_a_finding(
     decoder.join(30)
     assert decoder.error is None and not decoder.running
     dropped = len(second)
-    rules = by_rule(findings(out, engine, request))
+    found = findings(out, engine, request)
+    assert subjects(found, "dropped_packets") == [("info", "capture_stats", "dropping")]
+    rules = by_rule(found)
     assert rules["dropped_packets"] == [
         f"capture `dropping` dropped {KERNEL_DROPS + IF_DROPS + dropped} packets"
         f" (kernel {KERNEL_DROPS}, interface {IF_DROPS}, queue {dropped})"

@@ -4,8 +4,10 @@ records, whose clients' own record is two_groups.truth.json; legacy_msgset.pcap:
 to Kafka 0.9 and 0.10.1, i.e. Produce v1 and v2, whose message formats Kafka 4.0 refuses, KIP-724),
 exchanges encoded here and sent over loopback (tests/test_report_oracles.py's throttled admin and
 producer), a copy of a capture with one TCP segment taken out (a stream gap of its length), a
-capture cut short, and share-group heartbeats rebalancing five times in a minute
-(tests/test_report_sections.py's built groups). On DuckDB and on Spark, the same sentences."""
+capture cut short, share-group heartbeats rebalancing five times in a minute
+(tests/test_report_sections.py's built groups), and a built capture of a group committing half as
+fast as its producer writes (its lag in seconds growing by a number the test computes from the times
+it chose). On DuckDB and on Spark, the same sentences."""
 
 from __future__ import annotations
 
@@ -24,10 +26,17 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from kafkawire import METADATA_V0_REQUEST, METADATA_V0_RESPONSE
+from kafkawire import METADATA_V0_REQUEST, METADATA_V0_RESPONSE, Flow, write_pcap
 from kafkawire import request as kafka_request
 from kafkawire import response as kafka_response
 from realparts import free_port, tcpdump_capture
+from test_int64_edges import (
+    batch,
+    offset_commit_v2_request,
+    offset_commit_v2_response,
+    produce_v8_request,
+    produce_v8_response,
+)
 from test_misrouted import captured  # noqa: F401 - a fixture: the misrouted clients, captured
 from test_report_oracles import TIMEOUT_S, built_capture, received
 from test_report_sections import built_groups_table
@@ -441,3 +450,88 @@ def test_finding_thresholds_are_named_and_checked() -> None:
     done = CliRunner().invoke(main, ["report", "/nonexistent", "--finding-threshold", "nope=1"])
     assert done.exit_code == 2
     assert "'nope=1': expected NAME=VALUE, NAME one of " + ", ".join(THRESHOLDS) in done.output
+
+
+# -- lag in seconds growing ---------------------------------------------------------------------------
+T0_US = 1_700_000_000_000_000
+SECONDS = 80  # the producer's and the groups' seconds
+PER_SECOND = 10  # records produced a second, in one batch
+ACK_US = 10_000  # each Produce acknowledged 10 ms after it was sent
+SLOW_AT_US, FAST_AT_US = 300_000, 600_000  # when in each second the groups commit
+
+
+def at(flow: Flow, us: int, direction: int, data: bytes) -> None:
+    """``data`` sent by one side of ``flow`` at T0 + ``us``."""
+    flow.ts = T0_US + us - 1
+    flow.send(direction, data, mss=60_000, dt=1)
+
+
+def growing_lag(path: Path) -> tuple[Path, dict[int, int], int]:
+    """A producer writing PER_SECOND records of `orders` partition 0 in one batch at the start of
+    every second, each acknowledged ACK_US later; group `slow-group` commits 5 more records every
+    second (at 0.3 s), half the rate; `fast-group` commits all produced (at 0.6 s). Both
+    keep committing to the end. Returns the capture, each batch's base offset -> its acknowledgement
+    time (µs), and the capture's last packet time (µs)."""
+    producer = Flow(client=(bytes([10, 0, 0, 1]), 40000))
+    slow = Flow(client=(bytes([10, 0, 0, 3]), 40001), isn_c=2000)
+    fast = Flow(client=(bytes([10, 0, 0, 4]), 40002), isn_c=3000)
+    for flow in (producer, slow, fast):
+        flow.ts = T0_US - 1_000_000
+        flow.handshake()
+    acks = {}
+    for k in range(SECONDS):
+        second, base = k * 1_000_000, PER_SECOND * k
+        produce = produce_v8_request("orders", [(0, batch(0, PER_SECOND))])
+        at(producer, second, 0, kafka_request(0, 8, k, produce, client_id="orders-producer"))
+        at(producer, second + ACK_US, 1, kafka_response(k, produce_v8_response("orders", [(0, base, 0)])))
+        acks[base] = T0_US + second + ACK_US
+        for flow, group, when, offset in (
+            (slow, "slow-group", SLOW_AT_US, 5 * (k + 1)),
+            (fast, "fast-group", FAST_AT_US, PER_SECOND * (k + 1)),
+        ):
+            commit = offset_commit_v2_request(group, "orders", 0, offset)
+            at(flow, second + when, 0, kafka_request(8, 2, k, commit, client_id=group))
+            at(flow, second + when + 1_000, 1, kafka_response(k, offset_commit_v2_response("orders", 0)))
+    for flow in (producer, slow, fast):
+        flow.close()
+    packets = sorted(producer.packets + slow.packets + fast.packets)
+    return write_pcap(path, packets), acks, packets[-1][0]
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "spark"])
+def test_a_group_committing_slower_than_its_producer_has_a_growing_lag(
+    engine: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    pcap, acks, end_us = growing_lag(tmp_path / "growing.pcap")
+    out = tmp_path / "tables"
+    done = CliRunner().invoke(main, ["read", "-q", str(pcap), "--out", str(out), "--summaries", "never"])
+    assert done.exit_code == 0, done.output
+    rows = findings(out, engine, request)
+    rules = by_rule(rows)
+    # slow-group's last commit, offset 5 * SECONDS, is the first record of the batch produced in
+    # second SECONDS / 2: at the capture's end its lag is the end minus that batch's acknowledgement.
+    last = 5 * SECONDS
+    end_lag = (end_us - acks[last]) / 1e6
+    # Its lowest: its first commit (offset 5, of the first batch), alone in its second (the ack before
+    # it has no commit to measure); every later second has the moment before its commit, at least 1 s.
+    lowest = (SLOW_AT_US - ACK_US) / 1e6
+    assert 0.2 < end_lag % 1 < 0.8 and 0.2 < (end_lag - lowest) % 1 < 0.8, "far from a rounding boundary"
+    assert rules["lag_growing"] == [
+        f"group `slow-group` falls behind on topic `orders`: its lag grew by {round(end_lag - lowest)} s"
+        f" to {round(end_lag)} s at the end (1 partition)"
+    ]
+    (row,) = [r for r in rows if r["rule"] == "lag_growing"]
+    assert (row["severity"], row["shown_in"], row["capture"], row["group_id"], row["topic"]) == (
+        "warning",
+        "lag",
+        "growing.pcap",
+        "slow-group",
+        "orders",
+    )
+    # Still committing at the end (active), so not a stopped group; fast-group kept up: no finding.
+    assert "stopped_group" not in rules
+    if engine == "spark":
+        return  # the threshold's binding is the engines' one text (findings.bind)
+    # Its growth under a threshold above it: nothing.
+    above = Filters(finding_thresholds=(("lag_growth_seconds", float(round(end_lag - lowest) + 1)),))
+    assert "lag_growing" not in by_rule(findings(out, engine, request, above))

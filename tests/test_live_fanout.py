@@ -235,6 +235,23 @@ def worker_decoder(
     return WorkerDecoder(capture, options, live, RowRelay(), index=1, events=events, control=control)
 
 
+def worker_run(
+    tmp_path: Path, capture: Any, options: SessionOptions, *messages: tuple[Any, ...]
+) -> tuple[WorkerDecoder, list[tuple[Any, ...]]]:
+    """Worker 1 fed ``capture`` after the coordinator's ``messages`` and its ``finish``: the
+    decoder, run to its end, and every message it sent (its last stats among them)."""
+    events: queue.Queue[Any] = queue.Queue()
+    control: queue.Queue[Any] = queue.Queue()
+    for message in (*messages, ("finish",)):
+        control.put(message)
+    decoder = worker_decoder(tmp_path, capture, options, events, control)
+    decoder.start()
+    decoder.join(60)
+    assert decoder.error is None
+    decoder.send_stats()
+    return decoder, [events.get_nowait() for _ in range(events.qsize())]
+
+
 def test_a_worker_relays_the_views_rows_and_shares_the_brokers_it_learns(tmp_path: Path) -> None:
     """What a worker sends its coordinator gives the live view the totals a single process has, and
     the brokers it learned (no --broker-port matches: learned from the handshakes) go out once,
@@ -249,17 +266,8 @@ def test_a_worker_relays_the_views_rows_and_shares_the_brokers_it_learns(tmp_pat
     reference.finish()
     assert reference.brokers  # the sample's broker, learned
 
-    events: queue.Queue[Any] = queue.Queue()
-    control: queue.Queue[Any] = queue.Queue()
     elsewhere = (bytes([10, 0, 0, 9]), 19999)
-    control.put(("brokers", [elsewhere]))
-    control.put(("finish",))  # the coordinator's, once every worker is drained: none other here
-    decoder = worker_decoder(tmp_path, capture, options, events, control)
-    decoder.start()
-    decoder.join(60)
-    assert decoder.error is None
-    decoder.send_stats()
-    sent = [events.get_nowait() for _ in range(events.qsize())]
+    decoder, sent = worker_run(tmp_path, capture, options, ("brokers", [elsewhere]))
     stats = [m for m in sent if m[0] == "stats"]
     learned = [e for m in stats for e in m[5]]
     assert sorted(learned) == sorted(reference.brokers)  # each once, the shared one not echoed
@@ -288,17 +296,8 @@ def test_a_worker_shares_the_node_ids_it_learns_and_names_held_rows_with_those_o
     sample_ids = reference.rows.node_ids.directory.learned
     assert list(sample_ids) == [("127.0.0.1", 19103)]  # the sample's one broker, named by its Metadata
 
-    events: queue.Queue[Any] = queue.Queue()
-    control: queue.Queue[Any] = queue.Queue()
     elsewhere = ("10.0.0.9", 19999)
-    control.put(("node_ids", [(elsewhere, 7)]))
-    control.put(("finish",))
-    decoder = worker_decoder(tmp_path, capture, options, events, control)
-    decoder.start()
-    decoder.join(60)
-    assert decoder.error is None
-    decoder.send_stats()
-    sent = [events.get_nowait() for _ in range(events.qsize())]
+    decoder, sent = worker_run(tmp_path, capture, options, ("node_ids", [(elsewhere, 7)]))
     shared = [pair for m in sent if m[0] == "stats" for pair in m[6]]
     assert shared == list(sample_ids.items())  # once, and the id taken from another worker not echoed
     assert decoder.session.rows.node_ids.directory.learned[elsewhere] == 7
@@ -326,17 +325,8 @@ def test_a_worker_shares_the_topic_names_it_learns_and_takes_those_of_others(tmp
     own = dict(reference.rows.topics.names)
     assert sorted(own.values()) == ["kp-events", "kp-orders", "kp-temp"]  # its Metadata named them
 
-    events: queue.Queue[Any] = queue.Queue()
-    control: queue.Queue[Any] = queue.Queue()
     elsewhere = ("01a2043c-0000-7000-8000-000000000009", "orders-elsewhere")
-    control.put(("topic_names", [elsewhere]))
-    control.put(("finish",))
-    decoder = worker_decoder(tmp_path, capture, options, events, control)
-    decoder.start()
-    decoder.join(60)
-    assert decoder.error is None
-    decoder.send_stats()
-    sent = [events.get_nowait() for _ in range(events.qsize())]
+    decoder, sent = worker_run(tmp_path, capture, options, ("topic_names", [elsewhere]))
     shared = [pair for m in sent if m[0] == "stats" for pair in m[7]]
     assert sorted(shared) == sorted(own.items())  # once each, the other worker's not echoed
     assert decoder.session.rows.topics.names[elsewhere[0]] == elsewhere[1]

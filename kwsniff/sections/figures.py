@@ -316,14 +316,24 @@ def throughput(rows: Rows, spans: Spans) -> bytes | None:
 
     def minutes(ax: Any, label: str, style: dict[str, Any], xs: list[Any], ys: list[float]) -> None:
         # Each step is a whole minute; a run of them is one line, broken where a minute is missing.
-        # A minute the captures saw only part of is a light dotted step of its own (over the band
-        # ``partial`` draws): its count is of part of a minute, not a drop.
+        # A minute the captures saw only part of is a light dotted step of its own, a hollow mark at
+        # its start (over the band ``partial`` draws): its count is of part of a minute, not a drop.
         line_x: list[Any] = []
         line_y: list[float] = []
         for x, y in zip(xs, ys, strict=True):
             if not spans.whole(x):
                 ax.plot(
-                    [x, x + MINUTE], [y, y], color=style["color"], linestyle=":", alpha=0.6, gid="partial"
+                    [x, x + MINUTE],
+                    [y, y],
+                    color=style["color"],
+                    linestyle=":",
+                    alpha=0.6,
+                    # A hollow mark at its start too: on a week's axis a minute is under a pixel.
+                    marker="o",
+                    markevery=[0],
+                    markerfacecolor="none",
+                    markersize=4,
+                    gid="partial",
                 )
             else:
                 if line_x and line_x[-1] + MINUTE != x:
@@ -342,7 +352,8 @@ def throughput(rows: Rows, spans: Spans) -> bytes | None:
             )
 
     def partial(ax: Any, times: list[Any]) -> None:
-        for i, x in enumerate(t for t in times if not spans.whole(t)):
+        cut = [t for t in times if not spans.whole(t)]
+        for x in cut:
             ax.axvspan(
                 x,
                 x + MINUTE,
@@ -351,7 +362,10 @@ def throughput(rows: Rows, spans: Spans) -> bytes | None:
                 hatch="///",
                 linewidth=0,
                 gid="partial minute",
-                label=PARTIAL if i == 0 else None,
+            )
+        if cut:  # the legend's key: a partial minute as its steps are drawn, in grey
+            ax.plot(
+                [], [], color=OTHER_COLOUR, linestyle=":", marker="o", markerfacecolor="none", label=PARTIAL
             )
 
     return _png(

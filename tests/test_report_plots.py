@@ -523,3 +523,33 @@ def test_the_throughput_draws_partial_minutes_apart_from_its_line(partial: dict)
 def test_the_partial_page_shows_its_plots_in_chromium(partial: dict) -> None:
     legends_clear_of_the_data(partial)
     shows_plots(partial)
+
+
+def test_capture_spans_get_axes_of_their_own_only_when_apart() -> None:
+    from kwsniff.sections.capture_spans import Spans, spans
+
+    day = dt.timedelta(days=1)
+
+    def of(*pairs: tuple[dt.datetime, dt.datetime]) -> Spans:
+        return spans([{"ts_begin": a, "ts_end": b} for a, b in pairs], None, None)
+
+    # Two days two weeks apart: an axis each; files of one run half a second apart: one, covered.
+    apart = of((START, START + day), (START + FORTNIGHT, START + FORTNIGHT + day))
+    assert apart.axes == ((START, START + day), (START + FORTNIGHT, START + FORTNIGHT + day))
+    half = dt.timedelta(milliseconds=500)
+    rotated = of((START, START + MINUTE), (START + MINUTE + half, START + 2 * MINUTE))
+    assert rotated.axes == rotated.covered == ((START, START + 2 * MINUTE),)
+    # Closer than the longest capture: one axis, two covered stretches.
+    near = of((START, START + day), (START + day + dt.timedelta(hours=1), START + 2 * day))
+    assert len(near.axes) == 1 and len(near.covered) == 2
+    # Five stretches a day apart: one axis, a trend.
+    daily = of(*[(START + k * day, START + k * day + MINUTE) for k in range(5)])
+    assert daily.axes == ((START, START + 4 * day + MINUTE),)
+    # A minute is whole up to the microsecond its capture ends; points go to the nearest stretch
+    # (from halfway between them, the later).
+    us = dt.timedelta(microseconds=1)
+    assert rotated.whole(START + MINUTE) and not of((START, START + 2 * MINUTE - us)).whole(START + MINUTE)
+    assert not rotated.whole(START - us)
+    middle = START + day + (FORTNIGHT - day) / 2
+    xs = [START - MINUTE, START + day, middle - us, middle, START + FORTNIGHT]
+    assert apart.split(xs, [1.0, 2, 3, 4, 5]) == {0: (xs[:3], [1.0, 2, 3]), 1: (xs[3:], [4, 5])}

@@ -11,7 +11,9 @@ to its last microsecond; the plots never draw a partial minute's count as a drop
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,12 +68,20 @@ class Spans:
     axes: tuple[Interval, ...] = ()
     covered: tuple[Interval, ...] = ()
 
-    def axis_of(self, at: dt.datetime) -> int:
-        """The index of the axis ``at`` is drawn on: the stretch holding it, else the nearest (a
-        second's or a minute's bucket starts before its capture did); 0 without spans."""
-        at = utc(at)
-        distances = [max(begin - at, at - end, dt.timedelta(0)) for begin, end in self.axes]
-        return distances.index(min(distances)) if distances else 0
+    def split(
+        self, xs: list[dt.datetime], ys: list[float]
+    ) -> dict[int, tuple[list[dt.datetime], list[float]]]:
+        """A series' points (times, UTC) by the axis each is drawn on: the stretch holding it, else
+        the nearest (a second's or a minute's bucket starts before its capture did); 0 when there
+        is one axis or none."""
+        if len(self.axes) <= 1:
+            return {0: (xs, ys)} if xs else {}
+        if any(b < a for a, b in itertools.pairwise(xs)):
+            xs, ys = map(list, zip(*sorted(zip(xs, ys, strict=True)), strict=True))
+        # Between two stretches the nearest one changes halfway.
+        halves = [end + (begin - end) / 2 for (_, end), (begin, _) in itertools.pairwise(self.axes)]
+        cuts = [0, *(bisect.bisect_left(xs, half) for half in halves), len(xs)]
+        return {i: (xs[a:b], ys[a:b]) for i, (a, b) in enumerate(itertools.pairwise(cuts)) if a < b}
 
     def whole(self, minute: dt.datetime) -> bool:
         """Whether the captures covered ``minute`` (its start) from its start to its end; every
@@ -79,7 +89,9 @@ class Spans:
         if not self.covered:
             return True
         start = utc(minute)
-        return any(begin <= start and start + MINUTE <= end for begin, end in self.covered)
+        # The last stretch of covered time beginning at or before it is the only one that can hold it.
+        at = bisect.bisect_right(self.covered, (start, dt.datetime.max.replace(tzinfo=dt.UTC))) - 1
+        return at >= 0 and start + MINUTE <= self.covered[at][1]
 
 
 def spans(rows: Iterable[dict[str, Any]], since: dt.datetime | None, until: dt.datetime | None) -> Spans:

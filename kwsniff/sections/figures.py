@@ -184,11 +184,10 @@ def _panels(rows: Rows) -> tuple[list[Panel], int]:
         shown: dict[int, Series] = {}
         other: tuple[list[Any], list[float]] = ([], [])
         for r in mine:
-            xs, ys = (
-                shown.setdefault(r["rank"], (_label(r["label"]), [], []))[1:]
-                if r["rank"] is not None
-                else other
-            )
+            rank = r["rank"]
+            if rank is not None and rank not in shown:
+                shown[rank] = (_label(r["label"]), [], [])
+            xs, ys = shown[rank][1:] if rank is not None else other
             xs.append(utc(r["x"]))
             ys.append(float(r["y"]))
         rest = (mine[0]["series"] - len(shown), *other) if other[0] else None
@@ -232,8 +231,25 @@ def _grid(
     plt = _pyplot()
     from matplotlib.lines import Line2D
 
-    times = [x for p in panels for _, xs, _ in [*p.shown, *([p.rest] if p.rest else [])] for x in xs]
-    columns = sorted({spans.axis_of(x) for x in times})
+    # Each series' points split by the column (stretch of captures) they fall in, once.
+    split: dict[int, list[tuple[str, dict[str, Any], dict[int, tuple[list[Any], list[float]]]]]] = {}
+    reach: dict[int, tuple[Any, Any]] = {}  # per column, the first and last time its data covers
+    for n, panel in enumerate(panels):
+        drawn = (
+            [(f"other ({panel.rest[0]:,}): their largest", OTHER_STYLE, *panel.rest[1:])]
+            if panel.rest
+            else []
+        )
+        drawn += [(label, _style(i), xs, ys) for i, (label, xs, ys) in enumerate(panel.shown)]
+        split[n] = []
+        for label, style, xs, ys in drawn:
+            parts = spans.split(xs, ys)
+            for column, (part, _) in parts.items():
+                lo, hi = min(extent(part[0])), max(extent(part[-1]))
+                was = reach.get(column, (lo, hi))
+                reach[column] = (min(was[0], lo), max(was[1], hi))
+            split[n].append((label, style, parts))
+    columns = sorted(reach)
     # A row is as tall as its legend (a line of 8-point text a series) needs.
     legend = max(len(p.shown) + (p.rest is not None) for p in panels) * 0.19 + 0.7
     height = 4.5 if len(panels) == 1 else 1.2 + max(2.3, legend) * len(panels)
@@ -247,25 +263,18 @@ def _grid(
         gridspec_kw={"wspace": 0.35},  # room for the tick labels at the columns' edges
     )
     fig.suptitle(title)
-    for row, panel in zip(axes, panels, strict=True):
-        drawn: list[tuple[str, dict[str, Any], list[Any], list[float]]] = []
-        if panel.rest:
-            drawn.append((f"other ({panel.rest[0]:,}): their largest", OTHER_STYLE, *panel.rest[1:]))
-        drawn += [(label, _style(i), xs, ys) for i, (label, xs, ys) in enumerate(panel.shown)]
+    for n, (row, panel) in enumerate(zip(axes, panels, strict=True)):
         extra: dict[str, Any] = {}
         for ax, column in zip(row, columns, strict=True):
-            empty = True
-            for label, style, xs, ys in drawn:
-                kept = [(x, y) for x, y in zip(xs, ys, strict=True) if spans.axis_of(x) == column]
-                if kept:
-                    empty = False
-                    drawer(ax, label, style, [x for x, _ in kept], [y for _, y in kept])
-            if empty:
+            mine = [(label, style, parts[column]) for label, style, parts in split[n] if column in parts]
+            for label, style, (xs, ys) in mine:
+                drawer(ax, label, style, xs, ys)
+            if not mine:
                 ax.text(
                     0.5, 0.5, "none in these captures", transform=ax.transAxes, ha="center", color="#757575"
                 )
             if marks is not None:
-                marks(ax, sorted({x for _, _, xs, _ in drawn for x in xs if spans.axis_of(x) == column}))
+                marks(ax, sorted({x for _, _, (xs, _) in mine for x in xs}))
             for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
                 extra.setdefault(label, handle)
             ax.set_ylim(bottom=0)  # lag and counts: how far from none
@@ -275,10 +284,10 @@ def _grid(
             row[0].set_title(panel.name, loc="left", fontsize=10)
         row[0].set_ylabel(ylabel)
         # As ranked: the top series, then the others, then what ``marks`` drew; a series' key is its
-        # colour, whichever way its points are drawn.
-        keys = [*drawn[1:], *drawn[:1]] if panel.rest else drawn
-        handles = [Line2D([], [], **style) for _, style, _, _ in keys]
-        labels = [label for label, *_ in keys]
+        # line, whichever way its points are drawn.
+        keys = [*split[n][1:], *split[n][:1]] if panel.rest else split[n]
+        handles = [Line2D([], [], **style) for _, style, _ in keys]
+        labels = [label for label, _, _ in keys]
         extras = [k for k in extra if k not in labels]
         row[-1].legend(
             handles + [extra[k] for k in extras],
@@ -288,8 +297,7 @@ def _grid(
             fontsize=8,
         )
     for c, column in enumerate(columns):
-        inside = [t for x in times if spans.axis_of(x) == column for t in extent(x)]
-        _utc_axis(axes[-1][c], inside, max(3, 9 // len(columns)))
+        _utc_axis(axes[-1][c], reach[column], max(3, 9 // len(columns)))
     return fig
 
 

@@ -238,40 +238,92 @@ def test_memory_limit_caps_duckdb_spills_to_a_private_folder_and_says_one_line_w
     assert list(tmp_path.iterdir()) == []  # removed on the error too
 
 
-def test_a_figure_takes_its_top_series_and_one_line_of_the_others_from_the_engine(
+def test_a_figure_takes_each_groups_top_series_and_one_line_of_its_others_from_the_engine(
     out: Path, duck: dict, spark: Any
 ) -> None:
     from collections import defaultdict
 
     from kwsniff.sections.run import figure_rows
 
-    # From the section's own rows, in Python: series by label, ranked by their largest lag.
-    series: dict[str, dict[Any, float]] = defaultdict(dict)
+    # From the section's own rows, in Python: per group its series by partition, groups and series
+    # ranked by their largest lag (then by name).
+    series: dict[str, dict[str, dict[Any, float]]] = defaultdict(lambda: defaultdict(dict))
     for r in duck["lag"]:
         if r["lag_seconds"] is not None:
-            label = f"{r['group_id']} {r['topic']}[{r['partition']}]"
-            series[label][r["second"]] = max(series[label].get(r["second"], -math.inf), r["lag_seconds"])
-    ranked = sorted(series, key=lambda k: (-max(series[k].values()), k))
-    assert len(ranked) >= 3  # a top one, and others to fold
-    others: dict[Any, float] = {}
-    for label in ranked[1:]:
-        for x, y in series[label].items():
-            others[x] = max(others.get(x, -math.inf), y)
-    expected = [
-        {"label": ranked[0], "rank": 1, "x": x, "y": y, "series": len(ranked)}
-        for x, y in sorted(series[ranked[0]].items())
-    ] + [
-        {"label": None, "rank": None, "x": x, "y": y, "series": len(ranked)}
-        for x, y in sorted(others.items())
-    ]
+            points = series[r["group_id"]][f"{r['topic']}[{r['partition']}]"]
+            points[r["second"]] = max(points.get(r["second"], -math.inf), r["lag_seconds"])
+
+    def largest(points: dict[Any, float]) -> float:
+        return max(points.values())
+
+    groups = sorted(series, key=lambda g: (-max(map(largest, series[g].values())), g))
+    assert len(groups) >= 2 and any(len(series[g]) >= 3 for g in groups)  # panels, and others to fold
+    expected = []
+    for prank, group in enumerate(groups, 1):
+        ranked = sorted(series[group], key=lambda k: (-largest(series[group][k]), k))
+        others: dict[Any, float] = {}
+        for label in ranked[1:]:
+            for x, y in series[group][label].items():
+                others[x] = max(others.get(x, -math.inf), y)
+        common = {"panel": group, "prank": prank, "series": len(ranked), "panels": len(groups)}
+        expected += [
+            {**common, "label": ranked[0], "rank": 1, "x": x, "y": y}
+            for x, y in sorted(series[group][ranked[0]].items())
+        ] + [{**common, "label": None, "rank": None, "x": x, "y": y} for x, y in sorted(others.items())]
     lag = [BY_NAME["lag"], BY_NAME["rebalances"]]  # rebalances has no figure
     with DuckEngine(out, Filters()) as engine:
         assert figure_rows(engine, Filters(), lag, 1) == {"lag": expected}
-        # --group keeps one group's series: no other line when it has one series.
-        one = ranked[0].split(" ")[0]
-        mine = figure_rows(engine, Filters(group=one), lag, 12)["lag"]
-        assert {r["label"].split(" ")[0] for r in mine} == {one} and all(r["rank"] for r in mine)
+        # --group keeps one group's panel: no other line when its series are 12 or fewer.
+        few = min(groups, key=lambda g: len(series[g]))
+        assert len(series[few]) <= 12
+        mine = figure_rows(engine, Filters(group=few), lag, 12)["lag"]
+        assert {r["panel"] for r in mine} == {few} and all(r["rank"] for r in mine)
     assert figure_rows(SparkEngine(out, Filters(), spark), Filters(), lag, 1) == {"lag": expected}
+
+
+def test_the_figures_time_axes_and_whole_minutes_come_from_the_captures_packets_on_both_engines(
+    tmp_path: Path, spark: Any
+) -> None:
+    import itertools
+
+    import dpkt
+
+    from kwsniff.sections import capture_spans
+    from kwsniff.sections.run import figure_spans
+
+    # Each capture's first and last packet, as dpkt reads the files.
+    packets = {}
+    for path in CAPTURES:
+        with path.open("rb") as f:
+            times = [round(ts * 1_000_000) for ts, _ in dpkt.pcap.Reader(f)]
+        epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+        packets[path.name] = (
+            epoch + dt.timedelta(microseconds=min(times)),
+            epoch + dt.timedelta(microseconds=max(times)),
+        )
+    spans = sorted(packets.values())
+    # No two within capture_spans.JOINED of each other: each covers its own time.
+    assert all(b[0] - a[1] > capture_spans.JOINED for a, b in itertools.pairwise(spans))
+    longest = max(end - begin for begin, end in spans)
+    # The stretches further apart than a minute and the longest capture: each its own time axis.
+    axes = [list(spans[0])]
+    for begin, end in spans[1:]:
+        if begin - axes[-1][1] > max(capture_spans.GAP, longest):
+            axes.append([begin, end])
+        else:
+            axes[-1][1] = max(axes[-1][1], end)
+    assert 2 <= len(axes) <= capture_spans.MAX_AXES
+    expected = capture_spans.Spans(tuple(map(tuple, axes)), tuple(spans))
+    out = tmp_path / "tables"
+    done = CliRunner().invoke(main, ["read", "-q", *map(str, CAPTURES), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    with DuckEngine(out, Filters()) as engine:
+        assert figure_spans(engine, Filters()) == expected
+        # --since and --until cut them: the first capture's second half to the last's first.
+        (a0, a1), (z0, z1) = spans[0], spans[-1]
+        window = Filters(since=a0 + (a1 - a0) / 2, until=z0 + (z1 - z0) / 2)
+        assert figure_spans(engine, window).covered == ((window.since, a1), *spans[1:-1], (z0, window.until))
+    assert figure_spans(SparkEngine(out, Filters(), spark), Filters()) == expected
 
 
 def test_latest_takes_the_value_of_the_latest_time_then_the_highest_tie_on_both_engines(spark: Any) -> None:

@@ -99,7 +99,7 @@ def report(
         messages.error(problem)
         sys.exit(1)
     from kwsniff.sections import output
-    from kwsniff.sections.run import answer, answer_top, figure_rows, open_engine, unheld
+    from kwsniff.sections.run import answer, answer_top, figure_rows, figure_spans, open_engine, unheld
     from kwsniff.view.escape import visible
 
     filters = report_filters(since, until, topic, client, group, session_timeout_ms, finding_threshold)
@@ -149,7 +149,11 @@ def report(
             from kwsniff.sections.figures import draw
 
             undrawn: list[str] = []
-            drawn = draw(figure_rows(engine, filters, sections, min(top or 8, 12)), undrawn)
+            drawn = draw(
+                figure_rows(engine, filters, sections, min(top or 8, 12)),
+                undrawn,
+                figure_spans(engine, filters),
+            )
             if undrawn:
                 names = ", ".join(undrawn[:5]) + (" ..." if len(undrawn) > 5 else "")
                 messages.warnings(

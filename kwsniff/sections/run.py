@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kwsniff.sections.capture_spans import Spans
 from kwsniff.sections.catalog import SECTIONS, Section
 from kwsniff.sections.engines import DuckEngine, Filters, Row, SparkEngine
 from kwsniff.sections.sql import split_order
@@ -119,6 +120,13 @@ def figure_rows(
         where = " WHERE " + " AND ".join(kept) if kept else ""
         out[s.name] = engine.run(figure.sql(f"SELECT * FROM ({body}) AS _s{where}", top, order))
     return out
+
+
+def figure_spans(engine: DuckEngine | SparkEngine, filters: Filters) -> Spans:
+    """The captures' spans the figures draw their times on, cut to --since/--until."""
+    from kwsniff.sections import capture_spans
+
+    return capture_spans.spans(engine.run(capture_spans.SPANS_SQL), filters.since, filters.until)
 
 
 def wanted(filters: Filters) -> dict[str, str]:

@@ -29,7 +29,7 @@ small files per table and host than printed here).
 Printed at period 1, 1,000, 10,000 and 43,200 (those reached, the last, and every --every periods;
 the rows come as the run goes, so a run stopped early has printed what it reached): the median commit time
 of the 20 periods around it, the table's data files and log files on disk, the bytes of both, the
-files in the table's current version, and the machine's load average. A benchmark, not a test: it
+files in the table's current version, this process's resident memory and the machine's load average. A benchmark, not a test: it
 never fails on a timing.
 """
 
@@ -95,6 +95,12 @@ def on_disk(root: Path) -> tuple[int, int, int, int]:
             else:
                 data, data_bytes = data + 1, data_bytes + size
     return data, log, data_bytes, log_bytes
+
+
+def rss_mib() -> float:
+    """This process's resident memory (VmRSS): the writers' table state must not grow with the log."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
 
 
 def fake_start() -> float:
@@ -170,7 +176,7 @@ class Month:
         data, log, data_bytes, log_bytes, active, load = disk
         return (
             f"{n:>7} {1000 * statistics.median(window):9.2f} {data:>8} {log:>7} {data_bytes / 1e6:9.2f} "
-            f"{log_bytes / 1e6:8.2f} {active:>7} {load:6.2f}"
+            f"{log_bytes / 1e6:8.2f} {active:>7} {rss_mib():8.1f} {load:6.2f}"
         )
 
 
@@ -197,7 +203,7 @@ def main() -> None:
         f"{ROWS}-row file per table into {', '.join(tables)}; compaction hourly, retention of 7 days daily"
     )
     print(
-        f"{'period':>7} {'commit ms':>9} {'files':>8} {'log':>7} {'data MB':>9} {'log MB':>8} {'active':>7} {'load':>6}"
+        f"{'period':>7} {'commit ms':>9} {'files':>8} {'log':>7} {'data MB':>9} {'log MB':>8} {'active':>7} {'rss MiB':>8} {'load':>6}"
     )
     wall = time.perf_counter()
     with contextlib.ExitStack() as stack:

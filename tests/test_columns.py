@@ -153,3 +153,22 @@ def test_any_rows_give_arrows_arrays(rows: list[tuple[Any, ...]]) -> None:
     built = compiled(rows)
     assert built is not None
     assert built.equals(expected)
+
+
+def test_values_a_row_shares_with_the_one_before_are_written_again() -> None:
+    # The rows of one exchange share most values as the very same objects (capture, client, times):
+    # each must land in every row, past None and past a text column's growth.
+    big, name, key, rate = 2**40 + 7, "é topic ✓" * 40, b"\x00k" * 50, 0.25
+    shared = (big, big, -(2**31), -(2**15), rate, True, name, key)
+    rows = [
+        shared,
+        shared,
+        (None,) * 8,
+        shared,
+        *[shared] * 200,
+        (big, None, 5, 6, 7, False, name, None),
+        shared,
+    ]
+    built = compiled(rows)
+    assert built is not None and built.equals(arrow(rows))
+    assert built.column("s").to_pylist().count(name) == 205

@@ -437,3 +437,46 @@ def test_a_walk_that_gives_up_leaves_the_callers_dict_empty() -> None:
     assert held == {("x",): {"kept": 1}}
     assert compiled._partfacts.walk(plan, good, held, _crc.crc32c, None, None) is not None
     assert set(held) == {(None, "orders", 0), (None, "orders", 1), ("x",)}
+
+
+def fresh(name: str) -> str:
+    """``name`` as a new string object, equal but not the interned one the walker uses."""
+    made = "".join([name[:1], name[1:]])
+    assert made == name and (made is not name or len(name) < 2)
+    return made
+
+
+def test_merged_rows_read_facts_by_name_not_by_the_strings_identity() -> None:
+    # merge_rows reads each fact once and by role (error code, topic, damage...): a fact under an equal
+    # string that is not the walker's own must count, and the response's value over the request's.
+    columns = (
+        "topic",
+        "partition",
+        "fetch_offset",
+        "high_watermark",
+        "error_code",
+        "error_name",
+        "lag",
+        "crc_errors",
+    )
+    index = {c: i for i, c in enumerate(columns)}
+    base = (None,) * len(columns)
+
+    def facts(**values: object) -> dict[str, object]:
+        return {fresh(k): v for k, v in values.items()}
+
+    req = {(None, "t", 0): facts(topic="t", partition=0, fetch_offset=5, crc_errors=2)}
+    resp = {(None, "t", 0): facts(topic="t", partition=0, error_code=0, high_watermark=9, crc_errors=0)}
+    expected = [("t", 0, 5, 9, 0, "NONE", 4, 0)]
+    assert compiled.merge_rows(index, base, {}, req, resp, FETCH, {}) == expected
+    python = merged_rows(FETCH, {"partitions": req}, {"partitions": resp}, {})
+    assert [tuple(row.get(c) for c in columns) for row in python] == expected
+    # What sends a row to the Python path, each under a fresh name: damage, an error code, records.
+    for change in (
+        {fresh("crc_errors"): 1},
+        {fresh("error_code"): 6},
+        {fresh("_records"): []},
+        {fresh("_past_int64"): 1},
+    ):
+        answered = {(None, "t", 0): {**resp[(None, "t", 0)], **change}}
+        assert compiled.merge_rows(index, base, {}, req, answered, FETCH, {}) == [None]

@@ -902,18 +902,6 @@ static PyObject *walk(PyObject *self, PyObject *args) {
 
 /* ----------------------------------------------------------------------------------- merged rows */
 
-/* A merged row's value of `name`: the response's facts over the request's over the context (the
- * precedence of kwsniff.rows.partitions.merged_rows' {**context, **request, **response}; ctx may be
- * NULL); NULL if none has it. Borrowed. */
-static PyObject *lookup(PyObject *rs, PyObject *rq, PyObject *ctx, PyObject *name) {
-    PyObject *v;
-    if (rs != NULL && (v = PyDict_GetItemWithError(rs, name)) != NULL)
-        return v;
-    if (rq != NULL && (v = PyDict_GetItemWithError(rq, name)) != NULL)
-        return v;
-    return ctx == NULL ? NULL : PyDict_GetItemWithError(ctx, name);
-}
-
 static int slot(PyObject *index, PyObject *name) {
     PyObject *i = PyDict_GetItemWithError(index, name);
     return i == NULL ? -1 : (int)PyLong_AsLong(i);
@@ -924,11 +912,6 @@ static void put(PyObject *row, int i, PyObject *v) {
         return;
     Py_INCREF(v);
     Py_SETREF(PyTuple_GET_ITEM(row, i), v);
-}
-
-static int truthy_fact(PyObject *rs, PyObject *rq, PyObject *name) {
-    PyObject *v = lookup(rs, rq, NULL, name);
-    return v != NULL && v != Py_None && PyObject_IsTrue(v) == 1;
 }
 
 /* One merged row as a tuple in schema order, or Py_None when it needs the Python path (records
@@ -942,30 +925,74 @@ typedef struct {
  * few names (interned by the plan) come back in every partition's facts, and a pointer probe costs
  * a fraction of a dict lookup. The names are the facts dicts' keys, alive for the whole call. */
 #define SLOT_CACHE 128
+/* What merge_one reads of a fact besides its column: RO_NONE, or one of these (the names the Python
+ * function looks up). */
+enum {
+    RO_NONE,
+    RO_RECORDS,
+    RO_PAST_INT64,
+    RO_CRC_ERRORS,
+    RO_CAPPED_BATCHES,
+    RO_RECORD_ERRORS,
+    RO_ERROR_CODE,
+    RO_TOPIC,
+    RO_TOPIC_ID,
+    RO_RECORD_COUNT,
+    RO_BASE_OFFSET,
+    RO_HIGH_WATERMARK,
+    RO_FETCH_OFFSET,
+    RO_COUNT
+};
 typedef struct {
     PyObject *index;
     struct {
         PyObject *key;
         int slot;
+        int role;
     } e[SLOT_CACHE];
 } SlotCache;
 
-static int cached_slot(SlotCache *cache, PyObject *key) {
+/* A fact name's role (by equality, as the dict lookups it replaces compare): RO_*, or -1 error set. */
+static int key_role(PyObject *key) {
+    PyObject *names[RO_COUNT] = {NULL,          S_records,      S_past_int64,     S_crc_errors, S_capped_batches,
+                                 S_record_errors, S_error_code, S_topic,          S_topic_id,   S_record_count,
+                                 S_base_offset,   S_high_watermark, S_fetch_offset};
+    for (int r = 1; r < RO_COUNT; r++) {
+        int eq = key == names[r] ? 1 : PyObject_RichCompareBool(key, names[r], Py_EQ);
+        if (eq != 0)
+            return eq < 0 ? -1 : r;
+    }
+    return RO_NONE;
+}
+
+/* The column position of a fact name (-1: none) and its role in *role; -1 with an error set on
+ * failure. */
+static int cached_slot(SlotCache *cache, PyObject *key, int *role) {
     size_t h = ((uintptr_t)key >> 4) & (SLOT_CACHE - 1);
     for (int probe = 0; probe < SLOT_CACHE; probe++) {
         size_t at = (h + probe) & (SLOT_CACHE - 1);
-        if (cache->e[at].key == key)
+        if (cache->e[at].key == key) {
+            *role = cache->e[at].role;
             return cache->e[at].slot;
+        }
         if (cache->e[at].key == NULL) {
             int i = slot(cache->index, key);
             if (i < 0 && PyErr_Occurred())
                 return -1;
+            int r = key_role(key);
+            if (r < 0)
+                return -1;
             cache->e[at].key = key;
             cache->e[at].slot = i;
+            cache->e[at].role = *role = r;
             return i;
         }
     }
-    return slot(cache->index, key);
+    int i = slot(cache->index, key);
+    if (i < 0 && PyErr_Occurred())
+        return -1;
+    *role = key_role(key);
+    return *role < 0 ? -1 : i;
 }
 
 /* The value of an int fact as a long long in *x: 1, or 0 (no error set) where it is not an exact int
@@ -982,36 +1009,28 @@ static int int64_fact(PyObject *v, long long *x) {
     return 1;
 }
 
+/* A fact's value as the Python function looks it up: the response's over the request's (found[] holds
+ * that already), else the context's (ctx may be NULL); NULL if none has it. Borrowed. */
+static PyObject *found_or(PyObject *const *found, int role, PyObject *ctx, PyObject *name) {
+    if (found[role] != NULL || ctx == NULL)
+        return found[role];
+    return PyDict_GetItemWithError(ctx, name);
+}
+
+static int truthy(PyObject *v) { return v != NULL && v != Py_None && PyObject_IsTrue(v) == 1; }
+
 static PyObject *merge_one(SlotCache *index, const Slots *slots, PyObject *base, PyObject *ctx, PyObject *rq,
                            PyObject *rs, int produce, PyObject *names, PyObject *none_name) {
-    if ((rq != NULL && PyDict_Contains(rq, S_records)) || (rs != NULL && PyDict_Contains(rs, S_records)) ||
-        (rq != NULL && PyDict_Contains(rq, S_past_int64)) || (rs != NULL && PyDict_Contains(rs, S_past_int64)) ||
-        truthy_fact(rs, rq, S_crc_errors) || truthy_fact(rs, rq, S_capped_batches) ||
-        truthy_fact(rs, rq, S_record_errors))
-        return Py_NewRef(Py_None);
-    PyObject *code = lookup(rs, rq, ctx, S_error_code);
-    int code_zero = 0;
-    if (code != NULL && code != Py_None) {
-        if (!PyLong_CheckExact(code) || PyLong_AsLong(code) != 0)
-            return Py_NewRef(Py_None);
-        code_zero = 1;
-    }
-    PyObject *topic = lookup(rs, rq, ctx, S_topic);
-    PyObject *named = NULL;
-    if (topic == NULL || topic == Py_None) {
-        PyObject *tid = lookup(rs, rq, ctx, S_topic_id);
-        if (tid != NULL && tid != Py_None) {
-            named = PyDict_GetItemWithError(names, tid);
-            if (named == NULL)
-                return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
-        }
-    }
     Py_ssize_t n = PyTuple_GET_SIZE(base);
     PyObject *row = PyTuple_New(n);
     if (row == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++)
         PyTuple_SET_ITEM(row, i, Py_NewRef(PyTuple_GET_ITEM(base, i)));
+    /* One pass over the facts: each into its column (the response's after the request's, so over
+     * them, as {**context, **request, **response}), and the values the row's checks and derived
+     * columns read, by role, where the Python function looks each up. */
+    PyObject *found[RO_COUNT] = {NULL};
     PyObject *parts[2] = {rq, rs};
     for (int j = 0; j < 2; j++) {
         if (parts[j] == NULL)
@@ -1019,27 +1038,48 @@ static PyObject *merge_one(SlotCache *index, const Slots *slots, PyObject *base,
         Py_ssize_t pos = 0;
         PyObject *k, *v;
         while (PyDict_Next(parts[j], &pos, &k, &v)) {
-            int i = cached_slot(index, k);
+            int role = RO_NONE;
+            int i = cached_slot(index, k, &role);
             if (i < 0 && PyErr_Occurred())
                 goto fail;
+            if (role == RO_RECORDS || role == RO_PAST_INT64)
+                goto python; /* records kept, or a value past int64 to count */
+            found[role] = v;
             put(row, i, v);
         }
     }
-    if (named != NULL)
-        put(row, slots->topic, named);
+    if (truthy(found[RO_CRC_ERRORS]) || truthy(found[RO_CAPPED_BATCHES]) || truthy(found[RO_RECORD_ERRORS]))
+        goto python; /* record damage to count */
+    PyObject *code = found_or(found, RO_ERROR_CODE, ctx, S_error_code);
+    int code_zero = 0;
+    if (code != NULL && code != Py_None) {
+        if (!PyLong_CheckExact(code) || PyLong_AsLong(code) != 0)
+            goto python;
+        code_zero = 1;
+    }
+    PyObject *topic = found_or(found, RO_TOPIC, ctx, S_topic);
+    if (topic == NULL || topic == Py_None) {
+        PyObject *tid = found_or(found, RO_TOPIC_ID, ctx, S_topic_id);
+        if (tid != NULL && tid != Py_None) {
+            PyObject *named = PyDict_GetItemWithError(names, tid);
+            if (named == NULL)
+                goto python; /* a topic id not named yet (or an error) */
+            put(row, slots->topic, named);
+        }
+    }
     put(row, slots->error_name, code_zero ? none_name : Py_None);
     /* The derived columns are computed in long long, each sum checked before it could wrap: one past
      * int64 (or a value that is not an int64) sends the row to the Python path, which leaves it null
      * and counts it (partitions._derived). */
-    if (produce && lookup(rs, rq, NULL, S_record_count) != NULL) {
-        PyObject *first = lookup(rs, rq, ctx, S_base_offset);
+    if (produce && found[RO_RECORD_COUNT] != NULL) {
+        PyObject *first = found_or(found, RO_BASE_OFFSET, ctx, S_base_offset);
         long long first_v, count_v, last_v;
         if (code_zero && first != NULL && first != Py_None) {
             if (!int64_fact(first, &first_v))
                 goto python;
         }
         if (code_zero && first != NULL && first != Py_None && first_v >= 0) {
-            PyObject *count = lookup(rs, rq, NULL, S_record_count);
+            PyObject *count = found[RO_RECORD_COUNT];
             put(row, slots->first_offset, first);
             if (count != Py_None && PyObject_IsTrue(count) == 1) {
                 if (!int64_fact(count, &count_v) || __builtin_add_overflow(first_v, count_v - 1, &last_v))
@@ -1053,8 +1093,8 @@ static PyObject *merge_one(SlotCache *index, const Slots *slots, PyObject *base,
                 put(row, slots->last_offset, Py_None);
         }
     }
-    PyObject *hw = lookup(rs, rq, ctx, S_high_watermark);
-    PyObject *fo = hw == NULL ? NULL : lookup(rs, rq, ctx, S_fetch_offset);
+    PyObject *hw = found_or(found, RO_HIGH_WATERMARK, ctx, S_high_watermark);
+    PyObject *fo = hw == NULL ? NULL : found_or(found, RO_FETCH_OFFSET, ctx, S_fetch_offset);
     if (hw != NULL && fo != NULL && (hw == Py_None || fo == Py_None))
         put(row, slots->lag, Py_None); /* a value a snap length cut hid: the lag is unknown too */
     else if (hw != NULL && fo != NULL) {

@@ -36,6 +36,13 @@ typedef struct {
     unsigned char *data; /* into `fixed`, or the text bytes (PyMem, copied out at the end) */
     Py_ssize_t data_len, data_cap;
     int32_t *offsets; /* strings and binary: rows + 1 */
+    /* The last value put (not None) and what it was written as: a row's values that the row before
+     * had too (its exchange's capture, connection, client and times; a topic) are the same objects,
+     * alive in the rows for the whole call, and are copied, not converted again. */
+    PyObject *last;
+    unsigned char last_fixed[8];
+    const char *last_text;
+    Py_ssize_t last_len;
 } Column;
 
 static void free_columns(Column *cols, Py_ssize_t n) {
@@ -106,18 +113,20 @@ static int put(Column *c, Py_ssize_t i, PyObject *v) {
         }
         if (c->kind == K_INT64) {
             int64_t w = (int64_t)x;
-            memcpy(c->data + i * 8, &w, 8);
+            memcpy(c->last_fixed, &w, 8);
         } else if (c->kind == K_INT32) {
             if (x < INT32_MIN || x > INT32_MAX)
                 return 0;
             int32_t w = (int32_t)x;
-            memcpy(c->data + i * 4, &w, 4);
+            memcpy(c->last_fixed, &w, 4);
         } else {
             if (x < INT16_MIN || x > INT16_MAX)
                 return 0;
             int16_t w = (int16_t)x;
-            memcpy(c->data + i * 2, &w, 2);
+            memcpy(c->last_fixed, &w, 2);
         }
+        memcpy(c->data + i * width(c->kind), c->last_fixed, width(c->kind));
+        c->last = v;
         return 1;
     }
     case K_DOUBLE: {
@@ -135,7 +144,9 @@ static int put(Column *c, Py_ssize_t i, PyObject *v) {
         } else {
             return 0;
         }
+        memcpy(c->last_fixed, &d, 8);
         memcpy(c->data + i * 8, &d, 8);
+        c->last = v;
         return 1;
     }
     case K_BOOL:
@@ -156,6 +167,9 @@ static int put(Column *c, Py_ssize_t i, PyObject *v) {
         if (!append_bytes(c, text, len))
             return 0;
         c->offsets[i + 1] = (int32_t)c->data_len;
+        c->last = v;
+        c->last_text = text;
+        c->last_len = len;
         return 1;
     }
     case K_BINARY:
@@ -164,9 +178,33 @@ static int put(Column *c, Py_ssize_t i, PyObject *v) {
         if (!append_bytes(c, PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v)))
             return 0;
         c->offsets[i + 1] = (int32_t)c->data_len;
+        c->last = v;
+        c->last_text = PyBytes_AS_STRING(v);
+        c->last_len = PyBytes_GET_SIZE(v);
         return 1;
     default:
         return 0;
+    }
+}
+
+/* The value put last in column `c` again, at row `i` (v == c->last): 1, or 0 as put() answers. */
+static int put_again(Column *c, Py_ssize_t i) {
+    switch (c->kind) {
+    case K_INT64:
+    case K_DOUBLE:
+        memcpy(c->data + i * 8, c->last_fixed, 8);
+        return 1;
+    case K_INT32:
+        memcpy(c->data + i * 4, c->last_fixed, 4);
+        return 1;
+    case K_INT16:
+        memcpy(c->data + i * 2, c->last_fixed, 2);
+        return 1;
+    default: /* text */
+        if (!append_bytes(c, c->last_text, c->last_len))
+            return 0;
+        c->offsets[i + 1] = (int32_t)c->data_len;
+        return 1;
     }
 }
 
@@ -222,7 +260,8 @@ static PyObject *columns(PyObject *self, PyObject *args) {
         if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != ncols)
             goto refuse;
         for (Py_ssize_t j = 0; j < ncols; j++) {
-            if (!put(&cols[j], i, PyTuple_GET_ITEM(row, j)))
+            PyObject *v = PyTuple_GET_ITEM(row, j);
+            if (!(v == cols[j].last ? put_again(&cols[j], i) : put(&cols[j], i, v)))
                 goto refuse;
         }
     }

@@ -12,6 +12,7 @@ A `read` killed the same way on local disk has its commit finished by the next r
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -341,21 +342,19 @@ def table_rows(location: Any, table: str) -> int:
     return int(table_dataset(location, table).count_rows())
 
 
-def test_a_read_killed_between_two_tables_log_entries_has_its_commit_finished_by_the_next_run(
-    tmp_path: Path,
-) -> None:
-    plain = {}
-    for i, capture in enumerate(CAPTURES):
-        done = subprocess.run(
-            [sys.executable, "-m", "kwsniff", "read", str(capture), "--out", str(tmp_path / f"plain{i}")],
-            capture_output=True,
-            timeout=300,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        plain[i] = {t: pq.read_table(tmp_path / f"plain{i}" / t).num_rows for t in READ_TABLES}
-    out = f"file://{tmp_path / 'tables'}"
-    location = parse_location(out)
+def kwsniff_read(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kwsniff", "read", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def killed_read(tmp_path: Path, out: str) -> int:
+    """A `read` of CAPTURES[0] into ``out`` killed with its commit paused before `partitions`'s log
+    entry (checked: `requests` committed, `partitions` not); its pid."""
     arm, err = tmp_path / "pause", tmp_path / "first.err"
     arm.touch()
     with open(err, "wb") as sink:
@@ -372,23 +371,61 @@ def test_a_read_killed_between_two_tables_log_entries_has_its_commit_finished_by
             120,
         )
         assert first.poll() is None, err.read_text()
-        # Killed midway: the tables before `partitions` hold the run's rows, the rest none.
-        assert table_rows(location, "requests") == plain[0]["requests"] > 0
-        assert table_rows(location, "partitions") == 0 < plain[0]["partitions"]
+        location = parse_location(out)
+        assert table_rows(location, "requests") > 0
+        assert table_rows(location, "partitions") == 0
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
     finally:
         stop_process(first, signal.SIGKILL)
-    second = subprocess.run(
-        [sys.executable, "-m", "kwsniff", "read", str(CAPTURES[1]), "--out", out, "--append", "--host", "h"],
-        capture_output=True,
-        timeout=300,
-        check=False,
-    )
+    return first.pid
+
+
+def test_a_read_killed_between_two_tables_log_entries_has_its_commit_finished_by_the_next_run(
+    tmp_path: Path,
+) -> None:
+    plain = {}
+    for i, capture in enumerate(CAPTURES):
+        done = kwsniff_read(str(capture), "--out", str(tmp_path / f"plain{i}"))
+        assert done.returncode == 0, done.stderr
+        plain[i] = {t: pq.read_table(tmp_path / f"plain{i}" / t).num_rows for t in READ_TABLES}
+    out = f"file://{tmp_path / 'tables'}"
+    location = parse_location(out)
+    killed = killed_read(tmp_path, out)
+    assert table_rows(location, "requests") == plain[0]["requests"]
+
+    second = kwsniff_read(str(CAPTURES[1]), "--out", out, "--append", "--host", "h")
     assert second.returncode == 0, second.stderr
     # Both runs whole, the killed one's commit finished once (requests not committed again).
     for table in READ_TABLES:
         assert table_rows(location, table) == plain[0][table] + plain[1][table], table
     captures = table_dataset(location, "captures").to_table(columns=["path"]).column(0).to_pylist()
     assert sorted(Path(p).name for p in captures) == sorted(c.name for c in CAPTURES)
-    assert not list((Path(tempfile.gettempdir()) / SCRATCH).glob(f"*-{first.pid}-*"))
+    assert not list((Path(tempfile.gettempdir()) / SCRATCH).glob(f"*-{killed}-*"))
+
+
+def test_a_killed_commit_whose_staged_file_is_gone_stops_the_next_run_in_one_line_naming_it(
+    tmp_path: Path,
+) -> None:
+    out = f"file://{tmp_path / 'tables'}"
+    location = parse_location(out)
+    killed = killed_read(tmp_path, out)
+    # The paused commit had staged `partitions`'s file into the table; a vacuum removes it.
+    staged = list((tmp_path / "tables" / "partitions").rglob("*.parquet"))
+    assert len(staged) == 1
+    staged[0].unlink()
+    (left,) = (Path(tempfile.gettempdir()) / SCRATCH).glob(f"*-{killed}-*")
+
+    refused = kwsniff_read(str(CAPTURES[1]), "--out", out, "--append", "--host", "h")
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines() == [
+        f"kwsniff: error: --out {location.uri}: the commit journaled in {left}: "
+        f"partitions/{staged[0].relative_to(tmp_path / 'tables' / 'partitions')} "
+        "is no longer in the table's storage"
+    ]
+    assert table_rows(location, "partitions") == 0  # nothing committed that names the missing file
+
+    shutil.rmtree(left)  # that commit given up: the next run goes on
+    again = kwsniff_read(str(CAPTURES[1]), "--out", out, "--append", "--host", "h")
+    assert again.returncode == 0, again.stderr
+    assert table_rows(location, "partitions") > 0

@@ -91,7 +91,7 @@ def resume(stage: Path, journal: Journal, location: Location) -> None:
     """Finish the commit of ``journal`` (its staging directory ``stage``) at ``location``."""
     import pyarrow.parquet as pq
 
-    from kwsniff.sinks.delta import DeltaTableWriter, dataset_tables
+    from kwsniff.sinks.delta import DeltaTableError, DeltaTableWriter, dataset_tables
 
     held = set(dataset_tables(location))
     for table, files in journal.tables.items():
@@ -103,16 +103,33 @@ def resume(stage: Path, journal: Journal, location: Location) -> None:
         done = writer.app_version_of(journal.app_id)
         if done is not None and done >= journal.version:
             continue
+        for p, planned in local:
+            if not p.exists() and not _in_storage(location, table, planned.path):
+                # A vacuum removed it (a staged file no commit references, older than the grace):
+                # committing it would leave the table naming a file no reader can read.
+                raise DeltaTableError(f"{table}/{planned.path} is no longer in the table's storage")
         staged = [
             writer.stage_as(p, planned) if p.exists() else writer.staged(planned) for p, planned in local
         ]
         writer.commit(staged, app_id=journal.app_id, app_version=journal.version)
 
 
+def _in_storage(location: Location, table: str, path: str) -> bool:
+    import pyarrow.fs as pafs
+
+    fs, root = location.filesystem()
+    return bool(fs.get_file_info(f"{root}/{table}/{path}").type != pafs.FileType.NotFound)
+
+
 def resume_commits(scratch: Path, location: Location) -> int:
     """Finish the journaled commits of dead runs to ``location`` (call with ``scratch``'s parent
     locked); each one's staging directory is then left for :func:`kwsniff.sinks.commit.recover`.
-    Journals of other locations are kept for a run writing there. Returns how many were finished."""
+    Journals of other locations are kept for a run writing there. Returns how many were finished;
+    DeltaTableError naming the directory when one cannot be finished."""
+    from deltalake.exceptions import DeltaError
+
+    from kwsniff.sinks.delta import DeltaTableError
+
     finished = 0
     for stage in journaled_stages(scratch):
         journal = read_journal(stage)
@@ -122,7 +139,12 @@ def resume_commits(scratch: Path, location: Location) -> int:
         )
         if journal is None or not mine or not lock_free(stage):
             continue
-        resume(stage, journal, location)
+        try:
+            resume(stage, journal, location)
+        except (OSError, DeltaError, DeltaTableError) as exc:
+            # Said with the directory: removing it gives that commit up (the next run goes on).
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise DeltaTableError(f"the commit journaled in {stage}: {reason}") from None
         (stage / JOURNAL).unlink()
         finished += 1
     return finished

@@ -117,7 +117,7 @@ class DeltaOutput:
         try:
             resume_commits(self._scratch, self.location)
         except (OSError, DeltaError, DeltaTableError) as exc:
-            raise OutputError(f"--out {self.shown}: a killed run's commit: {error_line(exc)}") from None
+            raise OutputError(f"--out {self.shown}: {error_line(exc)}") from None
 
     def _held_tables(self) -> list[str]:
         """The kwsniff tables at the location; OutputError when the storage cannot be reached or

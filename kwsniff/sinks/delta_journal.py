@@ -34,13 +34,14 @@ JOURNAL = "delta-commit.json"
 @dataclass(frozen=True)
 class Journal:
     """One commit: where (``uri``), under which transaction identifier, and each table's files as
-    ``(local path under the staging directory, planned table file)``, in commit order."""
+    ``(local path under the staging directory, planned table file)``, in commit order; the local
+    path is None for a file put into the table's storage by another process (a `spark` executor)."""
 
     uri: str
     endpoint: str  # AWS_ENDPOINT_URL ('' for AWS or local disk): the same URI elsewhere is another table
     app_id: str
     version: int
-    tables: dict[str, list[tuple[str, PlannedFile]]]
+    tables: dict[str, list[tuple[str | None, PlannedFile]]]
 
 
 def write_journal(stage: Path, journal: Journal) -> None:
@@ -92,24 +93,29 @@ def resume(stage: Path, journal: Journal, location: Location) -> None:
     import pyarrow.parquet as pq
 
     from kwsniff.sinks.delta import DeltaTableError, DeltaTableWriter, dataset_tables
+    from kwsniff.tables.schemas import SCHEMAS
 
     held = set(dataset_tables(location))
     for table, files in journal.tables.items():
-        local = [(stage / name, planned) for name, planned in files]
-        schema: pa.Schema | None = next((pq.read_schema(p) for p, _ in local if p.exists()), None)
+        # A file no longer local (or never: a `spark` executor's) was staged already.
+        local = [(stage / name if name is not None else None, planned) for name, planned in files]
+        here = [p for p, _ in local if p is not None and p.exists()]
+        schema: pa.Schema | None = pq.read_schema(here[0]) if here else None
         if schema is None and table not in held:
-            continue  # its files were staged into a table removed since: nothing to finish
+            if table not in SCHEMAS or not all(_in_storage(location, table, f.path) for _, f in local):
+                continue  # its files were staged into a table removed since: nothing to finish
+            schema = SCHEMAS[table]
         writer = DeltaTableWriter(location, table, schema)
         done = writer.app_version_of(journal.app_id)
         if done is not None and done >= journal.version:
             continue
         for p, planned in local:
-            if not p.exists() and not _in_storage(location, table, planned.path):
+            if p not in here and not _in_storage(location, table, planned.path):
                 # A vacuum removed it (a staged file no commit references, older than the grace):
                 # committing it would leave the table naming a file no reader can read.
                 raise DeltaTableError(f"{table}/{planned.path} is no longer in the table's storage")
         staged = [
-            writer.stage_as(p, planned) if p.exists() else writer.staged(planned) for p, planned in local
+            writer.stage_as(p, planned) if p in here else writer.staged(planned) for p, planned in local
         ]
         writer.commit(staged, app_id=journal.app_id, app_version=journal.version)
 

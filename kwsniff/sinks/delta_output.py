@@ -33,7 +33,7 @@ from kwsniff.tables.names import SUMMARIES, TABLES
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from kwsniff.sinks.delta import DeltaTableWriter, StagedFile
+    from kwsniff.sinks.delta import DeltaTableWriter, PlannedFile, StagedFile
     from kwsniff.sinks.delta_journal import Journal
 
 # Tables committed in this order: `captures` last (a run is whole once its captures rows are there).
@@ -94,6 +94,8 @@ class DeltaOutput:
             )
         self._held = held
         self._writers: dict[str, DeltaTableWriter] = {}
+        # Files already in the tables' storage that the next commit adds (`spark` executors' uploads).
+        self._staged: dict[str, list[PlannedFile]] = {}
         # Told of each commit, with its wall-clock end (Unix seconds) and how long it took (seconds),
         # as Output.on_commit: the capture's metrics (kwsniff_last_commit_timestamp_seconds).
         self.on_commit: Callable[[float, float], None] | None = None
@@ -139,6 +141,11 @@ class DeltaOutput:
         """No name of the tables can collide with a staged one: a staged file gets a name of its own."""
         return set()
 
+    def add_staged(self, table: str, planned: PlannedFile) -> None:
+        """A file another process put under ``table``'s directory at ``planned.path`` (a `spark`
+        executor, kwsniff.spark.uploads): the next commit adds it with the staged files."""
+        self._staged.setdefault(table, []).append(planned)
+
     def spool(self) -> Staging:
         """A local directory for files other processes write before they are moved into
         :attr:`stage` (`spark` executors of a local master, `capture` workers). Its owner drops it."""
@@ -166,16 +173,18 @@ class DeltaOutput:
             found = {t: sorted((stage / t).rglob("*.parquet")) for t in COMMIT_ORDER if (stage / t).is_dir()}
             found = {t: self._with_rows(t, files) for t, files in found.items()}
             found = {t: files for t, files in found.items() if files}
+            remote, self._staged = self._staged, {}
+            found.update({t: [] for t in remote if t not in found})
             replaced = {t for t in found if replacing and t in self._held and self._holds_own(t, found[t])}
-            journal = None if overwrite else self._journal(stage, found, replaced)
+            journal = None if overwrite else self._journal(stage, found, replaced, remote)
             for table in COMMIT_ORDER:
                 files = found.get(table, [])
                 if table in replaced:
                     self._replace(table, files)
                 elif journal is not None and table in journal.tables:
                     self._commit_journaled(table, journal)
-                elif files or (overwrite and table in self._held):
-                    self._commit_table(table, files, overwrite)
+                elif files or table in remote or (overwrite and table in self._held):
+                    self._commit_table(table, files, overwrite, remote.get(table, []))
         except (OSError, DeltaError, DeltaTableError) as exc:
             raise OutputError(f"--out {self.shown}: {error_line(exc)}") from None
         finally:
@@ -207,14 +216,25 @@ class DeltaOutput:
                 f.unlink()
         return kept
 
-    def _journal(self, stage: Path, found: dict[str, list[Path]], replaced: set[str]) -> Journal:
-        """The commit's journal, written into ``stage``: each appended file's table path, chosen now."""
+    def _journal(
+        self,
+        stage: Path,
+        found: dict[str, list[Path]],
+        replaced: set[str],
+        remote: dict[str, list[PlannedFile]],
+    ) -> Journal:
+        """The commit's journal, written into ``stage``: each appended file's table path, chosen now
+        (None as the local path: a file in the table's storage already)."""
         from kwsniff.sinks.delta import planned_file
         from kwsniff.sinks.delta_journal import Journal, endpoint_of, write_journal
 
-        tables = {
+        tables: dict[str, list[tuple[str | None, PlannedFile]]] = {
             table: [
-                (str(f.relative_to(stage)), planned_file(f, date=file_day(f), host=self.host)) for f in files
+                *(
+                    (str(f.relative_to(stage)), planned_file(f, date=file_day(f), host=self.host))
+                    for f in files
+                ),
+                *((None, planned) for planned in remote.get(table, [])),
             ]
             for table, files in found.items()
             if table not in replaced
@@ -226,8 +246,11 @@ class DeltaOutput:
     def _commit_journaled(self, table: str, journal: Journal) -> None:
         stage = self.stage
         files = journal.tables[table]
-        writer = self._writer(table, [stage / local for local, _ in files])
-        staged = [writer.stage_as(stage / local, planned) for local, planned in files]
+        writer = self._writer(table, [stage / local for local, _ in files if local is not None])
+        staged = [
+            writer.stage_as(stage / local, planned) if local is not None else writer.staged(planned)
+            for local, planned in files
+        ]
         self._test_pause(table)
         writer.commit(staged, app_id=journal.app_id, app_version=journal.version)
 
@@ -271,18 +294,28 @@ class DeltaOutput:
         import pyarrow.parquet as pq
 
         from kwsniff.sinks.delta import DeltaTableWriter
+        from kwsniff.tables.schemas import SCHEMAS
 
         writer = self._writers.get(table)
         if writer is None:
             # Kept for the run's later commits (a live capture's periods): each catches up with the
             # log entries written since, instead of reading the table's log again.
-            schema = pq.read_schema(files[0]) if files else self._schema_of(table)
+            schema = (
+                pq.read_schema(files[0])
+                if files
+                else SCHEMAS[table]
+                if table in SCHEMAS and table not in self._held
+                else self._schema_of(table)
+            )
             writer = self._writers[table] = DeltaTableWriter(self.location, table, schema)
         return writer
 
-    def _commit_table(self, table: str, files: list[Path], overwrite: bool) -> None:
+    def _commit_table(
+        self, table: str, files: list[Path], overwrite: bool, remote: list[PlannedFile] | None = None
+    ) -> None:
         writer = self._writer(table, files)
         staged: list[StagedFile] = [writer.stage(f, date=file_day(f), host=self.host) for f in files]
+        staged += [writer.staged(planned) for planned in remote or []]
         writer.commit(staged, overwrite=overwrite)
 
     def _holds_own(self, table: str, files: list[Path]) -> bool:

@@ -67,8 +67,9 @@ def start(
 
 
 def versions(uri: str, options: dict[str, str]) -> int:
+    # `capture_stats`: every period has rows of it (a table without rows in a period gets no commit).
     try:
-        return DeltaTable(f"{uri}/requests", storage_options=options).version()
+        return DeltaTable(f"{uri}/capture_stats", storage_options=options).version()
     except Exception:  # no table yet
         return -1
 

@@ -205,8 +205,9 @@ def test_write_options_refuse_the_same_values_in_the_command_and_the_api(tmp_pat
 
 
 def test_spark_to_s3_commits_the_rows_read_writes(s3: SeaweedS3, plain: Path) -> None:
-    """`spark --out s3://...` (a local master: its executors' files reach the driver through a local
-    spool, which commits each table in one log entry) holds the rows `read` writes for the same inputs."""
+    """`spark --out s3://...`: each executor's task uploads its files into the tables' storage and
+    the driver commits them, each table in one log entry; the tables hold the rows `read` writes for
+    the same inputs."""
     uri = s3.uri("spark-out")
     done = kwsniff_cli(
         "spark",
@@ -214,7 +215,7 @@ def test_spark_to_s3_commits_the_rows_read_writes(s3: SeaweedS3, plain: Path) ->
         "--out",
         uri,
         "--master",
-        "local[1]",
+        "local[2]",
         "--host",
         "spark-host",
         "-q",
@@ -231,6 +232,25 @@ def test_spark_to_s3_commits_the_rows_read_writes(s3: SeaweedS3, plain: Path) ->
     hosts = table_dataset(parse_location(uri, options), "requests").to_table(columns=["host"]).column("host")
     assert set(hosts.to_pylist()) == {"spark-host"}
     assert s3.keys("spark-out/") and not any("_kwsniff" in k or "stage" in k for k in s3.keys("spark-out/"))
+    # The decoded tables' files are the tasks' uploads (one per capture with rows), committed at once:
+    # version 0 made the table, version 1 added them.
+    for table in ("requests", "partitions"):
+        delta = DeltaTable(f"{uri}/{table}", storage_options=options)
+        names = [Path(p).name for p in delta.file_uris()]
+        assert delta.version() == 1, table
+        assert sorted(n.split("-task-")[0] for n in names) == sorted(c.name for c in CAPTURES), names
+
+
+def test_spark_to_s3_decodes_each_capture_in_one_task_and_refuses_flow_buckets(s3: SeaweedS3) -> None:
+    done = kwsniff_cli(
+        "spark", str(CAPTURES[0]), "--out", s3.uri("spark-buckets"), "--flow-buckets", "2", env=s3.env()
+    )
+    assert done.returncode == 2
+    assert (
+        f"--out {s3.uri('spark-buckets')}: each capture is decoded in one task: no --flow-buckets"
+        in done.stderr
+    )
+    assert "Traceback" not in done.stderr
 
 
 def test_a_live_outputs_hourly_upkeep_compacts_its_hours_and_drops_days_past_retain(tmp_path: Path) -> None:

@@ -225,7 +225,8 @@ def test_retain_removes_exactly_the_days_before_the_cutoff(location: Location, t
 
 
 def test_a_captures_upkeep_compacts_and_retains_its_own_host_only(location: Location, tmp_path: Path) -> None:
-    now = time.time()
+    # Half past an hour: each host's three one-minute periods 2 hours before fall in one hour.
+    now = time.time() // HOUR * HOUR - HOUR / 2
     clock = FakeClock(now)
     writer = DeltaTableWriter(location, "requests", SCHEMAS["requests"], clock=clock)
     for host in ("h1", "h2"):

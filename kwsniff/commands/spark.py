@@ -134,6 +134,7 @@ def spark(
         sys.exit(1)
     from kwsniff.core.output import open_output
     from kwsniff.sinks import ExistingOutput, OutputError
+    from kwsniff.sinks.delta_output import DeltaOutput
 
     if isinstance(out, Path):
         held = [t for t in DEFAULT_TABLES if (out / t).is_dir() and any((out / t).iterdir())]
@@ -153,6 +154,14 @@ def spark(
         messages.error(str(exc))
         sys.exit(1)
     click.get_current_context().call_on_close(output.close)
+    remote = None
+    if isinstance(output, DeltaOutput) and not output.location.is_local:
+        # Delta tables on S3: each task uploads its files into the tables' storage itself.
+        from kwsniff.spark.uploads import TableUploads
+
+        if flow_buckets not in (None, 1):
+            raise click.UsageError(f"--out {out}: each capture is decoded in one task: no --flow-buckets")
+        remote = TableUploads(output.location, output.host)
     # Where the executors write their tables' files before the driver moves them into the stage:
     # beside OUT, on its filesystem (a shared one for a cluster), removed by a later run if killed.
     try:
@@ -198,6 +207,7 @@ def spark(
                 range_bytes=range_size,
                 series=series,
                 spool=spool.path,
+                remote=remote,
             )
             failed = decoded.failed()
             if len(failed) < len(paths):  # nothing decoded: nothing written, as `kwsniff read`

@@ -24,7 +24,7 @@ import errno
 import fcntl
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 RENAME_EXCHANGE = 2  # linux/fs.h
@@ -61,7 +61,7 @@ def locked(directory: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _lock_free(path: Path) -> bool:
+def lock_free(path: Path) -> bool:
     """Whether no live run holds ``path`` (a leftover to remove); False if it cannot be opened."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
@@ -80,8 +80,9 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def recover(out: Path) -> None:
-    """Leftovers of dead runs beside ``out`` removed, and a switch a kill interrupted finished.
+def recover(out: Path, keep: Callable[[Path], bool] | None = None) -> None:
+    """Leftovers of dead runs beside ``out`` removed (but those ``keep`` says), and a switch a kill
+    interrupted finished.
 
     Call with the parent locked. A `ready-` directory is complete: with no OUT, the kill fell between
     the fallback's two renames, and the ready one is the new OUT; with OUT there, it was never
@@ -92,7 +93,7 @@ def recover(out: Path) -> None:
     if ready and not os.path.lexists(out):
         os.rename(ready[-1], out)
     for path in found:
-        if path.exists() and _lock_free(path):
+        if path.exists() and lock_free(path) and (keep is None or not keep(path)):
             remove_tree(path)
 
 

@@ -106,6 +106,27 @@ class StagedFile:
     rows: int
 
 
+@dataclass(frozen=True)
+class PlannedFile:
+    """A finished file's place in a table, chosen before it is staged: ``path`` under the table's
+    directory (``date=<day>/host=<host>/<stem>-<uuid>.parquet``), its size, rows and partition."""
+
+    path: str
+    size: int
+    rows: int
+    date: str
+    host: str
+
+
+def planned_file(path: str | os.PathLike[str], *, date: str, host: str) -> PlannedFile:
+    """A table path no other writer can choose for the finished Parquet file ``path``."""
+    import pyarrow.parquet as pq
+
+    source = Path(path)
+    relative = f"{_partition_dir(date, host)}/{safe_file_stem(source.stem)}-{uuid.uuid4().hex}.parquet"
+    return PlannedFile(relative, source.stat().st_size, pq.read_metadata(source).num_rows, date, host)
+
+
 def _add_action(relative: str, size: int, rows: int, date: str, host: str, now_s: float) -> AddAction:
     from deltalake.transaction import AddAction
 
@@ -213,15 +234,16 @@ class DeltaTableWriter:
     def stage(self, path: str | os.PathLike[str], *, date: str, host: str) -> StagedFile:
         """Move (local) or upload and remove (S3) the finished Parquet file ``path`` into the table's
         directory under a name of its own; the file then belongs to the table."""
+        return self.stage_as(path, planned_file(path, date=date, host=host))
+
+    def stage_as(self, path: str | os.PathLike[str], planned: PlannedFile) -> StagedFile:
+        """:meth:`stage` at the table path ``planned`` chose (a journaled commit names its files
+        first); a file already there is replaced, so staging again after a kill is harmless."""
         import pyarrow.fs as pafs
-        import pyarrow.parquet as pq
 
         source = Path(path)
-        rows = pq.read_metadata(source).num_rows
-        size = source.stat().st_size
-        relative = f"{_partition_dir(date, host)}/{safe_file_stem(source.stem)}-{uuid.uuid4().hex}.parquet"
         if self.location.is_local:
-            target = Path(self.location.table_uri(self.table)) / relative
+            target = Path(self.location.table_uri(self.table)) / planned.path
             target.parent.mkdir(parents=True, exist_ok=True)
             try:
                 os.replace(source, target)
@@ -233,10 +255,20 @@ class DeltaTableWriter:
                 self._filesystem = self.location.filesystem()
             fs, root = self._filesystem
             pafs.copy_files(
-                str(source), f"{root}/{self.table}/{relative}", destination_filesystem=fs, chunk_size=8 << 20
+                str(source),
+                f"{root}/{self.table}/{planned.path}",
+                destination_filesystem=fs,
+                chunk_size=8 << 20,
             )
             source.unlink()
-        return StagedFile(_add_action(relative, size, rows, date, host, self.clock()), rows)
+        return self.staged(planned)
+
+    def staged(self, planned: PlannedFile) -> StagedFile:
+        """The commit's record of a file already under the table's directory at ``planned.path``."""
+        action = _add_action(
+            planned.path, planned.size, planned.rows, planned.date, planned.host, self.clock()
+        )
+        return StagedFile(action, planned.rows)
 
     def commit(
         self,

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
     from kwsniff.sinks import Output
     from kwsniff.sinks.delta_output import DeltaOutput
+    from kwsniff.spark.uploads import TableUploads
 
 T = TypeVar("T")
 # The index hashes connections into this many fine buckets, which the driver then groups by their
@@ -202,6 +203,7 @@ def decode(
     range_bytes: int | None = None,
     series: Sequence[Sequence[str]] | None = None,
     spool: str | Path | None = None,
+    remote: TableUploads | None = None,
 ) -> Decoded:
     """Decodes ``paths``, each once, into Parquet files the executors write under ``spool`` (a
     directory every executor can write, on the output's filesystem; default a new temporary
@@ -215,7 +217,11 @@ def decode(
     ``buckets`` flow buckets per capture, or None for ``auto_buckets``. A capture of more than one
     is first indexed in byte ranges of ``range_bytes`` (default: one per executor core, see
     ``range_count``), one task each, which finds where every record lies and which connection it
-    belongs to; then each bucket task reads just its own records."""
+    belongs to; then each bucket task reads just its own records.
+
+    ``remote`` (Delta tables on S3): each task uploads its files into the tables' storage itself
+    (kwsniff.spark.uploads), one task per capture (no flow buckets: their files are rewritten after
+    all of a capture's tasks, which needs them in one place)."""
     opts = options or SessionOptions()
     spool = Path(spool) if spool is not None else Path(tempfile.mkdtemp(prefix="kwsniff-spark-"))
     ordered = [_in_time_order(pieces) for pieces in series] if series is not None else None
@@ -227,7 +233,7 @@ def decode(
     notes: list[tuple[str, str]] = []
     damage: dict[str, str] = {}
     cores = spark.sparkContext.defaultParallelism
-    if ordered is not None:  # a series is one task: its TCP state runs through its pieces
+    if ordered is not None or remote is not None:  # a series is one task: its TCP state runs on
         buckets = 1
     sizes = [_size(p) for p in paths]
     counts = [buckets] * len(paths) if buckets else auto_buckets(sizes, cores)
@@ -259,6 +265,7 @@ def decode(
             task.offsets,
             task.date,
             task.pieces,
+            remote,
         )
         yield pa.RecordBatch.from_pylist([{"status": json.dumps(status)}], schema=STATUS_SCHEMA)
 
@@ -430,8 +437,16 @@ def write(
         if isinstance(out, Path)
         else out
     )
+    uploaded = [s["uploaded"] for s in decoded.kept if "uploaded" in s]
+    if uploaded:  # the executors' files are in the tables' storage already: added to the commit
+        from kwsniff.sinks.delta import PlannedFile
+
+        assert not isinstance(output, Output) and not decoded.fixes
+        for files in uploaded:
+            for table, file in files.items():
+                output.add_staged(table, PlannedFile(**file))
     try:
-        moves = planned(decoded.kept, decoded.fixes, output.stage)
+        moves = planned([s for s in decoded.kept if "uploaded" not in s], decoded.fixes, output.stage)
         if moves.fixed:
 
             def rewrite(group: tuple[BucketFix, list[tuple[str, str, str]]]) -> Iterator[pa.RecordBatch]:
@@ -442,9 +457,9 @@ def write(
         move(moves.plain)
         if "captures" in decoded.tables:
             write_captures(decoded.captures, output.stage)
-        write_empty(decoded.tables, output.stage)
+        write_empty([t for t in decoded.tables if not any(t in files for files in uploaded)], output.stage)
         shutil.rmtree(decoded.spool, ignore_errors=True)
-        if summarize is not None:
+        if summarize is not None and not uploaded:  # summaries need every row in the stage
             summarize(output.stage)
         output.commit()
     finally:

@@ -16,11 +16,13 @@ exactly the numbering of the unsplit decode (a connection is numbered when its f
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
@@ -32,6 +34,9 @@ from kwsniff.pipeline.session import Session, SessionOptions
 from kwsniff.sinks.parquet import ParquetSink
 from kwsniff.spark.inputs import is_uri, open_input, shown
 from kwsniff.tables.schemas import SCHEMAS
+
+if TYPE_CHECKING:
+    from kwsniff.spark.uploads import TableUploads
 
 # The name of a task's files in its folder (`<folder>/<table>/part.parquet`, ParquetSink's layout).
 TASK_FILE = "part"
@@ -301,9 +306,11 @@ def decode_task(
     offsets: list[bytes] | None = None,
     date: str = "",
     pieces: list[str] | None = None,
+    remote: TableUploads | None = None,
 ) -> dict[str, Any]:
     """Decodes one task into Parquet files of its own under ``spool`` and returns its status (below).
-    ``buckets`` 1 decodes the whole capture.
+    ``buckets`` 1 decodes the whole capture. With ``remote`` (one task per capture), the files are
+    then uploaded into the Delta tables' storage, and ``uploaded`` says where (kwsniff.spark.uploads).
 
     With ``pieces`` (`--continuous`: consecutive pieces of one capture, ``path`` the first of them)
     the pieces are read as one capture in the order of their first timestamps, as `kwsniff read
@@ -323,7 +330,8 @@ def decode_task(
     failing capture never fails the Spark job: the driver drops the files of all its tasks and
     reports it (as `kwsniff read` does)."""
     state = {"date": date, "name": name or os.path.basename(shown(path))}
-    folder = os.path.join(spool, uuid.uuid4().hex)
+    # Uploading tasks write on their executor's own disk (a cluster's executors share none).
+    folder = tempfile.mkdtemp(prefix="kwsniff-task-") if remote else os.path.join(spool, uuid.uuid4().hex)
     status: dict[str, Any] = {"bytes": None, "packets": 0, "warnings": [], "error": None}
     status.update(folder=folder, rows={}, meta=None, started=time.time_ns() // 1000)
     started = time.perf_counter()
@@ -332,10 +340,19 @@ def decode_task(
             _decode_series(pieces, options, tables, folder, state, status)
         else:
             _decode(path, bucket, buckets, options, tables, folder, name, offsets, state, status)
+        if remote is not None:
+            from kwsniff.spark.uploads import upload_task_files
+
+            status["name"] = state["name"]
+            files = {t: os.path.join(folder, t, f"{TASK_FILE}.parquet") for t in status["rows"]}
+            upload_task_files(remote, files, status)
     except Exception as exc:  # one capture's failure is a row of `captures`, never a dead job
         status["error"] = failure_reason(exc, shown(path))
         if status["bytes"] is None and not is_uri(path):
             status["bytes"] = file_size(path)
+    finally:
+        if remote is not None:
+            shutil.rmtree(folder, ignore_errors=True)
     status["seconds"] = time.perf_counter() - started
     status.update(name=state["name"], date=state["date"])
     return status

@@ -390,3 +390,42 @@ def test_a_failed_job_names_the_executors_python_in_one_line() -> None:
     )
     assert failure(checked) == f"executor imported kwsniff from /x/kwsniff {SHADOW_LINE}"
     assert failure(RuntimeError("java.lang.OutOfMemoryError: Java heap space")) is None
+
+
+def test_executors_upload_their_files_to_s3_and_the_driver_commits_them_on_a_standalone_cluster(
+    tmp_path: Path, expected: dict
+) -> None:
+    """`spark --out s3://` on a real standalone cluster whose worker cannot see the driver's
+    temporary directory (a tmpfs over it in the worker's mount namespace): no file can reach the
+    driver but through the S3 server (SeaweedFS), so the executors' tasks upload their tables'
+    files there and the driver commits them. The Delta tables hold the rows `read` writes."""
+    from deltalake import DeltaTable
+    from seaweed import seaweed_s3
+
+    from kwsniff.sinks.delta import table_dataset
+    from kwsniff.sinks.location import parse_location
+
+    driver_tmp, cluster = tmp_path / "driver-tmp", tmp_path / "cluster"
+    driver_tmp.mkdir()
+    cluster.mkdir()
+    with seaweed_s3(tmp_path / "seaweed") as s3, standalone(cluster, hidden=driver_tmp) as url:
+        uri = s3.uri("cluster-tables")
+        here = ["--conf", f"spark.executorEnv.PYTHONPATH={ROOT}"]
+        env = {**s3.storage_options(), "TMPDIR": str(driver_tmp)}
+        result = kwsniff(
+            ["spark", *map(str, CAPTURES), "--out", uri, "--master", url, *here], cwd=tmp_path, env=env
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert errors_of(result) == []
+        options = s3.storage_options()
+        location = parse_location(uri, options)
+        got = {}
+        for t in ROW_TABLES:
+            rows = table_dataset(location, t).to_table().to_pylist() if expected[t] else []
+            got[t] = sorted(({k: r[k] for k in SCHEMAS[t].names} for r in rows), key=_key)
+        assert got == expected
+        # The tables' files are the tasks' uploads, named by capture, added in one commit.
+        for table in ("requests", "partitions"):
+            delta = DeltaTable(f"{uri}/{table}", storage_options=options)
+            names = sorted(Path(p).name.split("-task-")[0] for p in delta.file_uris())
+            assert names == sorted(c.name for c in CAPTURES) and delta.version() == 1, table

@@ -316,11 +316,13 @@ def test_the_html_report_shows_its_plots_in_chromium(traffic: dict) -> None:
         check=True,
     )
     pixels = mpimg.imread(shot)[:, :, :3]
-    # matplotlib's first two line colours (C0 blue #1f77b4, C1 orange #ff7f0e): the lag lines of
-    # the two groups, the first plot on the page.
-    for rgb in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E)):
-        near = (abs(pixels * 255 - rgb) < 12).all(axis=2)
-        assert near.sum() > 200, rgb
+    # The lag plot, the first on the page, is a row of panels per group that committed (g-active,
+    # g-stopped, g-left), each drawing its one partition's line in matplotlib's first colour (C0
+    # blue #1f77b4): three bands of blue one above the other, before the other plots' lines.
+    near = (abs(pixels * 255 - (0x1F, 0x77, 0xB4)) < 12).all(axis=2)
+    rows = [int(y) for y in near.sum(axis=1).nonzero()[0] if near[y].sum() >= 3]
+    bands = [rows[0]] + [b for a, b in zip(rows, rows[1:], strict=False) if b - a > 40]
+    assert len(bands) >= 3 and near.sum() > 600, bands
 
 
 def test_each_group_state_is_what_the_test_did_to_its_consumer(traffic: dict) -> None:

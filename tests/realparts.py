@@ -692,13 +692,25 @@ def wait_for_captured_packets(
 
 
 def start_kwsniff_capture(net: ReplayNet, args: Sequence[str], err_path: Path) -> subprocess.Popen[bytes]:
-    """`kwsniff capture` on ``net.capture`` inside the namespace, returned once it says it is
-    capturing (every worker in its fanout group); its stderr goes to ``err_path``. `ip netns exec`
-    execs the command, so the process we hold is kwsniff itself: stop it with stop_process and
+    """`kwsniff capture` on ``net.capture`` inside the namespace (start_capture_on)."""
+    return start_capture_on(net.capture, args, err_path, netns=net.netns)
+
+
+def start_capture_on(
+    iface: str,
+    args: Sequence[str],
+    err_path: Path,
+    netns: str | None = None,
+    env: dict[str, str] | None = None,
+    stdout: int = subprocess.PIPE,
+) -> subprocess.Popen[bytes]:
+    """`kwsniff capture IFACE ARGS` (in ``netns`` if given), returned once it says it is capturing
+    (every worker in its fanout group); its stderr goes to ``err_path``. `ip netns exec` execs the
+    command, so the process we hold is kwsniff itself: stop it with stop_process and
     CAPTURE_STOP_TIMEOUT_S."""
-    command = [*netns_prefix(net.netns), sys.executable, "-m", "kwsniff", "capture", net.capture, *args]
+    command = [*netns_prefix(netns), sys.executable, "-m", "kwsniff", "capture", iface, *args]
     with err_path.open("wb") as err:
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err)
+        proc = subprocess.Popen(command, stdout=stdout, stderr=err, env=env)
     deadline = time.monotonic() + CAPTURE_READY_TIMEOUT_S
     while b"kwsniff: capturing on" not in err_path.read_bytes():
         if proc.poll() is not None or time.monotonic() > deadline:

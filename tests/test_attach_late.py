@@ -21,6 +21,7 @@ from tests.realparts import (
     create_topics,
     run_kwsniff,
     start_broker,
+    start_capture_on,
     stop_process,
     wait_until,
 )
@@ -87,23 +88,8 @@ def test_a_capture_attached_half_a_minute_late_names_what_it_saw_before_learning
                     break
             else:
                 raise AssertionError("the clients ended before reading enough")
-            with err.open("wb") as sink:
-                capture = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "kwsniff",
-                        "capture",
-                        "lo",
-                        "--out",
-                        str(out),
-                        "-p",
-                        str(broker.port),
-                    ]
-                    + ["--workers", "2", "--rotate-seconds", "2"],
-                    stdout=subprocess.PIPE,
-                    stderr=sink,
-                )
+            args = ["--out", str(out), "-p", str(broker.port), "--workers", "2", "--rotate-seconds", "2"]
+            capture = start_capture_on("lo", args, err)
 
             def named_and_committed() -> bool:
                 assert capture is not None and capture.poll() is None, err.read_text()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from tests.realparts import (
     free_port,
     produce_with_confluent,
     start_broker,
+    start_capture_on,
     stop_process,
     wait_until,
 )
@@ -48,22 +48,9 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
 def start(
     uri: str, host: str, workers: str, port: int, metrics: int, err: Path, env: dict[str, str]
 ) -> subprocess.Popen[bytes]:
-    with open(err, "wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kwsniff", "capture", "lo", "--out", uri, "--append", "--host", host]
-            + ["--broker-port", str(port), "--workers", workers, "--rotate-seconds", "2"]
-            + ["--metrics-port", str(metrics)],
-            stdout=subprocess.PIPE,
-            stderr=sink,
-            env=env,
-        )
-    wait_until(
-        lambda: b"kwsniff: capturing on lo" in err.read_bytes() or proc.poll() is not None,
-        f"capture {host} started",
-        READY_TIMEOUT_S,
-    )
-    assert proc.poll() is None, err.read_text()
-    return proc
+    args = ["--out", uri, "--append", "--host", host, "--broker-port", str(port), "--workers", workers]
+    args += ["--rotate-seconds", "2", "--metrics-port", str(metrics)]
+    return start_capture_on("lo", args, err, env=env)
 
 
 def versions(uri: str, options: dict[str, str]) -> int:

@@ -38,6 +38,7 @@ from tests.realparts import (
     create_topics,
     free_ports,
     start_broker,
+    start_capture_on,
     stop_process,
     wait_until,
 )
@@ -120,22 +121,9 @@ class Producing:
 def start_capture(
     s3: SeaweedS3, uri: str, host: str, broker: Broker, metrics: int, err: Path, env: dict[str, str]
 ) -> subprocess.Popen[bytes]:
-    with open(err, "wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kwsniff", "capture", "lo", "--out", uri, "--append", "--host", host]
-            + ["--broker-port", str(broker.port), "--workers", "1", "--rotate-seconds", "1"]
-            + ["--metrics-port", str(metrics)],
-            stdout=subprocess.DEVNULL,
-            stderr=sink,
-            env=env,
-        )
-    wait_until(
-        lambda: b"kwsniff: capturing on lo" in err.read_bytes() or proc.poll() is not None,
-        f"capture {host} started",
-        READY_TIMEOUT_S,
-    )
-    assert proc.poll() is None, err.read_text()
-    return proc
+    args = ["--out", uri, "--append", "--host", host, "--broker-port", str(broker.port), "--workers", "1"]
+    args += ["--rotate-seconds", "1", "--metrics-port", str(metrics)]
+    return start_capture_on("lo", args, err, env=env, stdout=subprocess.DEVNULL)
 
 
 def commits(metrics: int) -> float:

@@ -235,6 +235,16 @@ def worker_decoder(
     return WorkerDecoder(capture, options, live, RowRelay(), index=1, events=events, control=control)
 
 
+def replayed(sample: Path, options: SessionOptions, sink: Any = None) -> tuple[ReplayedBatches, Session]:
+    """``sample``'s packets as a capture thread queues them, and a session that decoded them all."""
+    capture = ReplayedBatches(sample)
+    reference = Session("fake", sink if sink is not None else ListSink(), options)
+    for ts, data in capture.packets:
+        reference.packet(ts, capture.linktype, data)
+    reference.finish()
+    return capture, reference
+
+
 def worker_run(
     tmp_path: Path, capture: Any, options: SessionOptions, *messages: tuple[Any, ...]
 ) -> tuple[WorkerDecoder, list[tuple[Any, ...]]]:
@@ -259,11 +269,7 @@ def test_a_worker_relays_the_views_rows_and_shares_the_brokers_it_learns(tmp_pat
     sample = ROOT / "tests" / "data" / "captures" / "kafka_python.pcap"
     options = SessionOptions(broker_ports=frozenset({1}))
     single = LiveStats()
-    reference = Session("fake", StatsSink(ListSink(), single), options)
-    capture = ReplayedBatches(sample)
-    for ts, data in capture.packets:
-        reference.packet(ts, capture.linktype, data)
-    reference.finish()
+    capture, reference = replayed(sample, options, StatsSink(ListSink(), single))
     assert reference.brokers  # the sample's broker, learned
 
     elsewhere = (bytes([10, 0, 0, 9]), 19999)
@@ -286,13 +292,8 @@ def test_a_worker_shares_the_node_ids_it_learns_and_names_held_rows_with_those_o
     """Node ids of broker addresses (docs/tables.md "Which broker answered") travel like learned
     brokers: those a worker learned go out once, with its stats; those another worker learned are
     taken here and name the rows held for them."""
-    sample = ROOT / "tests" / "data" / "captures" / "kafka_python.pcap"
     options = SessionOptions(broker_ports=frozenset({19103}))
-    reference = Session("fake", ListSink(), options)
-    capture = ReplayedBatches(sample)
-    for ts, data in capture.packets:
-        reference.packet(ts, capture.linktype, data)
-    reference.finish()
+    capture, reference = replayed(ROOT / "tests" / "data" / "captures" / "kafka_python.pcap", options)
     sample_ids = reference.rows.node_ids.directory.learned
     assert list(sample_ids) == [("127.0.0.1", 19103)]  # the sample's one broker, named by its Metadata
 
@@ -315,13 +316,8 @@ def test_a_worker_shares_the_topic_names_it_learns_and_takes_those_of_others(tmp
     """Topic ids' names travel like node ids: a consumer's Fetch by id on a connection of one worker
     is named by a Metadata another worker decoded. Those a worker learned go out once; another's are
     learned (rows held for them are then written named: TopicNames) and not sent back."""
-    sample = ROOT / "tests" / "data" / "captures" / "kafka_python.pcap"
     options = SessionOptions(broker_ports=frozenset({19103}))
-    reference = Session("fake", ListSink(), options)
-    capture = ReplayedBatches(sample)
-    for ts, data in capture.packets:
-        reference.packet(ts, capture.linktype, data)
-    reference.finish()
+    capture, reference = replayed(ROOT / "tests" / "data" / "captures" / "kafka_python.pcap", options)
     own = dict(reference.rows.topics.names)
     assert sorted(own.values()) == ["kp-events", "kp-orders", "kp-temp"]  # its Metadata named them
 

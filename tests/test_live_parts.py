@@ -495,3 +495,31 @@ def test_a_capture_that_fails_to_start_leaves_no_table_directories(tmp_path: Pat
         f"kwsniff: error: --metrics-port {port}: Address already in use\n",
     )
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_the_view_window_is_taken_every_interval_even_when_quiet(
+    quiet: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`capture -q` shows no view, but the window of rows the view reads is still taken (and
+    dropped) each interval: before, a quiet capture gathered every request's latency in it for
+    as long as it ran."""
+    from kwsniff.commands import capture as command
+    from kwsniff.view.stats import LiveStats
+
+    monkeypatch.setattr(command, "LOG_INTERVAL_S", 0.0)
+    stats = LiveStats()
+    calls = iter(range(3))  # three passes of the loop, then it ends
+
+    def running() -> bool:
+        if next(calls, None) is None:
+            return False
+        stats.row("requests", {"api_name": "Fetch", "api_key": 1, "latency_ms": 2.5})
+        return True
+
+    command._watch(
+        "lo", running, CaptureCounters, lambda: 0, stats, threading.Event(), time.monotonic(), None, quiet
+    )
+    assert stats.window.requests == {} and dict(stats.window.latencies_ms) == {}
+    logged = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(logged) == (0 if quiet else 3)  # one log line a pass when not quiet

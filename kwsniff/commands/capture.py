@@ -373,11 +373,14 @@ def _watch(
             if stop.wait(max(0.0, wait)) or (duration and time.monotonic() - started >= duration):
                 return
             now = time.monotonic()
-            if now - last < interval or quiet:
+            if now - last < interval:
                 continue
+            # Taken when quiet too: the window gathers every row's latency until someone takes it.
             window = stats.take_window()
             view = (iface, now - started, window, now - last, stats.totals, snapshot())
             last = now
+            if quiet:
+                continue
             if live_view is not None:
                 live_view.update(render(*view, open_connections()), refresh=True)
             else:

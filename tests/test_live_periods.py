@@ -452,6 +452,27 @@ def test_a_periods_worker_files_merge_into_one_in_time_order(tmp_path: Path) -> 
     assert sorted(tmp_path.iterdir()) == [target, spool] and list(spool.iterdir()) == []
 
 
+def test_a_killed_workers_empty_period_file_is_left_out_of_the_merge(tmp_path: Path) -> None:
+    """A worker SIGKILLed before its period file had a header leaves an empty file: the merge
+    leaves it out (removed) instead of failing the capture (CI: `... w0-000003.pcap: empty file`,
+    exit 1); a period of empty files only gets no file."""
+    spool = tmp_path / "spool"
+    writer = PeriodPcapWriter(spool, "w1", linktype=113, snaplen=262144)
+    writer.write([(1000, b"a"), (2000, b"b")])
+    writer.close()
+    killed = spool / "w0-000003.pcap"
+    killed.write_bytes(b"")
+    target = period_path(tmp_path / "live.pcap", 3, 1_767_225_600.5)
+    assert merge_period([killed, writer.closed[0][1]], target) == 2
+    assert dpkt_packets(target) == (113, [(1000, b"a"), (2000, b"b")])
+    assert list(spool.iterdir()) == []
+    alone = spool / "w0-000004.pcap"
+    alone.write_bytes(b"")
+    later = period_path(tmp_path / "live.pcap", 4, 1_767_225_601.5)
+    assert merge_period([alone], later) is None
+    assert not later.exists() and not alone.exists()
+
+
 def test_rotations_keep_to_the_grid_and_a_late_one_is_not_followed_by_a_short_period() -> None:
     assert next_rotation(105.0, 105.1, 5.0) == 110.0
     assert next_rotation(105.0, 112.0, 5.0) == 115.0  # asked 7 s late: 110 is passed

@@ -166,10 +166,19 @@ def _packets(reader: CaptureReader) -> Iterator[tuple[int, bytes]]:
         yield ts, data
 
 
-def merge_period(inputs: list[Path], target: Path) -> int:
+def merge_period(inputs: list[Path], target: Path) -> int | None:
     """The workers' files of one period (pcaps of one link type, each in time order) as one file at
     ``target``, in timestamp order; written under a hidden temporary name and renamed into place, so
-    a `*.pcap` glob never meets half a file. The inputs are removed. The packets written."""
+    a `*.pcap` glob never meets half a file. The inputs are removed. The packets written; None, and
+    no file, when every input is empty."""
+    # An empty input is a worker's killed before it wrote its file's header: it holds no packet
+    # (the coordinator counts what a killed worker lost).
+    empty = [path for path in inputs if path.stat().st_size == 0]
+    for path in empty:
+        path.unlink(missing_ok=True)
+    inputs = [path for path in inputs if path not in empty]
+    if not inputs:
+        return None
     temp = target.with_name(f".{target.name}.tmp")
     with contextlib.ExitStack() as stack:
         readers = [stack.enter_context(open_capture(path)) for path in inputs]
@@ -223,7 +232,7 @@ class PeriodMerger:
             period, start_s, inputs = item
             path = period_path(self.target, period, start_s)
             try:
-                merge_period(inputs, path)
-                self.files.append(path)
+                if merge_period(inputs, path) is not None:
+                    self.files.append(path)
             except (OSError, CaptureError) as err:
                 self.errors.append(f"--write-pcap {path}: {getattr(err, 'strerror', None) or err}")

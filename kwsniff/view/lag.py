@@ -161,16 +161,20 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
         if cap is None:
             return True
         partitions = len(self.logs) + 1
+
+        def charge(points: int) -> int:
+            return partitions * (points * POINT_BYTES + PARTITION_COST)
+
         points = self.points
-        while partitions * (points * POINT_BYTES + PARTITION_COST) > cap and points > MIN_POINTS:
+        while charge(points) > cap and points > MIN_POINTS:
             points //= 2
-        if partitions * (points * POINT_BYTES + PARTITION_COST) > cap:
+        charged = charge(points)
+        if charged > cap:
             return False
         if points != self.points:
             self.points = points
             for log in self.logs.values():
                 log.times.shrink(points)
-        charged = partitions * (points * POINT_BYTES + PARTITION_COST)
         self.pool[0] += charged - self.held_bytes
         self.held_bytes = charged
         return True

@@ -253,6 +253,46 @@ def test_spark_to_s3_decodes_each_capture_in_one_task_and_refuses_flow_buckets(s
     assert "Traceback" not in done.stderr
 
 
+def test_a_live_outputs_upkeep_runs_at_the_first_commit_after_each_hour_not_an_hour_after_its_start(
+    tmp_path: Path,
+) -> None:
+    """A capture started at 10:59:30 compacts the hour 10:00-11:00 at its first commit after 11:00
+    (not at 11:59:30, which left up to two hours of period files between compactions), and the next
+    upkeep is at the first commit after 12:00."""
+    from kwsniff.sinks import ExistingOutput, ParquetSink
+    from kwsniff.sinks.delta_output import DeltaOutput
+
+    hour = 3600 * (int(time.time()) // 3600)
+    clock = [hour - 30.0]  # 30 s before the hour
+    location = parse_location(tmp_path / "live")
+    output = DeltaOutput(location, ExistingOutput.REFUSE, "h", upkeep_s=3600, clock=lambda: clock[0])
+
+    def period(seq: int) -> None:
+        start_us = int(clock[0] * 1_000_000)
+        with ParquetSink(output.stage, f"cap-{seq:06d}", ("capture_stats",)) as sink:
+            sink.add(
+                "capture_stats",
+                {"capture": "cap", "period_start": start_us, "period_end": start_us + 10_000_000, "packets": seq,
+                 "bytes": 0, "kernel_drops": 0, "if_drops": 0, "queue_drops": 0, "worker": 0},
+            )  # fmt: skip
+        output.commit(again=True)
+
+    upkeeps = []
+    for seq, at in enumerate((-30, -20, -10, 5, 15, 1800, 3599, 3601), 1):
+        clock[0] = hour + at
+        period(seq)
+        upkeeps.append(output.upkeeps)
+    output.close()
+    assert upkeeps == [0, 0, 0, 1, 1, 1, 1, 2]
+    # The first upkeep compacted the three files of the hour before, the second the four of the hour
+    # after; the file staged after 12:00 waits for its hour to end.
+    dataset = table_dataset(location, "capture_stats")
+    names = sorted(Path(f).name.rsplit("-", 1)[0] for f in dataset.files)
+    before, after = (time.strftime("%Y-%m-%d-h%H", time.gmtime(hour + d)) for d in (-30, 5))
+    assert names == sorted([f"compacted-{before}", f"compacted-{after}", "cap-000008"])
+    assert dataset.count_rows() == 8
+
+
 def test_a_live_outputs_hourly_upkeep_compacts_its_hours_and_drops_days_past_retain(tmp_path: Path) -> None:
     """`capture --retain 7d` (kwsniff.sinks.delta_output.DeltaOutput with upkeep): an hour after the
     last upkeep, the next commit compacts this host's finished hours and removes its days older than
@@ -289,4 +329,5 @@ def test_a_live_outputs_hourly_upkeep_compacts_its_hours_and_drops_days_past_ret
     assert output.upkeeps == 1
     assert sorted(r["packets"] for r in rows) == [2, 3, 4]  # the day ten days back is gone
     assert {r["date"] for r in rows} == {utc_day(now_us)}
-    assert len(stats.files) == 1  # this hour's three files compacted into one
+    # this hour's three files compacted into one; the fourth, staged two hours on, waits for its hour
+    assert sorted(Path(f).name.split("-")[0] for f in stats.files) == ["cap", "compacted"]

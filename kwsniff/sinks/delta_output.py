@@ -15,6 +15,7 @@ anything is decoded) and refuses tables already there unless ``--append`` or ``-
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import tempfile
@@ -72,13 +73,15 @@ class DeltaOutput:
         self.location = location
         self.existing = existing
         self.host = host
-        # A live capture's upkeep (kwsniff.sinks.delta_upkeep): every ``upkeep_s`` seconds after a
-        # commit, each table it wrote has this host's finished hours compacted, its days older than
-        # ``retain_s`` removed, and what left the table vacuumed. None: no upkeep (`read`, `spark`).
+        # A live capture's upkeep (kwsniff.sinks.delta_upkeep): at the first commit after each
+        # boundary of ``upkeep_s`` seconds on the clock (each hour, on the hour: the hour just
+        # finished is compacted at once, whenever the run began), each table it wrote has this
+        # host's finished hours compacted, its days older than ``retain_s`` removed, and what left
+        # the table vacuumed. None: no upkeep (`read`, `spark`).
         self.upkeep_s = upkeep_s
         self.retain_s = retain_s
         self.clock = clock
-        self._next_upkeep = None if upkeep_s is None else clock() + upkeep_s
+        self._next_upkeep = None if upkeep_s is None else self._boundary_after(clock())
         self.upkeeps = 0
         # Called with the clock's time after each upkeep (`capture --retain` with `--write-pcap`:
         # the period pcaps past the retention deleted, kwsniff.capture.pcap_periods.expire_periods).
@@ -196,9 +199,14 @@ class DeltaOutput:
             self._stage = Staging(self._scratch)
         if self.on_commit is not None:
             self.on_commit(time.time(), time.monotonic() - began)
-        if self._next_upkeep is not None and self.upkeep_s is not None and self.clock() >= self._next_upkeep:
-            self._next_upkeep = self.clock() + self.upkeep_s
+        if self._next_upkeep is not None and self.clock() >= self._next_upkeep:
+            self._next_upkeep = self._boundary_after(self.clock())
             self.upkeep()
+
+    def _boundary_after(self, now: float) -> float:
+        """The first multiple of ``upkeep_s`` seconds (on the Unix clock) after ``now``."""
+        assert self.upkeep_s is not None
+        return (math.floor(now / self.upkeep_s) + 1) * self.upkeep_s
 
     def _with_rows(self, table: str, files: list[Path]) -> list[Path]:
         """``files`` but the empty ones, when the table is there already: an empty file adds nothing
@@ -307,7 +315,7 @@ class DeltaOutput:
                 if table in SCHEMAS and table not in self._held
                 else self._schema_of(table)
             )
-            writer = self._writers[table] = DeltaTableWriter(self.location, table, schema)
+            writer = self._writers[table] = DeltaTableWriter(self.location, table, schema, clock=self.clock)
         return writer
 
     def _commit_table(

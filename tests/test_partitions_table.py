@@ -450,6 +450,19 @@ def test_rows_held_for_a_topic_name_are_bounded_and_the_overflow_counted() -> No
     assert (names.unresolved, sink.rows[-1]) == (1, ("records", {"topic_id": "c", "topic": None}))
 
 
+def test_topic_names_hand_out_only_the_names_learned_or_changed_since_they_were_last_taken() -> None:
+    """A live worker shares the names it learns at each stats message: only the new ones, not every
+    name known compared again each time (kwsniff.pipeline.live_worker)."""
+    names = TopicNames(_Sink())
+    names.learn({"a": "orders", "b": "payments"})
+    assert sorted(names.take_fresh()) == [("a", "orders"), ("b", "payments")]  # the first: every name
+    assert names.take_fresh() == []
+    names.learn({"a": "orders", "c": "audit"})  # a known again: not fresh
+    names.learn({"b": "payments-v2"})  # renamed (an id reused): fresh
+    assert sorted(names.take_fresh()) == [("b", "payments-v2"), ("c", "audit")]
+    assert names.take_fresh() == []
+
+
 def test_unanswered_acks_0_produce_gives_request_side_rows() -> None:
     produce = {
         "acks": 0,

@@ -206,8 +206,8 @@ class WorkerDecoder(LiveDecoder):
         self.pcaps_reported = 0  # of the period pcaps closed, those sent
         self.shared: set[tuple[bytes, int]] = set()  # learned brokers the other workers were told of
         self.shared_ids: dict[tuple[str, int], int] = {}  # node ids of broker addresses, likewise
-        self.shared_names: dict[Any, str] = {}  # topic ids' names, likewise
         self.told_to_finish = False  # the coordinator's `finish`: every worker is drained
+        self.session.rows.topics.fresh = {}  # the names it learns, shared at each stats
         # The packets taken from the kernel so far, in memory the coordinator shares: it outlives
         # this process, so the coordinator can count what a killed worker lost.
         self.taken: Any = None
@@ -268,9 +268,12 @@ class WorkerDecoder(LiveDecoder):
             self.shared_ids.update(message[1])
             self.session.rows.node_ids.share(message[1])
         elif message[0] == "topic_names":  # topic ids' names another worker learned
-            names = dict(message[1])
-            self.shared_names.update(names)
-            self.session.rows.topics.learn(names)
+            names, topics = dict(message[1]), self.session.rows.topics
+            topics.learn(names)
+            fresh = topics.fresh
+            for k, v in names.items():  # not sent back
+                if fresh is not None and fresh.get(k) == v:
+                    del fresh[k]
 
     def closed_pcaps(self) -> list[tuple[int, str]]:
         """(period, path) of this worker's `--write-pcap` files closed since the last call."""
@@ -289,11 +292,7 @@ class WorkerDecoder(LiveDecoder):
         # heard (kwsniff.rows.brokers), and a flood of such claims is not copied to every worker.
         ids = [(e, n) for e, n in self.session.rows.node_ids.directory.owned() if e not in self.shared_ids]
         self.shared_ids.update(ids)
-        shared, known = self.shared_names, self.session.rows.topics.names
-        names = [(k, v) for k, v in known.items() if shared.get(k) != v]
-        shared.update(names)
-        if len(shared) > 2 * len(known) + 1_024:  # names the budget made it forget: not held twice
-            self.shared_names = {k: v for k, v in shared.items() if k in known}
+        names = self.session.rows.topics.take_fresh()  # only those learned since the last stats
         counters = self.capture.snapshot()
         self.events.put(
             ("stats", self.index, counters, self.open_connections(), rows, sorted(learned), ids, names)

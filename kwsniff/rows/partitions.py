@@ -349,18 +349,23 @@ class TopicNames:
         self.held_bytes = 0  # what this map charged to the pool
         self.evicted = 0  # names forgotten to stay under the cap
         self.evicted_bytes = 0
+        # The names learned or changed since :meth:`take_fresh`, when a reader takes them (a live
+        # worker shares them with the others, kwsniff.pipeline.live_worker); None: not gathered.
+        self.fresh: dict[Any, str] | None = None
 
     def learn(self, ids: dict[str, str]) -> None:
         names = self.names
         if not ids or all(names.get(k) == v for k, v in ids.items()):
             return
-        charged = 0
+        charged, fresh = 0, self.fresh
         for k, v in ids.items():
             old = names.pop(k, None)  # pop: named again, it is the newest and the last to go
             if old is not None:
                 charged -= _name_cost(k, old)
             names[k] = v
             charged += _name_cost(k, v)
+            if fresh is not None and old != v:
+                fresh[k] = v
         self.held_bytes += charged
         self.pool[0] += charged
         if self.cap is not None and self.held_bytes > self.cap:
@@ -377,6 +382,12 @@ class TopicNames:
             self.held = waiting
         if self.spelling:
             self.spelling = [entry for entry in self.spelling if not self._spelled(entry)]
+
+    def take_fresh(self) -> list[tuple[Any, str]]:
+        """The (id, name) pairs learned or changed since the last call; at the first, every name
+        known (and from then on the new ones are gathered for the next)."""
+        fresh, self.fresh = (self.names if self.fresh is None else self.fresh), {}
+        return list(fresh.items())
 
     def _evict(self, cap: int) -> None:
         """The oldest names go until the map holds 7/8 of ``cap`` (one scan, not one per name)."""

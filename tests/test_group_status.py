@@ -213,3 +213,53 @@ def test_a_kip_848_groups_members_are_its_heartbeating_members_until_they_go() -
     # A coordinator error says nothing of the member; silence past the session timeout (45 s) does.
     assert members(heartbeat("a", 15, "error", 14), clock=14 + 45) == "1.0"
     assert members(clock=14 + 45.1) == "0.0"
+
+
+def test_a_group_not_seen_for_the_expiry_is_forgotten_with_its_series_and_a_quiet_partition_with_it() -> None:
+    """A month unattended: groups come and go (console consumers, tests, renamed services). One not
+    seen acting for `--group-expiry` (packet time) is forgotten: its lags, clients and status, and
+    every series of it is removed from the endpoint with its share of the series budget; a partition
+    no group follows that had no event for as long goes too. A group still acting stays."""
+    hour = 3600 * S
+    stats = LiveStats(collect_pending=True, group_expiry=hour)
+    lag = stats.lag
+    assert lag is not None
+    client = {"client_id": "audit-1", "client_ip": "10.0.0.7"}
+    stats.row("groups", {**client, "api_key": 11, "group_id": "audit", "ts_request": T0})
+    stats.row(
+        "partitions",
+        {**client, "api_key": 1, "topic": "t", "partition": 0, "high_watermark": 10, "ts_response": T0},
+    )
+    stats.row("partitions", produce(0, RATE))
+    stats.row("partitions", {**produce(0, RATE), "topic": "u"})  # a partition no group follows
+    stats.row("partitions", commit(5, T0 + S, "old"))
+    stats.row("partitions", commit(5, T0 + S, "g"))
+    metrics = Metrics()
+    metrics.update(CaptureCounters(), stats.take_pending(), 0)
+
+    def groups_in_series() -> set[str]:
+        text = generate_latest(metrics.registry).decode()
+        return {
+            line.split('group="')[1].split('"')[0]
+            for line in text.splitlines()
+            if line.startswith("kwsniff_consumer_group") and 'group="' in line
+        }
+
+    assert groups_in_series() == {"audit", "old", "g"}
+    # Two hours on, only g commits again (and a batch is produced on t).
+    later = T0 + 2 * hour
+    stats.row("partitions", {**produce(1, RATE), "ts_response": later, "ts_request": later})
+    stats.row("partitions", commit(15, later, "g"))
+    pending = stats.take_pending()
+    assert sorted(pending.forgotten) == ["audit", "old"]
+    metrics.update(CaptureCounters(), pending, 0)
+    assert groups_in_series() == {"g"}
+    assert sorted(lag.lags) == [("g", "t", 0)]
+    assert (lag.group_clients, lag.uncommitted, sorted(lag.logs)) == ({}, {}, [("t", 0)])
+    assert (lag.expired_groups, lag.expired_partitions) == (2, 1)
+    # What the endpoint still holds is charged, and no more.
+    assert {key[1][0] for key in metrics._series if key[0] in ("lag", "status", "group")} == {"g"}
+    assert metrics.held_bytes == sum(metrics._cost(m, labels) for m, labels in metrics._series)
+    # A forgotten group that comes back is followed again from its next commit.
+    stats.row("partitions", commit(15, later + S, "old"))
+    assert sorted(s[:2] for s in lag.statuses()) == [("g", "t"), ("old", "t")]

@@ -218,11 +218,11 @@ def test_metrics_scrape_names_and_counts() -> None:
     metrics.serve(port, "127.0.0.1")
     try:
         requests = [("Produce", "10.0.0.1:9092", 0.003, "p"), ("Fetch", "10.0.0.2:9092", 0.4, None)]
-        metrics.update(CaptureCounters(10, 1500, 2, 0, 1, 4), (requests, [], [], [], [], [], [], []), 3)
+        metrics.update(CaptureCounters(10, 1500, 2, 0, 1, 4), (requests, [], [], [], [], [], [], [], []), 3)
         error = ("NOT_LEADER_OR_FOLLOWER", "Produce", "p", False)
         metrics.update(
             CaptureCounters(25, 4000, 5, 0, 1, 0),
-            ([("Produce", "10.0.0.1:9092", 0.002, "p")], [error], [], [], [], [], [], []),
+            ([("Produce", "10.0.0.1:9092", 0.002, "p")], [error], [], [], [], [], [], [], []),
             2,
         )
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
@@ -375,9 +375,11 @@ def test_view_stats_from_rows() -> None:
     assert stats.totals.errors == {"NOT_LEADER_OR_FOLLOWER": 2}
     assert (stats.totals.produced_bytes, stats.totals.fetched_bytes) == ({"t": 1234}, {"t": 3000})
     assert stats.totals.throttled == {"c": 1}
-    requests, errors, _topics, _lags, _joins, _replication, _statuses, _removed = stats.take_pending()
+    requests, errors, _topics, _lags, _joins, _replication, _statuses, _removed, _forgotten = (
+        stats.take_pending()
+    )
     assert (len(requests), errors) == (102, [("NOT_LEADER_OR_FOLLOWER", "Fetch", None, False)] * 2)
-    assert stats.take_pending() == ([], [], [], [], [], [], [], [])
+    assert stats.take_pending() == ([], [], [], [], [], [], [], [], [])
     line = log_line("lo", 10.0, window, 10.0, stats.totals, CaptureCounters(7, 700, 1, 0, 2), 3)
     assert line.startswith(
         "kwsniff: lo 10s packets=7 dropped_packets_kernel=1 dropped_packets_interface=0 dropped_packets_queue=2"

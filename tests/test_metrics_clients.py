@@ -164,7 +164,7 @@ def test_client_series_take_at_most_half_of_the_series_cap() -> None:
     requests = [("Produce", None, 0.001, f"c{i:02d}") for i in range(20)]
     topics = [(f"t{i}", "Produce", 3, 300, "c00") for i in range(5)]
     lag = [(("g", "t0", 0), 1, 0.5, None)]
-    metrics.update(CaptureCounters(), Pending(requests, [], topics, lag, [], [], [], []), 0)
+    metrics.update(CaptureCounters(), Pending(requests, [], topics, lag, [], [], [], [], []), 0)
     values = scraped(scrape_registry(metrics))
     assert series(values, "kwsniff_client_requests_total") == {
         f'kwsniff_client_requests_total{{api="Produce",client_id="c{i:02d}"}}': 1.0 for i in range(5)
@@ -192,7 +192,7 @@ def test_the_endpoint_serves_the_self_metrics_and_no_created_series(tmp_path: Pa
         output.close()
         error = ("NOT_LEADER_OR_FOLLOWER", "Produce", "p", False)
         pending = Pending(
-            [("Produce", None, 0.002, "p")], [error], [("t", "Produce", 2, 90, "p")], [], [], [], [], []
+            [("Produce", None, 0.002, "p")], [error], [("t", "Produce", 2, 90, "p")], [], [], [], [], [], []
         )
         metrics.update(CaptureCounters(10, 1000, 3, 1, 2, 7), pending, 1)
         metrics.increment_worker_restarts()

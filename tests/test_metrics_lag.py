@@ -128,9 +128,9 @@ def test_a_requests_broker_label_is_its_own_broker_end_whenever_its_row_comes() 
 def test_series_past_the_cap_are_not_made_and_their_updates_counted() -> None:
     metrics = Metrics(max_series=4)
     topics = [(f"topic-{i}", "Produce", 1, 10, "c") for i in range(4)]
-    metrics.update(CaptureCounters(), ([], [], topics, [], [], [], [], []), 0)
+    metrics.update(CaptureCounters(), ([], [], topics, [], [], [], [], [], []), 0)
     metrics.update(
-        CaptureCounters(), ([], [], topics, [(("g", "topic-0", 0), 3, 1.5, None)], [], [], [], []), 0
+        CaptureCounters(), ([], [], topics, [(("g", "topic-0", 0), 3, 1.5, None)], [], [], [], [], []), 0
     )
     values = scraped(metrics)
     made = sorted(k for k in values if k.startswith("kwsniff_produced_records_total"))
@@ -215,7 +215,7 @@ def test_api_and_error_labels_the_wire_names_by_number_are_under_the_series_cap(
     requests.append(("Produce", "10.0.0.1:9092", 0.001, "c"))
     errors = [(f"UNKNOWN_ERROR_CODE({1_000 + i})", "Produce", "c", False) for i in range(3_000)]
     errors.append(("NOT_LEADER_OR_FOLLOWER", "Produce", "c", False))
-    metrics.update(CaptureCounters(), (requests, errors, [], [], [], [], [], []), 0)
+    metrics.update(CaptureCounters(), (requests, errors, [], [], [], [], [], [], []), 0)
     values = scraped(metrics)
     apis = {k for k in values if k.startswith('kwsniff_requests_total{api="Unknown(')}
     codes = {k for k in values if k.startswith('kwsniff_errors_total{error="UNKNOWN_ERROR_CODE(')}
@@ -239,7 +239,7 @@ def test_long_label_values_are_cut_marked_and_kept_apart() -> None:
         (long_b, "Produce", 2, 20, "c"),
         ("short", "Produce", 3, 30, "c"),
     ]
-    metrics.update(CaptureCounters(), ([], [], topics, [], [], [], [], []), 0)
+    metrics.update(CaptureCounters(), ([], [], topics, [], [], [], [], [], []), 0)
     values = scraped(metrics)
     made = {k.split('"')[1]: v for k, v in values.items() if k.startswith("kwsniff_produced_records_total{")}
     assert made == {bounded_label(long_a): 1.0, bounded_label(long_b): 2.0, "short": 3.0}

@@ -521,7 +521,7 @@ def test_replication_series_past_the_cap_are_not_made_and_counted() -> None:
         ((2, "t", 0), 4, 1.5),
         ((3, "t", 0), 5, None),
     ]
-    metrics.update(CaptureCounters(), Pending([], [], [], [], [], lags, [], []), 0)
+    metrics.update(CaptureCounters(), Pending([], [], [], [], [], lags, [], [], []), 0)
     values = {
         line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
         for line in generate_latest(metrics.registry).decode().splitlines()

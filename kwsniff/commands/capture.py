@@ -148,6 +148,14 @@ def default_filter(ports: frozenset[int], tunnels: dict | None = None) -> str:
     help="Window of kwsniff_consumer_group_status: a group behind with no commit for this long is STOP; "
     "STALL and WARN are judged on the commits of the last this long (packet time).",
 )
+@click.option(
+    "--group-expiry",
+    type=Duration(),
+    default="7d",
+    show_default=True,
+    help="Forget a consumer group not seen acting (committing, fetching, joining) for this long, "
+    "packet time: its lag, status and members series are removed.",
+)
 @idle_timeout_option("Close connections silent this long (seconds; 0: never), so their rows are written.")
 @click.option(
     "--max-frame-size", type=BYTE_SIZE, default=100 * 1024 * 1024, show_default="100MiB", hidden=True
@@ -180,6 +188,7 @@ def capture(
     metrics_max_series: int,
     metrics_addr: str,
     group_status_seconds: float,
+    group_expiry: float,
     idle_timeout: float,
     max_frame_size: int,
     quiet: bool,
@@ -242,7 +251,6 @@ def capture(
     # The live view's totals and the metrics' series are held in the view pool of this budget; the
     # sessions have budgets of their own, of the same limit (each worker's of its part of it).
     budget = MemoryBudget(decoding.memory_limit)
-    status_window = round(group_status_seconds * 1_000_000)
     metrics = None
     if metrics_port is not None:
         metrics = Metrics(metrics_max_series, budget)
@@ -253,6 +261,13 @@ def capture(
             messages.error(f"--metrics-port {metrics_port}: {err.strerror or err}")
             sys.exit(1)
         output.on_commit = metrics.committed
+    new_stats = functools.partial(
+        LiveStats,
+        collect_pending=metrics is not None,
+        budget=budget,
+        status_window=round(group_status_seconds * 1_000_000),
+        group_expiry=round(group_expiry * 1_000_000) if group_expiry else None,
+    )
     # Unique even for two captures started in the same second: `<iface>-<UTC time>-<random>`.
     name = stream_name(iface)
     if workers > 1:
@@ -283,13 +298,13 @@ def capture(
             budget.cap(QUEUE) // workers,
             budget,
             metrics,
-            status_window,
+            new_stats,
             quiet,
             functools.partial(_watch, iface, duration=duration, quiet=quiet),
         )
         sys.exit(code)
     live = LiveCapture(handle, count or 0, queue_bytes=budget.cap(QUEUE))
-    stats = LiveStats(collect_pending=metrics is not None, budget=budget, status_window=status_window)
+    stats = new_stats()
     # Clients append a connection's secrets as it opens: the key log is followed as it grows.
     options = session_options(
         decoding,

@@ -35,12 +35,12 @@ def capture_with_workers(
     queue_bytes: int,
     budget: MemoryBudget,
     metrics: Metrics | None,
-    status_window: int,
+    new_stats: Callable[[], LiveStats],
     quiet: bool,
     watch: Callable[..., None],
 ) -> int:
-    """Runs the capture until a signal, --duration or a failure; the exit status. The groups'
-    statuses are judged over ``status_window`` µs (kwsniff.view.group_status)."""
+    """Runs the capture until a signal, --duration or a failure; the exit status. ``new_stats``
+    makes the coordinator's LiveStats (as a one-process capture makes its own)."""
     if run.write_pcap is not None:
         # The period files are made by the coordinator later: a folder it cannot write is refused now.
         try:
@@ -67,7 +67,7 @@ def capture_with_workers(
             )
             for i in range(workers)
         ]
-        stats = LiveStats(collect_pending=metrics is not None, budget=budget, status_window=status_window)
+        stats = new_stats()
 
         def restarted(index: int, status: object) -> None:
             messages.warnings(

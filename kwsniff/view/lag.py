@@ -83,6 +83,10 @@ Key = tuple[str, str, int]  # group, topic, partition
 # What a partition's log costs beside its points: the PartitionLog, its OffsetTimes and their dict
 # entries (tracemalloc over 10,000 logs with no point: about 850 B).
 PARTITION_COST = 896
+# A group not seen acting for this long is forgotten (`capture --group-expiry`), as Burrow's
+# expire-group does: a month's ephemeral groups (console consumers, tests) do not fill the bounds.
+GROUP_EXPIRY = 7 * 86_400 * 1_000_000
+EXPIRE_EVERY = 60 * 1_000_000  # µs of packet time between two sweeps for expired groups
 MIN_POINTS = 16  # the fewest points a partition's index is shrunk to before new partitions are refused
 Client = tuple[str, str]  # client id, client address
 
@@ -132,6 +136,7 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
         max_points: int = MAX_POINTS,
         status_window: int = STATUS_WINDOW,
         budget: MemoryBudget | None = None,
+        group_expiry: int | None = GROUP_EXPIRY,
     ) -> None:
         super().__init__(
             max_partitions,
@@ -152,8 +157,16 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
         # exchanges), and the topics fetched by a group's clients while it has not committed. Both
         # bounded by ``max_partitions``, as the partitions are.
         self.group_clients: dict[Client, str] = {}
+        self.client_seen: dict[Client, int] = {}  # each client's latest group exchange (µs)
         self.committed_groups: set[str] = set()
         self.uncommitted: dict[tuple[str, str], int] = {}  # (group, topic): its latest fetch (µs)
+        # A month unattended: a group not seen acting for ``group_expiry`` µs (packet time) is
+        # forgotten with its lags, clients and status (:meth:`expire`), as are partitions no group
+        # follows with no event for as long; None: never.
+        self.group_expiry = group_expiry
+        self.expired_groups = 0  # groups forgotten so far
+        self.expired_partitions = 0
+        self._expired_at = 0  # the packet time of the last sweep
 
     def _room(self) -> bool:
         """One more partition's index within the lag's share: the indices halved while it does not fit."""
@@ -168,16 +181,23 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
         points = self.points
         while charge(points) > cap and points > MIN_POINTS:
             points //= 2
-        charged = charge(points)
-        if charged > cap:
+        if charge(points) > cap:
             return False
         if points != self.points:
             self.points = points
             for log in self.logs.values():
                 log.times.shrink(points)
+        self._charge(points, partitions)
+        return True
+
+    def _charge(self, points: int, partitions: int | None = None) -> None:
+        """Charge the pool for ``partitions`` (default: those held) indices of ``points`` points."""
+        if self.byte_cap is None:
+            return
+        held = len(self.logs) if partitions is None else partitions
+        charged = held * (points * POINT_BYTES + PARTITION_COST)
         self.pool[0] += charged - self.held_bytes
         self.held_bytes = charged
-        return True
 
     def group_row(self, row: dict[str, Any]) -> None:
         """A `groups` row: a group's exchange, or its leaving (for its status)."""
@@ -186,6 +206,10 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
             clients = self.group_clients
             if (client, address) in clients or len(clients) < self.max_partitions:
                 clients[(client, address)] = group
+                ts_client = row.get("ts_request")
+                if ts_client is not None:
+                    seen = self.client_seen
+                    seen[(client, address)] = max(ts_client, seen.get((client, address), ts_client))
             else:
                 self.refused += 1
         self.activity.row(row)
@@ -240,6 +264,44 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
                 log = self._log(topic, partition)
                 if log is not None:
                     self._commit(log, (group, topic, partition), offset, ts)
+
+    def expire(self) -> list[str]:
+        """Forget the groups not seen acting (a commit, a fetch by their clients, a group exchange)
+        for ``group_expiry`` µs of packet time: their lags, clients, statuses and activity, and the
+        partitions no group follows that had no event for as long (their indices' bytes released).
+        At most once a minute of packet time; returns the groups forgotten (the metrics remove their
+        series)."""
+        if self.group_expiry is None or self.now < self._expired_at + EXPIRE_EVERY:
+            return []
+        self._expired_at = self.now
+        cutoff = self.now - self.group_expiry
+        activity = self.activity
+        seen = {g: ts for g, ts in activity.active.items()}
+        for g, ts in activity.left.items():
+            seen[g] = max(ts, seen.get(g, ts))
+        for client, group in self.group_clients.items():
+            ts = self.client_seen.get(client, 0)
+            seen[group] = max(ts, seen.get(group, ts))
+        gone = {g for g, ts in seen.items() if ts < cutoff}
+        if gone:
+            for key in [k for k in self.lags if k[0] in gone]:
+                self.forget(key)
+                self.changed.discard(key)
+            self.group_clients = {c: g for c, g in self.group_clients.items() if g not in gone}
+            self.client_seen = {c: ts for c, ts in self.client_seen.items() if c in self.group_clients}
+            self.uncommitted = {k: ts for k, ts in self.uncommitted.items() if k[0] not in gone}
+            self.committed_groups -= gone
+            for g in gone:
+                activity.active.pop(g, None)
+                activity.left.pop(g, None)
+            self.expired_groups += len(gone)
+        stale = [k for k, log in self.logs.items() if not log.groups and log.watermark_ts < cutoff]
+        if stale:
+            for k in stale:
+                del self.logs[k]
+            self.expired_partitions += len(stale)
+            self._charge(self.points)
+        return sorted(gone)
 
     def forget(self, key: Key) -> None:
         """Stop following a group on a partition (its series was refused by the cap)."""

@@ -343,7 +343,7 @@ class Metrics:
         dropped.labels("queue").inc(counters.queue_drops - last.queue_drops)
         self.queue_depth.set(counters.queued_batches)
         self._last = counters
-        requests, errors, topics, lags, joins, replication, statuses, removed = pending
+        requests, errors, topics, lags, joins, replication, statuses, removed, forgotten = pending
         self._requests(requests)
         self._errors(errors)
         self._topics(topics)
@@ -368,7 +368,37 @@ class Metrics:
                 self._rebalanced[group] = ts_us
                 self.group_members.labels(group).set(members)
                 self.group_rebalanced.labels(group).set(ts_us / 1e6)
+        self._forget_groups(forgotten)
         self.connections.set(open_connections)
+
+    def _forget_groups(self, groups: list[str]) -> None:
+        """Remove every series of the groups the lag forgot (`--group-expiry`): lags, statuses, last
+        commits, members; their share of the series cap and bytes is free again."""
+        if not groups:
+            return
+        gone = {bounded_label(g) for g in groups}
+        for key in [k for k in self._series if k[0] in ("lag", "status", "group") and k[1][0] in gone]:
+            metric, labels = key
+            if metric == "lag":
+                for gauge in (self.lag_records, self.lag_seconds, self.lag_lower_bound):
+                    gauge.remove(*labels)
+            elif metric == "status":
+                for each in STATES:
+                    self.group_status.remove(*labels, each)
+                self.group_last_commit.remove(*labels)
+            else:
+                self.group_members.remove(*labels)
+                self.group_rebalanced.remove(*labels)
+                self._rebalanced.pop(labels[0], None)
+            self._series.discard(key)
+            cost = self._cost(metric, labels)
+            self.held_bytes -= cost
+            self.pool[0] -= cost
+
+    def _cost(self, metric: str, labels: tuple[str, ...]) -> int:
+        """What one series of ``metric`` labelled ``labels`` is charged (_SHAPES: its objects and lines)."""
+        objects, lines = _SHAPES[metric]
+        return objects + lines * (LINE_COST + sum(len(v.encode("utf-8", "surrogatepass")) for v in labels))
 
     def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
         """``metric.labels(*labels)``, kept: prometheus_client's lookup (a lock, label checks) cost
@@ -496,8 +526,7 @@ class Metrics:
         key = (metric, labels)
         if key in self._series:
             return True
-        objects, lines = _SHAPES[metric]
-        cost = objects + lines * (LINE_COST + sum(len(v.encode("utf-8", "surrogatepass")) for v in labels))
+        cost = self._cost(metric, labels)
         client = metric in _CLIENT_SHAPES
         if (
             len(self._series) >= self.max_series

@@ -18,7 +18,7 @@ from kwsniff.protocol import error_expected
 from kwsniff.rows import RowSink
 from kwsniff.view.group_members import HEARTBEAT_APIS, HeartbeatMembers
 from kwsniff.view.group_status import STATUS_WINDOW
-from kwsniff.view.lag import LagTracker
+from kwsniff.view.lag import GROUP_EXPIRY, LagTracker
 from kwsniff.view.replication import ReplicationTracker
 
 # Latencies kept per API per window for the percentiles; past it the window keeps every n-th.
@@ -78,10 +78,12 @@ class Pending(NamedTuple):
     # (client id or "", api, version, first release refusing it) per request of a version some
     # Apache Kafka release refuses (requests.removed_in, docs/upgrade.md)
     removed: list[tuple[str, str, int, str]]
+    # groups the lag forgot, not seen acting for `--group-expiry` (their series are removed)
+    forgotten: list[str]
 
 
 def no_pending() -> Pending:
-    return Pending([], [], [], [], [], [], [], [])
+    return Pending([], [], [], [], [], [], [], [], [])
 
 
 JOIN_GROUP = 11
@@ -109,6 +111,7 @@ class LiveStats:
         collect_pending: bool = False,
         budget: MemoryBudget | None = None,
         status_window: int = STATUS_WINDOW,
+        group_expiry: int | None = GROUP_EXPIRY,
     ) -> None:
         self.lock = threading.Lock()
         self.collect_pending = collect_pending
@@ -121,7 +124,9 @@ class LiveStats:
         # Consumer-group lag as the rows come (the metrics' lag gauges), when metrics are served.
         # The groups' statuses are judged over status_window µs (`capture --group-status-seconds`).
         self.lag = (
-            LagTracker(MAX_LAG_PARTITIONS, status_window=status_window, budget=budget)
+            LagTracker(
+                MAX_LAG_PARTITIONS, status_window=status_window, budget=budget, group_expiry=group_expiry
+            )
             if collect_pending
             else None
         )
@@ -263,6 +268,7 @@ class LiveStats:
                 )
                 now = self.lag.now
                 if self.judged_at is None or now >= self.judged_at + STATUS_EVERY:
+                    pending.forgotten.extend(self.lag.expire())
                     pending.statuses.extend(self.lag.statuses())
                     self.judged_at = now
             if self.members is not None:

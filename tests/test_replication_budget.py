@@ -5,6 +5,8 @@ follower fetches holding a short recent history, all of it charged to its eighth
 from __future__ import annotations
 
 import tracemalloc
+from collections import Counter
+from types import SimpleNamespace
 from typing import Any
 
 from kwsniff.memory import VIEW, VIEW_METRICS, VIEW_REPLICATION, MemoryBudget, view_cap
@@ -18,7 +20,8 @@ from kwsniff.view.replication import (
     SHALLOW_DEPTH,
     ReplicationTracker,
 )
-from kwsniff.view.stats import LiveStats
+from kwsniff.view.stats import LiveStats, add_view_evictions
+from kwsniff.view.summary import memory_line
 
 S = 1_000_000  # µs per second
 MS = 1_000
@@ -203,3 +206,25 @@ def test_overlapping_batches_date_an_offset_by_the_earliest_holding_it() -> None
         tracker.row(row)
     tracker.row(fetched(0, 80, 100, 4 * S, replica=2))
     assert tracker.fetches[(2, "t", 0)].lag_seconds == 3.0
+
+
+def test_what_the_lag_trackers_refused_and_forgot_is_on_the_summarys_memory_line() -> None:
+    """Through LiveStats in a 64 MiB budget: 300 partitions produced to, then 135 fetched by a
+    follower. The lag's indices hold 204 at 16 points; the replication forgets every unfollowed log
+    and refuses the 135th follower."""
+    stats = LiveStats(collect_pending=True, budget=MemoryBudget(BUDGET))
+    for p in range(300):
+        stats.row("partitions", produced(p, 0))
+    for p in range(135):
+        stats.row("partitions", fetched(1_000 + p, 0, 0, S, replica=2))
+    totals: Counter[str] = Counter()
+    add_view_evictions(totals, stats)
+    assert +totals == {  # the counts not zero
+        "view_lag_refused": 96 + 135,
+        "view_replication_forgotten": 300,
+        "view_replication_refused": 1,
+    }
+    assert memory_line(SimpleNamespace(totals=totals, stats=SimpleNamespace())) == (
+        "evicted: 231 rows of partitions the live lag did not follow, 300 replication logs of partitions"
+        " no follower fetched, the oldest, 1 rows of partitions the live replication lag did not follow"
+    )

@@ -278,9 +278,17 @@ class LiveStats:
 
 
 def add_view_evictions(totals: Counter[str], stats: LiveStats) -> None:
-    """What the live view's totals forgot, into a capture result's totals (its summary's memory line)."""
+    """What the live view's totals forgot and its lag trackers refused, into a capture result's totals
+    (its summary's memory line)."""
     totals["view_totals_evicted"] += stats.totals.evicted
     totals["view_totals_evicted_bytes"] += stats.totals.evicted_bytes
+    # What the lag trackers did not follow or forgot past their shares (only when they did).
+    counts = {
+        "view_lag_refused": stats.lag.refused if stats.lag is not None else 0,
+        "view_replication_refused": stats.replication.refused if stats.replication is not None else 0,
+        "view_replication_forgotten": stats.replication.forgotten if stats.replication is not None else 0,
+    }
+    totals.update({key: n for key, n in counts.items() if n})
 
 
 class StatsSink:

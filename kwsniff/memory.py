@@ -120,3 +120,15 @@ class MemoryBudget:
     def snapshot(self) -> dict[str, int]:
         """Bytes held per pool now (for tests and the docs' figures)."""
         return {name: self.cells[i][0] for i, name in enumerate(POOLS)}
+
+
+# The view pool's parts (docs/memory.md): the live view's totals a quarter, the consumer-group lag's
+# offset indices an eighth, the replication lag's leader logs an eighth, the metrics' series the rest.
+VIEW_TOTALS, VIEW_LAG, VIEW_REPLICATION, VIEW_METRICS = range(4)
+
+
+def view_cap(budget: MemoryBudget, part: int) -> int:
+    """The bytes of the view pool that ``part`` (VIEW_TOTALS ... VIEW_METRICS) may hold."""
+    cap = budget.cap(VIEW)
+    quarter, eighth = cap // 4, cap // 8
+    return (quarter, eighth, eighth, cap - quarter - 2 * eighth)[part]

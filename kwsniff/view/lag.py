@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from kwsniff.defaults import int64_or_none
-from kwsniff.memory import VIEW, MemoryBudget
+from kwsniff.memory import VIEW, VIEW_LAG, MemoryBudget, view_cap
 from kwsniff.view.group_status import (
     KEPT_COMMITS,
     LEFT,
@@ -147,7 +147,7 @@ class LagTracker(PartitionLogs[PartitionLog, Key]):
         # each partition at its current capacity. When more partitions would pass it, every index
         # is halved (down to MIN_POINTS: dated less finely), then new partitions are refused.
         self.pool = budget.cell(VIEW) if budget is not None else [0]
-        self.byte_cap = budget.cap(VIEW) // 8 if budget is not None else None
+        self.byte_cap = view_cap(budget, VIEW_LAG) if budget is not None else None
         self.held_bytes = 0
         self.status_window = status_window  # µs (kwsniff.view.group_status)
         self.lags: dict[Key, GroupLag] = {}

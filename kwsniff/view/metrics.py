@@ -29,7 +29,7 @@ from prometheus_client import (
 
 from kwsniff.capture.live import CaptureCounters
 from kwsniff.defaults import DEFAULT_METRICS_MAX_SERIES
-from kwsniff.memory import VIEW, MemoryBudget
+from kwsniff.memory import VIEW, VIEW_METRICS, MemoryBudget, view_cap
 from kwsniff.protocol import api_names, error_names
 from kwsniff.view.group_status import STATES
 from kwsniff.view.stats import Pending
@@ -104,8 +104,8 @@ class Metrics:
         self.max_series = max_series
         budget = budget if budget is not None else MemoryBudget()
         self.pool = budget.cell(VIEW)
-        # LiveStats' totals hold a quarter, the lag's offset indices an eighth (kwsniff.view.lag).
-        self.byte_cap = budget.cap(VIEW) - budget.cap(VIEW) // 4 - budget.cap(VIEW) // 8
+        # What LiveStats' totals, the lag's offset indices and the replication's logs leave.
+        self.byte_cap = view_cap(budget, VIEW_METRICS)
         self.held_bytes = 0  # what the series made so far cost, as _SHAPES counts
         self._series: set[tuple[str, tuple[str, ...]]] = set()
         # Series labelled by client id, and what they cost: at most half of either cap, so a fleet

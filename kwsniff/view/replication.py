@@ -13,38 +13,111 @@ The definition is the report's `replication` section (kwsniff/sections/sections_
 What differs from the report: rows count as they are decoded, so a Produce acknowledged after the
 follower's fetch (acks=all waits for the followers) dates that fetch when it comes (the follower's
 latest fetch of the partition is evaluated again); a watermark decoded after the fetch does not. Per
-partition at most ``max_batches`` Produce batches and ``max_steps`` watermark rises are held, the
-oldest dropped first; an offset below what was dropped is dated by neither.
+partition a bounded history is held, the oldest dropped first, and an offset below what was dropped
+is dated by neither: a partition a follower fetches holds its last ``depth`` Produce batches and
+watermark rises (1,024), one no follower has fetched (yet) only its last 64 of each, enough to date a
+follower's first fetch as now.
+
+Memory: the logs and the followers' latest fetches are charged to an eighth of the budget's view pool
+(docs/memory.md), each log at its depth. When more would pass it, the logs no follower fetches go
+first (the oldest made first: they only date a future follower's first fetch); then, for a follower,
+every log's depth is halved (down to MIN_DEPTH: fetches further behind are not dated); past that a new
+partition or follower is not followed and counted in ``refused``.
 """
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from array import array
+from dataclasses import dataclass
 from typing import Any
 
 from kwsniff.defaults import int64_or_none
+from kwsniff.memory import VIEW, VIEW_REPLICATION, MemoryBudget, view_cap
 from kwsniff.view.lag import PartitionLogs
 
 PRODUCE, FETCH = 0, 1
-MAX_BATCHES = 1024  # acknowledged Produce batches held per partition
-MAX_STEPS = 1024  # rises of the high watermark held per partition
+MAX_DEPTH = 1024  # acknowledged Produce batches, and rises of the high watermark, held per followed partition
+# ... per partition no follower has fetched: the recent history its first follower fetch is dated by
+SHALLOW_DEPTH = 64
+MIN_DEPTH = 16  # the fewest a followed partition is shrunk to before new ones are refused
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# What one step of depth costs: a batch (first, last, time) and a rise (watermark, time), int64 each,
+# and the arrays' growth (a sixteenth). tracemalloc over 200 partitions of 1,100 batches and rises:
+# 42.3 KB a partition at 1,024 (a follower's fetch included), 3.5 KB at 64; the tuples held before
+# took 305 KB at 1,024. tests/test_replication_budget.py measures the tracker against its charge.
+DEPTH_BYTES = 5 * 8 * 17 // 16
+# What a log costs beside its depth: the LeaderLog, its five arrays, the key and the dict entries
+# (tracemalloc over 10,000 and 50,000 logs holding one rise: 760 to 810 B).
+PARTITION_COST = 896
+# What a follower's latest fetch costs: the FollowerFetch, its key, its dict entry and its replica id
+# in the log's followers (tracemalloc over 10,000 and 50,000: 250 to 360 B, with the dict's growth).
+FETCH_COST = 384
 
 
-@dataclass
 class LeaderLog:
     """When one partition's leader log reached which offsets, as the capture saw."""
 
-    # (first_offset, last_offset, ts_request_us) of acknowledged Produce batches, sorted.
-    batches: list[tuple[int, int, int]] = field(default_factory=list)
-    # The rises of the high watermark, (hwm, ts_us) in order: each the largest seen so far. The first
-    # is the partition's first watermark, which dates nothing.
-    steps: list[tuple[int, int]] = field(default_factory=list)
-    dropped_below: int = -1  # offsets below this were dated by steps no longer held
-    followers: set[int] = field(default_factory=set)
+    __slots__ = ("firsts", "lasts", "times", "hwms", "hwm_times", "dropped_below", "overlapping", "followers")
+
+    def __init__(self) -> None:
+        # Acknowledged Produce batches: offsets first..last (sorted by first), their request times (µs).
+        self.firsts, self.lasts, self.times = array("q"), array("q"), array("q")
+        # The rises of the high watermark (each the largest seen so far) and their times. The first is
+        # the partition's first watermark, which dates nothing.
+        self.hwms, self.hwm_times = array("q"), array("q")
+        self.dropped_below = -1  # offsets below this were dated by rises no longer held
+        # Whether two batches held overlap (a log truncated and written again): an offset may then
+        # be in several, the earliest dates it.
+        self.overlapping = False
+        self.followers: tuple[int, ...] = ()  # replica ids (a handful: a tuple costs less than a set)
+
+    def add_batch(self, first: int, last: int, ts: int) -> None:
+        firsts, lasts = self.firsts, self.lasts
+        i = bisect.bisect_left(firsts, first)
+        if i < len(firsts) and firsts[i] == first and lasts[i] == last:  # seen again: its earliest
+            self.times[i] = min(self.times[i], ts)
+            return
+        if (i > 0 and lasts[i - 1] >= first) or (i < len(firsts) and firsts[i] <= last):
+            self.overlapping = True
+        firsts.insert(i, first)
+        lasts.insert(i, last)
+        self.times.insert(i, ts)
+
+    def add_watermark(self, hwm: int, ts: int) -> None:
+        hwms = self.hwms
+        if not hwms or hwm > hwms[-1]:
+            hwms.append(hwm)
+            self.hwm_times.append(ts)
+
+    def trim(self, depth: int) -> None:
+        """Hold at most ``depth`` batches (the lowest offsets go) and rises (the oldest go)."""
+        over = len(self.firsts) - depth
+        if over > 0:
+            del self.firsts[:over], self.lasts[:over], self.times[:over]
+        over = len(self.hwms) - depth
+        if over > 0:
+            self.dropped_below = self.hwms[over - 1]
+            del self.hwms[:over], self.hwm_times[:over]
+
+    def reached(self, offset: int) -> int | None:
+        """When the log reached ``offset`` (µs): the earliest of a held batch holding it and the first
+        rise of the watermark above it (unless that is the partition's first); else None."""
+        firsts, lasts, times = self.firsts, self.lasts, self.times
+        below = bisect.bisect_right(firsts, offset)  # the batches starting at or below offset
+        if self.overlapping:
+            held = [times[i] for i in range(below) if lasts[i] >= offset]
+        else:
+            held = [times[below - 1]] if below and lasts[below - 1] >= offset else []
+        hwms = self.hwms
+        above = bisect.bisect_right(hwms, offset)  # the first rise above offset
+        first_rise = above == 0 and self.dropped_below < 0
+        if above < len(hwms) and offset >= self.dropped_below and not first_rise:
+            held.append(self.hwm_times[above])
+        return min(held) if held else None
 
 
-@dataclass
+@dataclass(slots=True)
 class FollowerFetch:
     """A follower's latest fetch of a partition and its figures."""
 
@@ -56,20 +129,31 @@ class FollowerFetch:
 
 
 Key = tuple[int, str, int]  # replica id, topic, partition
+Partition = tuple[str, int]
 
 
 class ReplicationTracker(PartitionLogs[LeaderLog, Key]):
     """Feed it `partitions` rows; :meth:`take_changed` gives the (replica id, topic, partition) whose
-    figures moved. ``max_partitions`` bounds the partitions followed (new ones past it are refused and
-    counted in ``refused``)."""
+    figures moved. ``max_partitions`` bounds the partitions followed and ``budget`` their bytes (new
+    ones past either are refused and counted in ``refused``)."""
 
     def __init__(
-        self, max_partitions: int, max_batches: int = MAX_BATCHES, max_steps: int = MAX_STEPS
+        self, max_partitions: int, depth: int = MAX_DEPTH, budget: MemoryBudget | None = None
     ) -> None:
         super().__init__(max_partitions, lambda _topic, _partition: LeaderLog())
-        self.max_batches = max_batches
-        self.max_steps = max_steps
+        self.depth = depth  # of a followed partition; a partition no follower fetched holds less
         self.fetches: dict[Key, FollowerFetch] = {}
+        # The partitions no follower has fetched, the oldest made first: the first forgotten.
+        self.unfollowed: dict[Partition, None] = {}
+        self.pool = budget.cell(VIEW) if budget is not None else [0]
+        self.byte_cap = view_cap(budget, VIEW_REPLICATION) if budget is not None else None
+        self.held_bytes = 0
+        self.forgotten = 0  # logs no follower fetched, forgotten to make room
+
+    @property
+    def shallow(self) -> int:
+        """The depth of a partition no follower has fetched."""
+        return min(SHALLOW_DEPTH, self.depth)
 
     def row(self, row: dict[str, Any]) -> None:
         get = row.get
@@ -83,62 +167,134 @@ class ReplicationTracker(PartitionLogs[LeaderLog, Key]):
                 if log is not None:
                     self._batch(log, topic, partition, first, last, ts)
         elif api == FETCH:
+            offset, ts, replica = get("fetch_offset"), get("ts_request"), get("replica_id")
+            follower: Key | None = None
+            if get("fetcher") == "follower" and offset is not None and ts is not None and replica is not None:
+                follower = (replica, topic, partition)
+            if follower is not None and follower not in self.fetches and not self._follow(follower):
+                if (topic, partition) not in self.logs:
+                    return  # refused, counted
+                follower = None
             log = self._log(topic, partition)
             if log is None:
                 return
-            offset, ts, replica = get("fetch_offset"), get("ts_request"), get("replica_id")
-            if get("fetcher") == "follower" and offset is not None and ts is not None and replica is not None:
-                self._fetch(log, (replica, topic, partition), offset, get("high_watermark"), ts)
+            if follower is not None and offset is not None and ts is not None:
+                self._fetch(log, follower, offset, get("high_watermark"), ts)
             hwm, ts_response, error = get("high_watermark"), get("ts_response"), get("error_code")
             if hwm is not None and hwm >= 0 and ts_response is not None and not error:
-                self._watermark(log, hwm, ts_response)
+                log.add_watermark(hwm, ts_response)
+                log.trim(self._depth_of((topic, partition)))
 
     # -- events --------------------------------------------------------------------------------------
     def _batch(self, log: LeaderLog, topic: str, partition: int, first: int, last: int, ts: int) -> None:
-        bisect.insort(log.batches, (first, last, ts))
-        if len(log.batches) > self.max_batches:
-            del log.batches[0]
+        if first > last:  # holds no offset
+            return
+        # An array holds int64: a batch ending past it still holds every int64 offset from its first.
+        log.add_batch(max(first, INT64_MIN), min(last, INT64_MAX), ts)
+        log.trim(self._depth_of((topic, partition)))
         for replica in log.followers:  # a follower's latest fetch this batch dates
             fetch = self.fetches[(replica, topic, partition)]
             if first <= fetch.fetch_offset <= last and ts <= fetch.ts_request:
                 self._evaluate((replica, topic, partition), log, fetch)
-
-    def _watermark(self, log: LeaderLog, hwm: int, ts: int) -> None:
-        steps = log.steps
-        if not steps or hwm > steps[-1][0]:
-            steps.append((hwm, ts))
-            if len(steps) > self.max_steps:
-                dropped = steps.pop(0)
-                log.dropped_below = dropped[0]
 
     def _fetch(self, log: LeaderLog, key: Key, offset: int, hwm: int | None, ts: int) -> None:
         fetch = self.fetches.get(key)
         if fetch is not None and ts < fetch.ts_request:  # decoded late: the latest fetch stays
             return
         fetch = self.fetches[key] = FollowerFetch(ts, offset, hwm)
-        log.followers.add(key[0])
+        if key[0] not in log.followers:  # a new follower (_follow made room for it)
+            log.followers += (key[0],)
+            self._recharge()
         self._evaluate(key, log, fetch)
 
     def _evaluate(self, key: Key, log: LeaderLog, fetch: FollowerFetch) -> None:
         offset, hwm, at = fetch.fetch_offset, fetch.high_watermark, fetch.ts_request
-        reached = [ts for first, last, ts in log.batches if first <= offset <= last]
-        dated_by = self._watermark_above(log, offset)
-        if dated_by is not None:
-            reached.append(dated_by)
+        reached = log.reached(offset)
         fetch.lag_records = None if hwm is None else int64_or_none(hwm - offset)  # as the table's lag
-        if reached and min(reached) <= at:
-            fetch.lag_seconds = (at - min(reached)) / 1e6
+        if reached is not None and reached <= at:
+            fetch.lag_seconds = (at - reached) / 1e6
         elif hwm is not None and offset >= hwm:
             fetch.lag_seconds = 0.0
         else:
             fetch.lag_seconds = None
         self.changed.add(key)
 
-    @staticmethod
-    def _watermark_above(log: LeaderLog, offset: int) -> int | None:
-        """When the first watermark above ``offset`` was seen, unless it was the partition's first."""
-        steps = log.steps
-        at = bisect.bisect_right(steps, (offset, float("inf")))
-        if at >= len(steps) or offset < log.dropped_below or (at == 0 and log.dropped_below < 0):
-            return None
-        return steps[at][1]
+    # -- memory --------------------------------------------------------------------------------------
+    def _depth_of(self, partition: Partition) -> int:
+        return self.shallow if partition in self.unfollowed else self.depth
+
+    def _log(self, topic: str, partition: int) -> LeaderLog | None:
+        """The partition's log; a new one is made shallow (no follower has fetched it)."""
+        log = self.logs.get((topic, partition))
+        if log is None:
+            if len(self.logs) >= self.max_partitions or not self._make_room(0, 1, 0, None, False):
+                self.refused += 1
+                self._recharge()
+                return None
+            log = self.logs[(topic, partition)] = LeaderLog()
+            self.unfollowed[(topic, partition)] = None
+            self._recharge()
+        return log
+
+    def _follow(self, key: Key) -> bool:
+        """Room for a new follower of a partition: its latest fetch, and its log at full depth (made
+        or deepened); False when refused (counted)."""
+        partition = key[1:]
+        new = partition not in self.logs
+        if new and len(self.logs) >= self.max_partitions:
+            self.refused += 1
+            return False
+        deepened = new or partition in self.unfollowed
+        if not self._make_room(int(deepened), -int(deepened and not new), 1, partition, True):
+            self.refused += 1
+            self._recharge()
+            return False
+        if new:
+            self.logs[partition] = LeaderLog()
+        self.unfollowed.pop(partition, None)
+        return True  # charged once _fetch holds it
+
+    def _charge(self, followed: int, unfollowed: int, fetches: int, depth: int) -> int:
+        """The bytes charged with that many more (or fewer) logs and fetches than now, at ``depth``."""
+        followed += len(self.logs) - len(self.unfollowed)
+        unfollowed += len(self.unfollowed)
+        return (
+            followed * (PARTITION_COST + depth * DEPTH_BYTES)
+            + unfollowed * (PARTITION_COST + min(SHALLOW_DEPTH, depth) * DEPTH_BYTES)
+            + (len(self.fetches) + fetches) * FETCH_COST
+        )
+
+    def _make_room(
+        self, followed: int, unfollowed: int, fetches: int, keep: Partition | None, deepen: bool
+    ) -> bool:
+        """Whether that many more logs and fetches fit the share: the unfollowed logs forgotten (the
+        oldest first, never ``keep``) while they do not, and then, if ``deepen`` (for a follower),
+        every log's depth halved down to MIN_DEPTH."""
+        cap = self.byte_cap
+        if cap is None:
+            return True
+        while self._charge(followed, unfollowed, fetches, self.depth) > cap and self._forget(keep):
+            pass
+        depth = self.depth
+        while deepen and depth > MIN_DEPTH and self._charge(followed, unfollowed, fetches, depth) > cap:
+            depth //= 2
+        if depth != self.depth:
+            self.depth = depth
+            for partition, log in self.logs.items():
+                log.trim(self._depth_of(partition))
+        return self._charge(followed, unfollowed, fetches, self.depth) <= cap
+
+    def _forget(self, keep: Partition | None) -> bool:
+        """Forget the oldest log no follower fetched (not ``keep``); False when there is none."""
+        for partition in self.unfollowed:
+            if partition != keep:
+                del self.unfollowed[partition], self.logs[partition]
+                self.forgotten += 1
+                return True
+        return False
+
+    def _recharge(self) -> None:
+        """The pool charged with what is held now."""
+        charged = self._charge(0, 0, 0, self.depth)
+        self.pool[0] += charged - self.held_bytes
+        self.held_bytes = charged

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from kwsniff.memory import TOTAL_COST, VIEW, MemoryBudget
+from kwsniff.memory import TOTAL_COST, VIEW, VIEW_TOTALS, MemoryBudget, view_cap
 from kwsniff.protocol import error_expected
 from kwsniff.rows import RowSink
 from kwsniff.view.group_members import HEARTBEAT_APIS, HeartbeatMembers
@@ -118,7 +118,7 @@ class LiveStats:
         self.window = Window()
         self.totals = Totals()
         self.pool = budget.cell(VIEW) if budget is not None else [0]
-        self.cap = budget.cap(VIEW) // 4 if budget is not None else None
+        self.cap = view_cap(budget, VIEW_TOTALS) if budget is not None else None
         # Per-batch deltas for the metrics.
         self.pending = no_pending()
         # Consumer-group lag as the rows come (the metrics' lag gauges), when metrics are served.
@@ -132,7 +132,7 @@ class LiveStats:
         )
         self.judged_at: int | None = None  # the packet time of the last status sweep
         # Followers' replication lag (the metrics' replication gauges), the same bound on partitions.
-        self.replication = ReplicationTracker(MAX_LAG_PARTITIONS) if collect_pending else None
+        self.replication = ReplicationTracker(MAX_LAG_PARTITIONS, budget=budget) if collect_pending else None
         # KIP-848 (share, streams) groups' members, from their heartbeats (the members gauge).
         self.members = HeartbeatMembers() if collect_pending else None
 
@@ -284,9 +284,17 @@ class LiveStats:
 
 
 def add_view_evictions(totals: Counter[str], stats: LiveStats) -> None:
-    """What the live view's totals forgot, into a capture result's totals (its summary's memory line)."""
+    """What the live view's totals forgot and its lag trackers refused, into a capture result's totals
+    (its summary's memory line)."""
     totals["view_totals_evicted"] += stats.totals.evicted
     totals["view_totals_evicted_bytes"] += stats.totals.evicted_bytes
+    # What the lag trackers did not follow or forgot past their shares (only when they did).
+    counts = {
+        "view_lag_refused": stats.lag.refused if stats.lag is not None else 0,
+        "view_replication_refused": stats.replication.refused if stats.replication is not None else 0,
+        "view_replication_forgotten": stats.replication.forgotten if stats.replication is not None else 0,
+    }
+    totals.update({key: n for key, n in counts.items() if n})
 
 
 class StatsSink:

@@ -117,6 +117,16 @@ def memory_line(r: CaptureResult) -> str:
             f"{t['view_totals_evicted']:,} live view totals of topics or clients, the smallest"
             f" ({human_size(t['view_totals_evicted_bytes'])} held)"
         )
+    if t["view_lag_refused"]:
+        parts.append(f"{t['view_lag_refused']:,} rows of partitions the live lag did not follow")
+    if t["view_replication_forgotten"]:
+        parts.append(
+            f"{t['view_replication_forgotten']:,} replication logs of partitions no follower fetched, the oldest"
+        )
+    if t["view_replication_refused"]:
+        parts.append(
+            f"{t['view_replication_refused']:,} rows of partitions the live replication lag did not follow"
+        )
     if getattr(st, "brokers_evicted", 0):
         parts.append(
             f"{st.brokers_evicted:,} broker map entries ({human_size(st.brokers_evicted_bytes)} held)"

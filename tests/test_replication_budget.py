@@ -9,6 +9,9 @@ from collections import Counter
 from types import SimpleNamespace
 from typing import Any
 
+from prometheus_client import generate_latest
+
+from kwsniff.capture.live import CaptureCounters
 from kwsniff.memory import VIEW, VIEW_METRICS, VIEW_REPLICATION, MemoryBudget, view_cap
 from kwsniff.view.metrics import Metrics
 from kwsniff.view.replication import (
@@ -228,3 +231,52 @@ def test_what_the_lag_trackers_refused_and_forgot_is_on_the_summarys_memory_line
         "evicted: 231 rows of partitions the live lag did not follow, 300 replication logs of partitions"
         " no follower fetched, the oldest, 1 rows of partitions the live replication lag did not follow"
     )
+
+
+def test_a_follower_that_stopped_fetching_is_dropped_and_its_series_removed_with_their_share() -> None:
+    """Leadership moved: follower 2 stops fetching partition 0 from this broker while follower 3 keeps
+    fetching partition 1. Five minutes of packet time on, follower 2's figures are unknown (its
+    series removed, the series cap and budget given back) rather than frozen at their last value,
+    and partition 0 holds a short history again."""
+    budget = MemoryBudget(BUDGET)
+    stats = LiveStats(collect_pending=True, budget=budget)
+    tracker = stats.replication
+    assert tracker is not None
+    for batch in range(100):
+        stats.row("partitions", produced(0, batch))
+        stats.row("partitions", produced(1, batch))
+    stats.row("partitions", fetched(0, 500, 1000, 2 * S, replica=2))  # offset 500: batch 50, 1 s behind
+    stats.row("partitions", fetched(1, 1000, 1000, 2 * S, replica=3))
+    metrics = Metrics(budget=budget)
+    metrics.update(CaptureCounters(), stats.take_pending(), 0)
+
+    def series() -> dict[str, float]:
+        return {
+            line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in generate_latest(metrics.registry).decode().splitlines()
+            if line.startswith("kwsniff_replication_lag_")
+        }
+
+    assert series() == {
+        'kwsniff_replication_lag_records{follower="2",partition="0",topic="t"}': 500.0,
+        'kwsniff_replication_lag_seconds{follower="2",partition="0",topic="t"}': 0.95,
+        'kwsniff_replication_lag_records{follower="3",partition="1",topic="t"}': 0.0,
+        'kwsniff_replication_lag_seconds{follower="3",partition="1",topic="t"}': 0.0,
+    }
+    held = metrics.held_bytes
+    # Follower 3 fetches every 500 ms for five minutes and a second; follower 2 never again.
+    for i in range(1, 2 * 301 + 1):
+        stats.row("partitions", fetched(1, 1000, 1000, 2 * S + i * S // 2, replica=3))
+    metrics.update(CaptureCounters(), stats.take_pending(), 0)
+    assert series() == {
+        'kwsniff_replication_lag_records{follower="3",partition="1",topic="t"}': 0.0,
+        'kwsniff_replication_lag_seconds{follower="3",partition="1",topic="t"}': 0.0,
+    }
+    assert sorted(tracker.fetches) == [(3, "t", 1)]
+    assert (tracker.stale, ("t", 0) in tracker.unfollowed, len(tracker.logs[("t", 0)].firsts)) == (
+        1,
+        True,
+        64,
+    )
+    assert metrics.held_bytes == held - metrics._cost("replication", ("2", "t", "0"))
+    assert tracker.held_bytes == 2 * PARTITION_COST + (DEPTH_BYTES * (MAX_DEPTH + SHALLOW_DEPTH)) + FETCH_COST

@@ -390,10 +390,14 @@ class Metrics:
                 self.group_members.remove(*labels)
                 self.group_rebalanced.remove(*labels)
                 self._rebalanced.pop(labels[0], None)
-            self._series.discard(key)
-            cost = self._cost(metric, labels)
-            self.held_bytes -= cost
-            self.pool[0] -= cost
+            self._release(metric, labels)
+
+    def _release(self, metric: str, labels: tuple[str, ...]) -> None:
+        """A series removed: its share of the series cap and of the bytes is free again."""
+        self._series.discard((metric, labels))
+        cost = self._cost(metric, labels)
+        self.held_bytes -= cost
+        self.pool[0] -= cost
 
     def _cost(self, metric: str, labels: tuple[str, ...]) -> int:
         """What one series of ``metric`` labelled ``labels`` is charged (_SHAPES: its objects and lines)."""
@@ -497,15 +501,24 @@ class Metrics:
         self.worker_restarts.inc()
 
     def _lags(self, metric: str, rows: Any, records: Gauge, seconds: Gauge) -> None:
-        """Each row's lag in records and in seconds (either unknown: None) into the two gauges of
-        ``metric``, labelled by its key (group or follower, topic, partition)."""
+        """Each row's lag in records and in seconds into the two gauges of ``metric``, labelled by
+        its key (follower, topic, partition). An unknown figure (None) has no sample, its series
+        removed, so a figure that became unknown never holds a stale value; a key with both unknown
+        (a follower gone stale) gives back its share of the series cap."""
         for (who, topic, partition), lag_records, lag_s in rows:
             labels = (bounded_label(str(who)), bounded_label(topic), str(partition))
+            if lag_records is None and lag_s is None:
+                if (metric, labels) in self._series:
+                    records.remove(*labels)
+                    seconds.remove(*labels)
+                    self._release(metric, labels)
+                continue
             if self._allowed(metric, labels):
-                if lag_records is not None:
-                    records.labels(*labels).set(lag_records)
-                if lag_s is not None:
-                    seconds.labels(*labels).set(lag_s)
+                for gauge, value in ((records, lag_records), (seconds, lag_s)):
+                    if value is None:
+                        gauge.remove(*labels)
+                    else:
+                        gauge.labels(*labels).set(value)
 
     def _group_lags(self, rows: Any) -> None:
         """Each group's lag in records, in seconds and its lower bound: an unknown one (None) has no

@@ -129,6 +129,11 @@ class FollowerFetch:
 
 
 Key = tuple[int, str, int]  # replica id, topic, partition
+# A follower that has not fetched a partition for this long (packet time) is dropped: a follower
+# fetches every replica.fetch.wait.max.ms (500 ms) even when idle, so five minutes without a fetch
+# means leadership moved away from this broker or the follower is gone.
+FOLLOWER_STALE = 5 * 60 * 1_000_000
+EXPIRE_EVERY = 60 * 1_000_000  # µs of packet time between two sweeps
 Partition = tuple[str, int]
 
 
@@ -149,6 +154,9 @@ class ReplicationTracker(PartitionLogs[LeaderLog, Key]):
         self.byte_cap = view_cap(budget, VIEW_REPLICATION) if budget is not None else None
         self.held_bytes = 0
         self.forgotten = 0  # logs no follower fetched, forgotten to make room
+        self.now = 0  # the latest follower fetch seen (µs, packet time): the staleness clock
+        self.stale = 0  # followers' fetches dropped as stale (:meth:`expire`)
+        self._expired_at = 0
 
     @property
     def shallow(self) -> int:
@@ -202,6 +210,7 @@ class ReplicationTracker(PartitionLogs[LeaderLog, Key]):
         if fetch is not None and ts < fetch.ts_request:  # decoded late: the latest fetch stays
             return
         fetch = self.fetches[key] = FollowerFetch(ts, offset, hwm)
+        self.now = max(self.now, ts)
         if key[0] not in log.followers:  # a new follower (_follow made room for it)
             log.followers += (key[0],)
             self._recharge()
@@ -218,6 +227,32 @@ class ReplicationTracker(PartitionLogs[LeaderLog, Key]):
         else:
             fetch.lag_seconds = None
         self.changed.add(key)
+
+    def expire(self, stale_after: int = FOLLOWER_STALE) -> list[Key]:
+        """Drop each follower whose latest fetch of a partition is older than ``stale_after`` µs
+        before the latest follower fetch seen (packet time): the leader moved away from this broker,
+        or the follower is gone, and its figures would be stale. A partition left with no follower
+        holds a short history again. At most once a minute of packet time; returns the keys dropped
+        (their figures become unknown: the metrics remove their series)."""
+        if self.now < self._expired_at + EXPIRE_EVERY:
+            return []
+        self._expired_at = self.now
+        cutoff = self.now - stale_after
+        gone = [key for key, fetch in self.fetches.items() if fetch.ts_request < cutoff]
+        for key in gone:
+            replica, partition = key[0], key[1:]
+            del self.fetches[key]
+            self.changed.discard(key)
+            log = self.logs.get(partition)
+            if log is not None:
+                log.followers = tuple(r for r in log.followers if r != replica)
+                if not log.followers:
+                    self.unfollowed[partition] = None
+                    log.trim(self.shallow)
+        if gone:
+            self.stale += len(gone)
+            self._recharge()
+        return gone
 
     # -- memory --------------------------------------------------------------------------------------
     def _depth_of(self, partition: Partition) -> int:

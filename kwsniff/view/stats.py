@@ -280,6 +280,8 @@ class LiveStats:
                     (key, fetches[key].lag_records, fetches[key].lag_seconds)
                     for key in self.replication.take_changed()
                 )
+                # Followers gone stale (leadership moved): their figures are unknown now.
+                pending.replication.extend((key, None, None) for key in self.replication.expire())
         return pending
 
 

@@ -3,7 +3,9 @@ LagTracker, fed `partitions` and `groups` rows whose packet times are the clock,
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
+from types import SimpleNamespace
 
 from prometheus_client import generate_latest
 from test_lag_index import BATCH, T0, S, acked, commit, produce
@@ -12,7 +14,8 @@ from kwsniff.capture.live import CaptureCounters
 from kwsniff.view.group_status import STATUS_WINDOW
 from kwsniff.view.lag import LagTracker
 from kwsniff.view.metrics import Metrics
-from kwsniff.view.stats import LiveStats
+from kwsniff.view.stats import LiveStats, add_view_evictions
+from kwsniff.view.summary import memory_line
 
 RATE = 10  # batches a second
 
@@ -263,3 +266,9 @@ def test_a_group_not_seen_for_the_expiry_is_forgotten_with_its_series_and_a_quie
     # A forgotten group that comes back is followed again from its next commit.
     stats.row("partitions", commit(15, later + S, "old"))
     assert sorted(s[:2] for s in lag.statuses()) == [("g", "t"), ("old", "t")]
+    totals: Counter[str] = Counter()
+    add_view_evictions(totals, stats)
+    assert +totals == {"view_groups_expired": 2}
+    assert memory_line(SimpleNamespace(totals=totals, stats=SimpleNamespace())) == (
+        "evicted: 2 consumer groups not seen for --group-expiry"
+    )

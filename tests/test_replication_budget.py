@@ -280,3 +280,9 @@ def test_a_follower_that_stopped_fetching_is_dropped_and_its_series_removed_with
     )
     assert metrics.held_bytes == held - metrics._cost("replication", ("2", "t", "0"))
     assert tracker.held_bytes == 2 * PARTITION_COST + (DEPTH_BYTES * (MAX_DEPTH + SHALLOW_DEPTH)) + FETCH_COST
+    totals: Counter[str] = Counter()
+    add_view_evictions(totals, stats)
+    assert +totals == {"view_followers_stale": 1}
+    assert memory_line(SimpleNamespace(totals=totals, stats=SimpleNamespace())) == (
+        "evicted: 1 followers that stopped fetching a partition"
+    )

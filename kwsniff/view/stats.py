@@ -295,6 +295,9 @@ def add_view_evictions(totals: Counter[str], stats: LiveStats) -> None:
         "view_lag_refused": stats.lag.refused if stats.lag is not None else 0,
         "view_replication_refused": stats.replication.refused if stats.replication is not None else 0,
         "view_replication_forgotten": stats.replication.forgotten if stats.replication is not None else 0,
+        # Not seen for long: groups (--group-expiry) and followers (five minutes) forgotten.
+        "view_groups_expired": stats.lag.expired_groups if stats.lag is not None else 0,
+        "view_followers_stale": stats.replication.stale if stats.replication is not None else 0,
     }
     totals.update({key: n for key, n in counts.items() if n})
 

@@ -127,6 +127,10 @@ def memory_line(r: CaptureResult) -> str:
         parts.append(
             f"{t['view_replication_refused']:,} rows of partitions the live replication lag did not follow"
         )
+    if t["view_groups_expired"]:
+        parts.append(f"{t['view_groups_expired']:,} consumer groups not seen for --group-expiry")
+    if t["view_followers_stale"]:
+        parts.append(f"{t['view_followers_stale']:,} followers that stopped fetching a partition")
     if getattr(st, "brokers_evicted", 0):
         parts.append(
             f"{st.brokers_evicted:,} broker map entries ({human_size(st.brokers_evicted_bytes)} held)"

@@ -589,3 +589,31 @@ def test_an_exchange_written_by_compiled_code_has_the_python_paths_rows() -> Non
     python, _ = exchange_tables(fetch[0], failed, api_key=FETCH, version=11, compiled_rows=False, node=1)
     fast, answers = exchange_tables(fetch[0], failed, api_key=FETCH, version=11, compiled_rows=True, node=1)
     assert fast == python and answers == [None]
+
+
+def test_merged_rows_pair_partitions_by_key_in_any_order() -> None:
+    # A response names the request's partitions in the request's order (paired as they come), or in
+    # another order, or names others too: rows in the request's order, then the response's own.
+    columns = ("topic", "partition", "fetch_offset", "high_watermark", "lag")
+    index = {c: i for i, c in enumerate(columns)}
+    base = (None,) * len(columns)
+
+    def parts(*items: tuple[int, str, int]) -> dict[tuple[None, str, int], dict[str, object]]:
+        return {(None, "t", p): {"topic": "t", "partition": p, name: v} for p, name, v in items}
+
+    req = parts((0, "fetch_offset", 5), (1, "fetch_offset", 7))
+    for resp in (
+        parts((0, "high_watermark", 9), (1, "high_watermark", 8)),
+        parts((1, "high_watermark", 8), (0, "high_watermark", 9)),
+        parts((0, "high_watermark", 9), (2, "high_watermark", 4)),
+        parts((3, "high_watermark", 1), (2, "high_watermark", 4)),
+    ):
+        python = merged_rows(FETCH, {"partitions": req}, {"partitions": resp}, {})
+        expected = [tuple(row.get(c) for c in columns) for row in python]
+        assert compiled.merge_rows(index, base, {}, req, resp, FETCH, {}) == expected
+    assert expected == [
+        ("t", 0, 5, None, None),
+        ("t", 1, 7, None, None),
+        ("t", 3, None, 1, None),
+        ("t", 2, None, 4, None),
+    ]

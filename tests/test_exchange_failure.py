@@ -5,9 +5,10 @@ the summary's decode-error line and in the `captures` table, and every other exc
 gets the rows a clean run gives it.
 
 The failure is injected into one Fetch exchange of produce_codecs.pcap (connection 15, correlation id
-25, 15 `partitions` rows): its partitions rows are merged by the compiled walker (`merge_rows`) into
-the Parquet writer, and by `merged_rows` elsewhere; both are replaced with functions that raise for
-that exchange alone.
+25, 15 `partitions` rows): its rows are made by compiled code (`exchange_rows`, whose failure leaves
+the exchange to the Python path) and its partitions rows merged by the compiled walker (`merge_rows`)
+into the Parquet writer, and by `merged_rows` elsewhere; all three are replaced with functions that
+raise for that exchange alone.
 """
 
 from __future__ import annotations
@@ -37,7 +38,12 @@ REASON = "rows: TypeError in merge_rows"
 
 
 def fail_one_fetch(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_values, real_rows = compiled.merge_rows, builder.merged_rows
+    real_values, real_rows, real_exchange = compiled.merge_rows, builder.merged_rows, compiled.exchange_rows
+
+    def exchange_rows(plan: Any, handler: Any, broker: Any, req: Any, *args: Any) -> Any:
+        if (handler[1], req.correlation_id) == (CONN, CORR):
+            raise TypeError("unsupported operand type(s) for -: 'int' and 'NoneType'")
+        return real_exchange(plan, handler, broker, req, *args)
 
     def merge_rows(index: Any, base: Any, shared: dict[str, Any], *args: Any) -> Any:
         if (shared["conn_id"], shared["correlation_id"]) == (CONN, CORR):
@@ -49,6 +55,7 @@ def fail_one_fetch(monkeypatch: pytest.MonkeyPatch) -> None:
             return merge_rows(None, None, context)
         return real_rows(api_key, reqi, respi, context)
 
+    monkeypatch.setattr(compiled, "exchange_rows", exchange_rows)
     monkeypatch.setattr(compiled, "merge_rows", merge_rows)
     monkeypatch.setattr(builder, "merged_rows", merged_rows)
 

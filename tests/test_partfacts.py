@@ -24,10 +24,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from kwsniff.kafka import OK, Request, Response
 from kwsniff.protocol import DecodeError, decode_request_view, decode_response_view
 from kwsniff.rows import compiled
+from kwsniff.rows.brokers import BrokerDirectory
+from kwsniff.rows.builder import ExchangeRows, TableBuilder
 from kwsniff.rows.extract import error_rows, request_summary, response_summary
 from kwsniff.rows.partitions import merged_rows
+from kwsniff.tables.schemas import SCHEMAS
 
 ROOT = Path(__file__).resolve().parent.parent
 PURE = {**os.environ, "KWSNIFF_PURE_PYTHON": "1"}
@@ -480,3 +484,136 @@ def test_merged_rows_read_facts_by_name_not_by_the_strings_identity() -> None:
     ):
         answered = {(None, "t", 0): {**resp[(None, "t", 0)], **change}}
         assert compiled.merge_rows(index, base, {}, req, answered, FETCH, {}) == [None]
+
+
+# -- whole exchanges: the `requests` and `partitions` rows made by exchange_rows --------------------
+
+
+class ValuesSink:
+    """Rows of `requests` and `partitions` as value tuples in schema order, taken as the Parquet sink
+    takes them: a row dict by its columns' names, or values as they come."""
+
+    def __init__(self) -> None:
+        self.names = {t: tuple(SCHEMAS[t].names) for t in ("requests", "partitions")}
+        self.values_tables = frozenset(self.names)
+        self.rows: dict[str, list[tuple[object, ...]]] = {t: [] for t in self.names}
+
+    def columns(self, table: str) -> tuple[str, ...]:
+        return self.names[table]
+
+    def add(self, table: str, row: dict[str, object]) -> None:
+        if table in self.names:
+            self.rows[table].append(tuple(map(row.get, self.names[table])))
+
+    def add_values(self, table: str, values: tuple[object, ...]) -> None:
+        self.rows[table].append(values)
+
+    def add_many_values(self, table: str, many: list[tuple[object, ...]]) -> None:
+        self.rows[table].extend(many)
+
+
+BROKER = ("10.0.0.9", 9092)
+
+
+def exchange_tables(
+    request: bytes, response: bytes, *, api_key: int, version: int, compiled_rows: bool, node: int | None
+) -> tuple[dict[str, list[tuple[object, ...]]], list[object]]:
+    """One exchange through a TableBuilder, with exchange_rows or with the Python path alone; the rows
+    written, and exchange_rows' answers."""
+    sink = ValuesSink()
+    brokers = BrokerDirectory(fixed={BROKER: node} if node is not None else {})
+    tables = TableBuilder("cap.pcap", sink, brokers=brokers)
+    answers: list[object] = []
+    exchange_rows = compiled.exchange_rows
+
+    def watched(*args: object) -> object:
+        answers.append(exchange_rows(*args))  # type: ignore[arg-type]
+        return answers[-1]
+
+    if compiled_rows:
+        assert tables.exchange_plan is not None
+        compiled.exchange_rows = watched  # type: ignore[assignment]
+    else:
+        tables.exchange_plan = None
+    rows = ExchangeRows(tables, 3, "10.0.0.1", BROKER)
+    try:
+        req = Request(12, 1_000, 1_700_000_000_000_100, len(request) + 16, 0, api_key=api_key,
+                      api_version=version, correlation_id=41, client_id="c-1")  # fmt: skip
+        rows.request(req, request)
+        resp = Response(
+            4, 1_700_000_000_003_350, 1_700_000_000_003_400, len(response) + 8, 0, correlation_id=41
+        )
+        rows.response(req, resp, response)
+        rows.exchange(req, resp, OK)
+        tables.finish(None)
+    finally:
+        compiled.exchange_rows = exchange_rows  # type: ignore[assignment]
+    return sink.rows, answers
+
+
+def test_an_exchange_written_by_compiled_code_has_the_python_paths_rows() -> None:
+    fetch = (fetch_v11_request("orders", [(0, 5), (1, 0)]),
+             fetch_v11_response([(0, 0, 9, batch(5, [b"a", b"b"])), (1, 0, 0, None)]))  # fmt: skip
+    produce_request = produce_v9_request("orders", [(2, batch(0, [b"x"]))])
+    produce = (produce_request, uvarint(2) + uvarint(7) + b"orders" + uvarint(2) + struct.pack(">ihqqq", 2, 0, 70, -1, 0)
+               + uvarint(1) + uvarint(0) + b"\x00" + b"\x00" + struct.pack(">i", 0) + b"\x00")  # fmt: skip
+    for (request, response), api_key, version in ((fetch, FETCH, 11), (produce, PRODUCE, 9)):
+        python, _ = exchange_tables(
+            request, response, api_key=api_key, version=version, compiled_rows=False, node=1
+        )
+        fast, answers = exchange_tables(
+            request, response, api_key=api_key, version=version, compiled_rows=True, node=1
+        )
+        assert fast == python
+        assert len(answers) == 1 and answers[0] is not None, api_key  # written by exchange_rows
+        (row,) = python["requests"]
+        named = dict(zip(SCHEMAS["requests"].names, row, strict=True))
+        assert named["status"] == "ok" and named["broker_id"] == 1 and named["latency_ms"] == 3.25
+        assert named["api_name"] == ("Fetch" if api_key == FETCH else "Produce")
+        assert len(python["partitions"]) == (2 if api_key == FETCH else 1)
+        if api_key == PRODUCE:
+            assert (
+                dict(zip(SCHEMAS["partitions"].names, python["partitions"][0], strict=True))["last_offset"]
+                == 70
+            )
+        # A broker without a node id yet: its rows are held (and written at the end) by the Python path.
+        python, _ = exchange_tables(
+            request, response, api_key=api_key, version=version, compiled_rows=False, node=None
+        )
+        fast, answers = exchange_tables(
+            request, response, api_key=api_key, version=version, compiled_rows=True, node=None
+        )
+        assert fast == python and answers == [None]
+    # An error code anywhere: the errors table and its names are the Python path's.
+    failed = fetch_v11_response([(0, 0, 9, None)], top_error=7)
+    python, _ = exchange_tables(fetch[0], failed, api_key=FETCH, version=11, compiled_rows=False, node=1)
+    fast, answers = exchange_tables(fetch[0], failed, api_key=FETCH, version=11, compiled_rows=True, node=1)
+    assert fast == python and answers == [None]
+
+
+def test_merged_rows_pair_partitions_by_key_in_any_order() -> None:
+    # A response names the request's partitions in the request's order (paired as they come), or in
+    # another order, or names others too: rows in the request's order, then the response's own.
+    columns = ("topic", "partition", "fetch_offset", "high_watermark", "lag")
+    index = {c: i for i, c in enumerate(columns)}
+    base = (None,) * len(columns)
+
+    def parts(*items: tuple[int, str, int]) -> dict[tuple[None, str, int], dict[str, object]]:
+        return {(None, "t", p): {"topic": "t", "partition": p, name: v} for p, name, v in items}
+
+    req = parts((0, "fetch_offset", 5), (1, "fetch_offset", 7))
+    for resp in (
+        parts((0, "high_watermark", 9), (1, "high_watermark", 8)),
+        parts((1, "high_watermark", 8), (0, "high_watermark", 9)),
+        parts((0, "high_watermark", 9), (2, "high_watermark", 4)),
+        parts((3, "high_watermark", 1), (2, "high_watermark", 4)),
+    ):
+        python = merged_rows(FETCH, {"partitions": req}, {"partitions": resp}, {})
+        expected = [tuple(row.get(c) for c in columns) for row in python]
+        assert compiled.merge_rows(index, base, {}, req, resp, FETCH, {}) == expected
+    assert expected == [
+        ("t", 0, 5, None, None),
+        ("t", 1, 7, None, None),
+        ("t", 3, None, 1, None),
+        ("t", 2, None, 4, None),
+    ]

@@ -778,16 +778,12 @@ static int keep(Walk *w) {
     /* None, a str and an int: no cycle through it, so the garbage collector need not count it (a
      * Fetch of 1,200 partitions otherwise sets off a young collection or two) */
     PyObject_GC_UnTrack(key);
-    PyObject *had = PyDict_GetItemWithError(w->out, key);
-    int rc;
-    if (had != NULL)
-        rc = PyDict_Update(had, facts);
-    else if (PyErr_Occurred())
-        rc = -1;
-    else
-        rc = PyDict_SetItem(w->out, key, facts);
+    /* one lookup: the facts go in under a new key, or update the earlier ones of that key */
+    PyObject *had = PyDict_SetDefault(w->out, key, facts);
     Py_DECREF(key);
-    return rc;
+    if (had == NULL)
+        return -1;
+    return had == facts ? 0 : PyDict_Update(had, facts);
 }
 
 static int walk_struct(Walk *w, Node *node) {
@@ -1128,24 +1124,56 @@ fail:
     return NULL;
 }
 
-/* merge_rows(index, base, context, request parts, response parts, produce, topic names, "NONE")
- *   -> [row tuple, or None where the Python path must build the row], in merged_rows' order */
-static PyObject *merge_rows(PyObject *self, PyObject *args) {
-    PyObject *index, *base, *ctx, *req, *resp, *names, *none_name;
-    int produce;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!pO!U", &PyDict_Type, &index, &PyTuple_Type, &base, &PyDict_Type, &ctx,
-                          &PyDict_Type, &req, &PyDict_Type, &resp, &produce, &PyDict_Type, &names, &none_name))
-        return NULL;
-    Slots slots = {slot(index, S_topic), slot(index, S_error_name), slot(index, S_first_offset),
-                   slot(index, S_last_offset), slot(index, S_lag)};
-    if (PyErr_Occurred())
-        return NULL;
+/* 1 where both dicts hold equal keys in the same order (the response's partitions are the
+ * request's), 0 where not, -1 with an error set. */
+static int same_keys(PyObject *req, PyObject *resp) {
+    if (PyDict_GET_SIZE(req) != PyDict_GET_SIZE(resp) || PyDict_GET_SIZE(req) == 0)
+        return 0;
+    Py_ssize_t pos = 0, at = 0;
+    PyObject *k1, *k2, *v;
+    while (PyDict_Next(req, &pos, &k1, &v)) {
+        if (!PyDict_Next(resp, &at, &k2, &v))
+            return 0;
+        int eq = PyObject_RichCompareBool(k1, k2, Py_EQ);
+        if (eq != 1)
+            return eq;
+    }
+    return 1;
+}
+
+/* merged_rows' rows of one exchange's request and response parts, in its order: a new list of row
+ * tuples (Py_None where the Python path must build the row), or NULL with an error set. */
+static PyObject *merge_parts(SlotCache *cache, const Slots *slots, PyObject *base, PyObject *ctx, PyObject *req,
+                             PyObject *resp, int produce, PyObject *names, PyObject *none_name) {
     PyObject *out = PyList_New(0);
     if (out == NULL)
         return NULL;
-    SlotCache cache;
-    memset(&cache, 0, sizeof cache);
-    cache.index = index;
+    switch (same_keys(req, resp)) {
+    case -1:
+        Py_DECREF(out);
+        return NULL;
+    case 1: {
+        /* A response names the request's partitions in the request's order (the common case): each
+         * pair merged as it comes, with no lookup of one dict's key in the other. */
+        Py_ssize_t pos = 0, at = 0;
+        PyObject *key, *rq, *rs, *k2;
+        while (PyDict_Next(req, &pos, &key, &rq) && PyDict_Next(resp, &at, &k2, &rs)) {
+            if (!PyDict_Check(rq) || !PyDict_Check(rs)) {
+                PyErr_SetString(PyExc_TypeError, "facts must be dicts");
+                Py_DECREF(out);
+                return NULL;
+            }
+            PyObject *row = merge_one(cache, slots, base, ctx, rq, rs, produce, names, none_name);
+            if (row == NULL || PyList_Append(out, row) < 0) {
+                Py_XDECREF(row);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(row);
+        }
+        return out;
+    }
+    }
     for (int side = 0; side < 2; side++) {
         PyObject *keys = side == 0 ? req : resp;
         Py_ssize_t pos = 0;
@@ -1167,7 +1195,7 @@ static PyObject *merge_rows(PyObject *self, PyObject *args) {
                 Py_DECREF(out);
                 return NULL;
             }
-            PyObject *row = merge_one(&cache, &slots, base, ctx, rq, rs, produce, names, none_name);
+            PyObject *row = merge_one(cache, slots, base, ctx, rq, rs, produce, names, none_name);
             if (row == NULL || PyList_Append(out, row) < 0) {
                 Py_XDECREF(row);
                 Py_DECREF(out);
@@ -1177,6 +1205,24 @@ static PyObject *merge_rows(PyObject *self, PyObject *args) {
         }
     }
     return out;
+}
+
+/* merge_rows(index, base, context, request parts, response parts, produce, topic names, "NONE")
+ *   -> [row tuple, or None where the Python path must build the row], in merged_rows' order */
+static PyObject *merge_rows(PyObject *self, PyObject *args) {
+    PyObject *index, *base, *ctx, *req, *resp, *names, *none_name;
+    int produce;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!pO!U", &PyDict_Type, &index, &PyTuple_Type, &base, &PyDict_Type, &ctx,
+                          &PyDict_Type, &req, &PyDict_Type, &resp, &produce, &PyDict_Type, &names, &none_name))
+        return NULL;
+    Slots slots = {slot(index, S_topic), slot(index, S_error_name), slot(index, S_first_offset),
+                   slot(index, S_last_offset), slot(index, S_lag)};
+    if (PyErr_Occurred())
+        return NULL;
+    SlotCache cache;
+    memset(&cache, 0, sizeof cache);
+    cache.index = index;
+    return merge_parts(&cache, &slots, base, ctx, req, resp, produce, names, none_name);
 }
 
 /* 1 and the value in *x where v is an exact int within +-2^53 (where sums stay exact as the Python
@@ -1258,6 +1304,344 @@ static PyObject *record_totals(PyObject *self, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
+/* --------------------------------------------------------------------------------- exchange rows */
+
+/* The rows of one Produce or Fetch exchange in the common case, as kwsniff.rows.builder's
+ * ExchangeRows.exchange writes them (its _requests_row, _context, _exchange, _who, _broker and
+ * _partition_values): the `requests` row and the `partitions` rows as value tuples in the sink's
+ * column order, with no row dict. Where a column's value comes from is the plan's (compiled.py's
+ * REQUESTS_SOURCES, one code per column); the Python methods stay the statement of each rule and
+ * tests/test_partfacts.py compares both paths' tables. exchange_rows() answers None, before anything
+ * is written, wherever the exchange is not the common case: a reason (an error, a cut, a note), a
+ * group, a broker with no node id yet (its rows are held), an error code, a `partitions` row the
+ * Python path builds. */
+enum {
+    X_NONE, /* a column the exchange leaves null */
+    X_CAPTURE,
+    X_CONN_ID,
+    X_CORRELATION_ID,
+    X_API_KEY,
+    X_API_NAME,
+    X_API_VERSION,
+    X_CLIENT_ID,
+    X_CLIENT_IP,
+    X_TS_REQUEST,
+    X_TS_RESPONSE,
+    X_LATENCY_MS,
+    X_BROKER_IP,
+    X_BROKER_PORT,
+    X_BROKER_ID,
+    X_REQUEST_BYTES,
+    X_RESPONSE_BYTES,
+    X_ERROR_NAME,
+    X_STATUS,
+    X_REASON,
+    X_REMOVED_IN,
+    X_FIXED_COUNT,
+    X_REQUEST = X_FIXED_COUNT, /* the request summary's value under the column's key */
+    X_RESPONSE,                /* the response summary's */
+    X_EITHER,                  /* the request's, else the response's */
+    X_CODES
+};
+
+typedef struct {
+    Py_ssize_t n_requests, n_partitions;
+    int *codes;       /* the requests columns' sources, then the partitions columns' */
+    PyObject **keys;  /* the summary key of an X_REQUEST, X_RESPONSE or X_EITHER column, else NULL */
+    PyObject *index;  /* partitions column -> position */
+    Slots slots;
+    PyObject *names;  /* {(api key, version): (api_name, removed_in)}, from the Python functions */
+    PyObject *api_name, *removed_in;
+    PyObject *none_name, *ok;
+} ExchangePlan;
+
+static PyObject *S_api_key, *S_api_version, *S_correlation_id, *S_client_id, *S_ts_last, *S_ts_first, *S_size,
+    *S_error, *S_cut, *S_note, *S_group, *S_group_id, *S_member_epoch, *S_partitions, *S_broker_ip,
+    *S_broker_port, *S_broker_id;
+
+static void exchange_plan_free(PyObject *capsule) {
+    ExchangePlan *plan = PyCapsule_GetPointer(capsule, "kwsniff.partfacts.exchange");
+    if (plan == NULL)
+        return;
+    for (Py_ssize_t i = 0; plan->keys != NULL && i < plan->n_requests + plan->n_partitions; i++)
+        Py_XDECREF(plan->keys[i]);
+    PyMem_Free(plan->codes);
+    PyMem_Free(plan->keys);
+    Py_XDECREF(plan->index);
+    Py_XDECREF(plan->names);
+    Py_XDECREF(plan->api_name);
+    Py_XDECREF(plan->removed_in);
+    Py_XDECREF(plan->none_name);
+    Py_XDECREF(plan->ok);
+    PyMem_Free(plan);
+}
+
+/* exchange_plan(requests sources, partitions sources, partitions index, api_name, removed_in, "NONE",
+ * "ok"): each sources a tuple of (code, key or None), one per column in the sink's order */
+static PyObject *exchange_plan(PyObject *self, PyObject *args) {
+    PyObject *req_src, *part_src, *index, *api_name_fn, *removed_in_fn, *none_name, *ok;
+    if (!PyArg_ParseTuple(args, "O!O!O!OOUU", &PyTuple_Type, &req_src, &PyTuple_Type, &part_src, &PyDict_Type,
+                          &index, &api_name_fn, &removed_in_fn, &none_name, &ok))
+        return NULL;
+    ExchangePlan *plan = PyMem_Calloc(1, sizeof(ExchangePlan));
+    if (plan == NULL)
+        return PyErr_NoMemory();
+    PyObject *capsule = PyCapsule_New(plan, "kwsniff.partfacts.exchange", exchange_plan_free);
+    if (capsule == NULL) {
+        PyMem_Free(plan);
+        return NULL;
+    }
+    plan->n_requests = PyTuple_GET_SIZE(req_src);
+    plan->n_partitions = PyTuple_GET_SIZE(part_src);
+    Py_ssize_t n = plan->n_requests + plan->n_partitions;
+    plan->codes = PyMem_Calloc(n ? n : 1, sizeof(int));
+    plan->keys = PyMem_Calloc(n ? n : 1, sizeof(PyObject *));
+    if (plan->codes == NULL || plan->keys == NULL) {
+        Py_DECREF(capsule);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *spec = PyTuple_GET_ITEM(i < plan->n_requests ? req_src : part_src,
+                                          i < plan->n_requests ? i : i - plan->n_requests);
+        PyObject *key;
+        if (!PyArg_ParseTuple(spec, "iO", &plan->codes[i], &key)) {
+            Py_DECREF(capsule);
+            return NULL;
+        }
+        int code = plan->codes[i];
+        int keyed = code >= X_REQUEST && code < X_CODES;
+        if (code < 0 || code >= X_CODES || keyed != PyUnicode_Check(key) || (!keyed && key != Py_None) ||
+            (i >= plan->n_requests && code != X_REQUEST && code >= X_REQUEST_BYTES)) {
+            PyErr_Format(PyExc_ValueError, "column %zd: source (%d, %R)", i, code, key);
+            Py_DECREF(capsule);
+            return NULL;
+        }
+        if (keyed) {
+            Py_INCREF(key);
+            PyUnicode_InternInPlace(&key);
+            plan->keys[i] = key;
+        }
+    }
+    plan->slots = (Slots){slot(index, S_topic), slot(index, S_error_name), slot(index, S_first_offset),
+                          slot(index, S_last_offset), slot(index, S_lag)};
+    plan->names = PyDict_New();
+    if (PyErr_Occurred() || plan->names == NULL) {
+        Py_DECREF(capsule);
+        return NULL;
+    }
+    plan->index = Py_NewRef(index);
+    plan->api_name = Py_NewRef(api_name_fn);
+    plan->removed_in = Py_NewRef(removed_in_fn);
+    plan->none_name = Py_NewRef(none_name);
+    plan->ok = Py_NewRef(ok);
+    return capsule;
+}
+
+/* (api_name, removed_in) of an api key and version, borrowed; NULL with an error set. */
+static PyObject *api_names(ExchangePlan *plan, PyObject *key, PyObject *version) {
+    PyObject *pair = PyTuple_Pack(2, key, version);
+    if (pair == NULL)
+        return NULL;
+    PyObject *names = PyDict_GetItemWithError(plan->names, pair);
+    if (names == NULL && !PyErr_Occurred()) {
+        PyObject *name = PyObject_CallOneArg(plan->api_name, key);
+        PyObject *removed = name == NULL ? NULL : PyObject_CallFunctionObjArgs(plan->removed_in, key, version, NULL);
+        PyObject *both = removed == NULL ? NULL : PyTuple_Pack(2, name, removed);
+        Py_XDECREF(name);
+        Py_XDECREF(removed);
+        if (both != NULL && PyDict_SetItem(plan->names, pair, both) == 0)
+            names = both; /* the dict holds it */
+        Py_XDECREF(both);
+    }
+    Py_DECREF(pair);
+    return names;
+}
+
+/* A tuple of ints, strings, floats and None holds no reference cycle: untracked, the garbage
+ * collector does not walk the rows a table buffers (as merge_one's). */
+static void untrack_plain(PyObject *row) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(row); i++) {
+        PyObject *item = PyTuple_GET_ITEM(row, i);
+        if (PyType_IS_GC(Py_TYPE(item)) && PyObject_GC_IsTracked(item))
+            return;
+    }
+    PyObject_GC_UnTrack(row);
+}
+
+/* One column's value from its source (borrowed; NULL: null). */
+static PyObject *source_value(int code, PyObject *key, PyObject *const *fixed, PyObject *reqi, PyObject *respi) {
+    PyObject *v;
+    switch (code) {
+    case X_REQUEST:
+        return PyDict_GetItemWithError(reqi, key);
+    case X_RESPONSE:
+        return PyDict_GetItemWithError(respi, key);
+    case X_EITHER:
+        v = PyDict_GetItemWithError(reqi, key);
+        return v != NULL || PyErr_Occurred() ? v : PyDict_GetItemWithError(respi, key);
+    default:
+        return fixed[code];
+    }
+}
+
+/* exchange_rows(plan, (capture, conn_id, client_ip), broker fields, request, response, request summary,
+ * response summary, topic names) -> (requests row, [partitions rows] or None), or None: the Python
+ * path writes this exchange */
+static PyObject *exchange_rows(PyObject *self, PyObject *args) {
+    PyObject *capsule, *handler, *broker, *req, *resp, *reqi, *respi, *topic_names;
+    if (!PyArg_ParseTuple(args, "OO!O!OOO!O!O!", &capsule, &PyTuple_Type, &handler, &PyDict_Type, &broker, &req,
+                          &resp, &PyDict_Type, &reqi, &PyDict_Type, &respi, &PyDict_Type, &topic_names))
+        return NULL;
+    ExchangePlan *plan = PyCapsule_GetPointer(capsule, "kwsniff.partfacts.exchange");
+    if (plan == NULL)
+        return NULL;
+    if (PyTuple_GET_SIZE(handler) != 3) {
+        PyErr_SetString(PyExc_TypeError, "exchange_rows: (capture, conn_id, client_ip)");
+        return NULL;
+    }
+    PyObject *result = NULL, *row = NULL, *rows = NULL, *base = NULL;
+    PyObject *owned[X_FIXED_COUNT] = {NULL}; /* new references among fixed[] */
+    PyObject *fixed[X_FIXED_COUNT] = {NULL};
+    static PyObject **const attrs[] = {&S_api_key, &S_api_version, &S_correlation_id, &S_client_id, &S_ts_last,
+                                       &S_size, &S_error, &S_cut};
+    static const int attr_codes[] = {X_API_KEY, X_API_VERSION, X_CORRELATION_ID, X_CLIENT_ID, X_TS_REQUEST,
+                                     X_REQUEST_BYTES, -1, -1};
+    static PyObject **const resp_attrs[] = {&S_ts_first, &S_size, &S_error, &S_cut};
+    static const int resp_codes[] = {X_TS_RESPONSE, X_RESPONSE_BYTES, -1, -1};
+    for (int side = 0; side < 2; side++) {
+        int count = side == 0 ? 8 : 4;
+        for (int i = 0; i < count; i++) {
+            PyObject *v = PyObject_GetAttr(side == 0 ? req : resp, *(side == 0 ? attrs : resp_attrs)[i]);
+            if (v == NULL)
+                goto done;
+            int code = (side == 0 ? attr_codes : resp_codes)[i];
+            if (code < 0) {
+                int clear = v == Py_None;
+                Py_DECREF(v);
+                if (!clear)
+                    goto python; /* req.error, resp.error, req.cut or resp.cut: a reason */
+                continue;
+            }
+            owned[code] = fixed[code] = v;
+        }
+    }
+    /* Produce or Fetch, whose summaries the walker or the decoder made; no group, no note: reason null */
+    PyObject *key = fixed[X_API_KEY];
+    long api_key = PyLong_CheckExact(key) ? PyLong_AsLong(key) : -1;
+    if (api_key != 0 && api_key != 1) {
+        PyErr_Clear();
+        goto python;
+    }
+    PyObject *const absent[] = {S_group, S_group_id, S_member_epoch, S_note};
+    for (int i = 0; i < 4; i++) {
+        int has = PyDict_Contains(reqi, absent[i]);
+        if (has == 0 && i == 3)
+            has = PyDict_Contains(respi, absent[i]);
+        if (has != 0) {
+            if (has < 0)
+                goto done;
+            goto python;
+        }
+    }
+    fixed[X_CAPTURE] = PyTuple_GET_ITEM(handler, 0);
+    fixed[X_CONN_ID] = PyTuple_GET_ITEM(handler, 1);
+    fixed[X_CLIENT_IP] = PyTuple_GET_ITEM(handler, 2);
+    fixed[X_BROKER_IP] = PyDict_GetItemWithError(broker, S_broker_ip);
+    fixed[X_BROKER_PORT] = fixed[X_BROKER_IP] == NULL ? NULL : PyDict_GetItemWithError(broker, S_broker_port);
+    fixed[X_BROKER_ID] = fixed[X_BROKER_PORT] == NULL ? NULL : PyDict_GetItemWithError(broker, S_broker_id);
+    if (PyErr_Occurred())
+        goto done;
+    if (fixed[X_BROKER_ID] == NULL || fixed[X_BROKER_ID] == Py_None)
+        goto python; /* the broker has no node id yet: BrokerIds holds the rows */
+    fixed[X_STATUS] = plan->ok;
+    /* latency_ms: (ts_first - ts_last) / 1000.0, exact where both are ints within 2^53 */
+    {
+        long long first, last;
+        if (!small_int(fixed[X_TS_RESPONSE], &first) || !small_int(fixed[X_TS_REQUEST], &last) ||
+            !PyLong_CheckExact(fixed[X_CORRELATION_ID]))
+            goto python;
+        owned[X_LATENCY_MS] = fixed[X_LATENCY_MS] = PyFloat_FromDouble((double)(first - last) / 1000.0);
+        if (fixed[X_LATENCY_MS] == NULL)
+            goto done;
+    }
+    PyObject *code = PyDict_GetItemWithError(respi, S_error_code);
+    if (code == NULL && PyErr_Occurred())
+        goto done;
+    if (code != NULL && code != Py_None) {
+        if (!PyLong_CheckExact(code) || PyLong_AsLong(code) != 0) {
+            PyErr_Clear();
+            goto python; /* an error code: its name and the errors rows are the Python path's */
+        }
+        fixed[X_ERROR_NAME] = plan->none_name;
+    }
+    PyObject *names = api_names(plan, key, fixed[X_API_VERSION]);
+    if (names == NULL)
+        goto done;
+    fixed[X_API_NAME] = PyTuple_GET_ITEM(names, 0);
+    fixed[X_REMOVED_IN] = PyTuple_GET_ITEM(names, 1);
+    for (int i = 0; i < X_FIXED_COUNT; i++)
+        if (fixed[i] == Py_None)
+            fixed[i] = NULL;
+
+    /* the `partitions` rows first: one the Python path must build sends the whole exchange there */
+    PyObject *rq = PyDict_GetItemWithError(reqi, S_partitions);
+    PyObject *rs = rq == NULL && PyErr_Occurred() ? NULL : PyDict_GetItemWithError(respi, S_partitions);
+    if (PyErr_Occurred())
+        goto done;
+    int rq_some = rq != NULL && PyObject_IsTrue(rq) == 1, rs_some = rs != NULL && PyObject_IsTrue(rs) == 1;
+    if (PyErr_Occurred())
+        goto done;
+    if (rq_some || rs_some) {
+        static PyObject *empty;
+        if (empty == NULL && (empty = PyDict_New()) == NULL)
+            goto done;
+        if ((rq_some && !PyDict_CheckExact(rq)) || (rs_some && !PyDict_CheckExact(rs)))
+            goto python;
+        base = PyTuple_New(plan->n_partitions);
+        if (base == NULL)
+            goto done;
+        for (Py_ssize_t i = 0; i < plan->n_partitions; i++) {
+            int at = (int)(plan->n_requests + i);
+            PyObject *v = source_value(plan->codes[at], plan->keys[at], fixed, reqi, respi);
+            if (v == NULL && PyErr_Occurred())
+                goto done;
+            PyTuple_SET_ITEM(base, i, Py_NewRef(v != NULL ? v : Py_None));
+        }
+        SlotCache cache;
+        memset(&cache, 0, sizeof cache);
+        cache.index = plan->index;
+        rows = merge_parts(&cache, &plan->slots, base, NULL, rq_some ? rq : empty, rs_some ? rs : empty,
+                           api_key == 0, topic_names, plan->none_name);
+        if (rows == NULL)
+            goto done;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(rows); i++)
+            if (PyList_GET_ITEM(rows, i) == Py_None)
+                goto python;
+    }
+    row = PyTuple_New(plan->n_requests);
+    if (row == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < plan->n_requests; i++) {
+        PyObject *v = source_value(plan->codes[i], plan->keys[i], fixed, reqi, respi);
+        if (v == NULL && PyErr_Occurred())
+            goto done;
+        PyTuple_SET_ITEM(row, i, Py_NewRef(v != NULL ? v : Py_None));
+    }
+    untrack_plain(row);
+    result = PyTuple_Pack(2, row, rows != NULL ? rows : Py_None);
+    goto done;
+python:
+    if (!PyErr_Occurred())
+        result = Py_NewRef(Py_None);
+done:
+    for (int i = 0; i < X_FIXED_COUNT; i++)
+        Py_XDECREF(owned[i]);
+    Py_XDECREF(row);
+    Py_XDECREF(rows);
+    Py_XDECREF(base);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"make_plan", make_plan, METH_VARARGS, "make_plan(root node, flexible, offsets) -> plan"},
     {"walk", walk, METH_VARARGS,
@@ -1266,6 +1650,13 @@ static PyMethodDef methods[] = {
     {"merge_rows", merge_rows, METH_VARARGS,
      "merge_rows(index, base, context, request parts, response parts, produce, topic names, 'NONE') -> "
      "[row tuple in schema order, or None: the Python path builds that row]"},
+    {"exchange_plan", exchange_plan, METH_VARARGS,
+     "exchange_plan(requests sources, partitions sources, partitions index, api_name, removed_in, 'NONE', "
+     "'ok') -> plan of exchange_rows"},
+    {"exchange_rows", exchange_rows, METH_VARARGS,
+     "exchange_rows(plan, (capture, conn_id, client_ip), broker fields, request, response, request summary, "
+     "response summary, topic names) -> (requests row, [partitions rows] or None), or None: the Python path "
+     "writes the exchange"},
     {"record_totals", record_totals, METH_VARARGS,
      "record_totals(info, parts) -> True once info holds the partitions' record totals, False: the Python "
      "function answers"},
@@ -1306,6 +1697,23 @@ PyMODINIT_FUNC PyInit__partfacts(void) {
     INTERN(S_high_watermark, "high_watermark");
     INTERN(S_fetch_offset, "fetch_offset");
     INTERN(S_base_offset, "base_offset");
+    INTERN(S_api_key, "api_key");
+    INTERN(S_api_version, "api_version");
+    INTERN(S_correlation_id, "correlation_id");
+    INTERN(S_client_id, "client_id");
+    INTERN(S_ts_last, "ts_last");
+    INTERN(S_ts_first, "ts_first");
+    INTERN(S_size, "size");
+    INTERN(S_error, "error");
+    INTERN(S_cut, "cut");
+    INTERN(S_note, "note");
+    INTERN(S_group, "group");
+    INTERN(S_group_id, "group_id");
+    INTERN(S_member_epoch, "member_epoch");
+    INTERN(S_partitions, "partitions");
+    INTERN(S_broker_ip, "broker_ip");
+    INTERN(S_broker_port, "broker_port");
+    INTERN(S_broker_id, "broker_id");
     for (int i = 0; i < 5; i++)
         INTERN(CODECS[i], codecs[i]);
 #undef INTERN

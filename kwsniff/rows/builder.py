@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from kwsniff.defaults import PAST_INT64
-from kwsniff.kafka import DECODE_ERROR, RESPONSE_CUT, ConversationHandler, Request, Response
+from kwsniff.kafka import DECODE_ERROR, OK, RESPONSE_CUT, ConversationHandler, Request, Response
 from kwsniff.kafka.sasl import Secrets, redact
 from kwsniff.memory import RECORDS, ROW_COST, ROWS
 from kwsniff.net import format_ip
@@ -148,6 +148,9 @@ class TableBuilder:
         # `partitions` rows merged by compiled code straight into a sink that takes rows as values in
         # schema order (the Parquet writer): (add_values, column -> position, columns), or None.
         self.partition_values: tuple[Any, dict[str, int], tuple[str, ...]] | None = None
+        # A Produce or Fetch exchange's `requests` and `partitions` rows made by compiled code as values
+        # in the sink's order (compiled.exchange_rows), where the sink takes both tables' rows so.
+        self.exchange_plan: Any = None
         add_values = getattr(sink, "add_values", None)
         self.add_many_values = getattr(sink, "add_many_values", None)
         columns_of = getattr(sink, "columns", None)
@@ -160,6 +163,8 @@ class TableBuilder:
         ):
             columns: tuple[str, ...] = columns_of("partitions")
             self.partition_values = (add_values, {c: i for i, c in enumerate(columns)}, columns)
+            if self.compiled and "requests" in getattr(sink, "values_tables", ()):
+                self.exchange_plan = compiled.exchange_plan(columns_of("requests"), columns, OK)
         self.status = Counter[str]()
         self.undecodable_frames = 0
         self.decode_errors = Counter[str]()
@@ -290,6 +295,7 @@ class ExchangeRows(ConversationHandler):
             "broker_port": broker[1] if broker else None,
             "broker_id": None,
         }
+        self.fixed = (tables.capture, conn_id, client_ip)  # compiled.exchange_rows' view of the above
         self.client_id: str | None = None
         self.client_software_name: str | None = None
         self.client_software_version: str | None = None
@@ -433,6 +439,13 @@ class ExchangeRows(ConversationHandler):
             tables.holding.pop(id(req), None)
         reqi: dict[str, Any] = req.info if isinstance(req.info, dict) else {}
         respi: dict[str, Any] = resp.info if resp is not None and isinstance(resp.info, dict) else {}
+        if (
+            tables.exchange_plan is not None
+            and status == OK
+            and resp is not None
+            and self._compiled(req, resp, reqi, respi)
+        ):
+            return
         # Every row of the exchange is made before one is written: an exchange whose rows raise (a
         # kwsniff bug) writes its requests row alone, as decode_error, and the capture goes on.
         try:
@@ -447,6 +460,27 @@ class ExchangeRows(ConversationHandler):
         tables.node_ids.add("requests", row)
         if write is not None:
             write()
+
+    def _compiled(self, req: Request, resp: Response, reqi: dict[str, Any], respi: dict[str, Any]) -> bool:
+        """The exchange's rows written by compiled code (compiled.exchange_rows: a Produce or Fetch
+        exchange, ok, with nothing to note or hold) and counted as _count counts them; False: the
+        Python path writes them."""
+        tables = self.tables
+        try:
+            fast = compiled.exchange_rows(
+                tables.exchange_plan, self.fixed, self._broker(), req, resp, reqi, respi, tables.topic_names
+            )
+        except RUN_ERRORS:
+            raise
+        except Exception:
+            return False  # a kwsniff bug: the Python path meets it again and says so
+        if fast is None:
+            return False
+        tables.status[OK] += 1
+        tables.sink.add_values("requests", fast[0])  # type: ignore[attr-defined]
+        if fast[1] is not None:
+            tables.add_many_values("partitions", fast[1])  # type: ignore[misc]
+        return True
 
     def _count(self, req: Request, resp: Response | None, status: str, reason: str | None) -> None:
         tables = self.tables

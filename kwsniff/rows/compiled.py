@@ -285,3 +285,137 @@ def merge_rows(
         index, base, shared, req_parts, resp_parts, api_key == PRODUCE, topic_names, "NONE"
     )
     return rows
+
+
+# Where each column of an exchange's rows comes from, as kwsniff.rows.builder.ExchangeRows writes
+# them (_context, _exchange, _who, _broker, _requests_row): the codes of _partfacts.c's exchange_rows.
+# A repetition of those methods for the compiled path (tests/test_partfacts.py compares the tables);
+# a column either of them changes must change here too.
+_X = {
+    name: code
+    for code, name in enumerate(
+        (
+            None,
+            "capture",
+            "conn_id",
+            "correlation_id",
+            "api_key",
+            "api_name",
+            "api_version",
+            "client_id",
+            "client_ip",
+            "ts_request",
+            "ts_response",
+            "latency_ms",
+            "broker_ip",
+            "broker_port",
+            "broker_id",
+            "request_bytes",
+            "response_bytes",
+            "error_name",
+            "status",
+            "reason",
+            "removed_in",
+        )
+    )
+}
+_FROM_REQUEST, _FROM_RESPONSE, _FROM_EITHER = len(_X), len(_X) + 1, len(_X) + 2
+# The columns every row of an exchange shares (builder's `shared`: context, exchange, who, broker).
+SHARED_COLUMNS = frozenset(
+    {
+        "capture",
+        "conn_id",
+        "correlation_id",
+        "api_key",
+        "api_name",
+        "api_version",
+        "client_id",
+        "client_ip",
+        "ts_request",
+        "ts_response",
+        "latency_ms",
+        "replica_id",
+        "fetcher",
+        "node_id",
+        "broker_ip",
+        "broker_port",
+        "broker_id",
+    }
+)
+_WHO = ("replica_id", "fetcher", "node_id")  # builder._who: the request summary's
+_REQUESTS_FROM = {
+    **dict.fromkeys(
+        (
+            *_WHO,
+            "acks",
+            "max_wait_ms",
+            "producer_id",
+            "producer_epoch",
+            "intended_cluster_id",
+            "intended_node_id",
+        ),
+        _FROM_REQUEST,
+    ),
+    **dict.fromkeys(
+        (
+            "throttle_time_ms",
+            "error_code",
+            "error_count",
+            "first_error_code",
+            "first_error_name",
+            "producer_id_response",
+            "producer_epoch_response",
+            "fenced",
+            "cluster_id",
+        ),
+        _FROM_RESPONSE,
+    ),
+    **dict.fromkeys(("record_count", "record_bytes", "broker_epoch"), _FROM_EITHER),
+}
+
+
+def _source(column: str, requests: bool) -> tuple[int, str | None]:
+    if column in _REQUESTS_FROM and (requests or column in _WHO):
+        return _REQUESTS_FROM[column], column
+    if column in _X and (requests or column in SHARED_COLUMNS):
+        return _X[column], None
+    if requests:
+        raise _Unsupported(f"requests column {column}")
+    return 0, None  # a partitions column the exchange's shared values leave null
+
+
+def exchange_plan(requests: tuple[str, ...], partitions: tuple[str, ...], status_ok: str) -> Any:
+    """exchange_rows' plan for a sink's `requests` and `partitions` columns (in its order), or None:
+    the extension is not built, or a requests column has no source here (the Python path writes)."""
+    if _partfacts is None:
+        return None
+    from kwsniff.protocol import api_name, error_name, removed_in
+
+    try:
+        req_sources = tuple(_source(c, True) for c in requests)
+    except _Unsupported:
+        return None
+    part_sources = tuple(_source(c, False) for c in partitions)
+    index = {c: i for i, c in enumerate(partitions)}
+    return _partfacts.exchange_plan(
+        req_sources, part_sources, index, api_name, removed_in, error_name(0), status_ok
+    )
+
+
+def exchange_rows(
+    plan: Any,
+    handler: tuple[str, int, str | None],
+    broker: dict[str, Any],
+    req: Any,
+    resp: Any,
+    reqi: dict[str, Any],
+    respi: dict[str, Any],
+    topic_names: dict[Any, str],
+) -> tuple[tuple[Any, ...], list[tuple[Any, ...]] | None] | None:
+    """The `requests` row and the `partitions` rows of one Produce or Fetch exchange whose status is
+    ok, as values in the sink's column order, or None: the Python path writes the exchange (a
+    reason, a group, an error code, a broker without a node id yet, a row merged_rows builds)."""
+    result: tuple[tuple[Any, ...], list[tuple[Any, ...]] | None] | None = _partfacts.exchange_rows(
+        plan, handler, broker, req, resp, reqi, respi, topic_names
+    )
+    return result

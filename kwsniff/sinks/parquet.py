@@ -181,6 +181,8 @@ class ParquetSink:
         self.tables = tuple(tables)
         self.rows: dict[str, list[tuple[Any, ...]]] = {t: [] for t in self.tables}
         self.names = {t: tuple(SCHEMAS[t].names) for t in self.tables}
+        # The tables whose rows add_values takes as they come (a `records` row's payload is counted by add).
+        self.values_tables = frozenset(t for t in self.tables if t != "records")
         self.structs = {t: pa.struct(list(SCHEMAS[t])) for t in self.tables}
         # Each table's column kinds for _columns.columns(), or None: a type it does not build.
         self.kinds = {t: _kinds(SCHEMAS[t]) for t in self.tables}
@@ -214,8 +216,8 @@ class ParquetSink:
                 self._flush(table)
 
     def add_values(self, table: str, values: tuple[Any, ...]) -> None:
-        """:meth:`add` for a row already in schema order (:meth:`columns`): `partitions` rows merged
-        by compiled code (kwsniff/rows/compiled.py), never `records` rows."""
+        """:meth:`add` for a row already in schema order (:meth:`columns`): rows made by compiled code
+        (kwsniff/rows/compiled.py) of a table in ``values_tables``, never `records` rows."""
         rows = self.rows[table]
         rows.append(values)
         if len(rows) >= self.limits[table]:

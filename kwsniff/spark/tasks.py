@@ -214,6 +214,9 @@ class TaskSink:
         # `partitions` rows as values in schema order (kwsniff.rows.builder: the compiled ones) go to
         # the Parquet writer as `read`'s do; where a bucketed one's conn_id, topic and topic_id are.
         self.names = self.parquet.names
+        # Rows made as values (compiled.exchange_rows): a bucketed `requests` row's conn_id is made
+        # capture-wide by add, so bucketed tasks take them as row dicts.
+        self.values_tables = self.parquet.values_tables if conn_ids is None else frozenset({"partitions"})
         columns = SCHEMAS["partitions"].names
         self._at = (columns.index("conn_id"), columns.index("topic"), columns.index("topic_id"))
 

@@ -250,6 +250,26 @@ def test_the_summaries_take_one_duckdb_thread_a_million_staged_rows(
         assert summaries._threads(engine) == cores
 
 
+def test_duckdb_draws_no_progress_bar_into_the_output(
+    out: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DuckDB draws it on stdout (a pipe too) under a statement running past progress_bar_time, 2 s by
+    # default: into `read`'s output while it summarizes a large run, and into `report`'s JSON. Here
+    # past 1 ms (setting the time turns the bar on: set before the engine's own settings).
+    connect = duckdb.connect
+
+    def eager(*args: Any, **kwargs: Any) -> Any:
+        con = connect(*args, **kwargs)
+        con.execute("SET progress_bar_time = 1")
+        return con
+
+    monkeypatch.setattr(duckdb, "connect", eager)
+    with DuckTables(out, Filters()) as engine:
+        ((total,),) = engine.con.execute("SELECT SUM(range) FROM range(50000000)").fetchall()
+    assert total == 1_249_999_975_000_000
+    assert capfd.readouterr().out == ""
+
+
 def test_auto_writes_summaries_for_runs_of_at_least_the_minimum_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -295,6 +295,10 @@ class DuckTables:
 
     def _views(self, tables: Path | str, filters: Filters) -> None:
         self.con.execute("SET TimeZone = 'UTC'")
+        # DuckDB prints a progress bar on stdout, terminal or not, under any statement running over
+        # 2 s: into `report --format json` and `read`'s output while it summarizes (a session setting:
+        # not one duckdb.connect takes).
+        self.con.execute("SET enable_progress_bar = false")
         # Each file's footer read once per report, not again by every section (a dataset of many
         # captures is thousands of files).
         self.con.execute("SET parquet_metadata_cache = true")

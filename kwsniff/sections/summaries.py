@@ -145,7 +145,7 @@ def write(stage: Path, memory_limit: int | None = None, spill_limit: int | None 
             save(stage / MARKER / f"{stem}.parquet", marker.schema, [marker])
         for name, sql in PARTS.items():
             # Every column sorts (`capture` is the first): the same input, the same bytes.
-            batches = engine.batches(f"SELECT * FROM ({sql}) AS p ORDER BY ALL", BATCH_ROWS)
+            batches = engine.batches(sql, BATCH_ROWS)
             left = dict(stems)
             for capture, pieces in groupby(_runs(batches), key=itemgetter(0)):
                 save(stage / name / f"{left.pop(capture)}.parquet", batches.schema, (t for _, t in pieces))

@@ -21,6 +21,7 @@ from kwsniff.cli import main
 from kwsniff.commands.summarize import summarize
 from kwsniff.sections import summaries
 from kwsniff.sections.catalog import PARTS, SECTIONS
+from kwsniff.sections.dataset import DuckTables
 from kwsniff.sections.engines import DuckEngine, Filters
 from kwsniff.sections.output import sort_rows
 from kwsniff.sections.run import answer, answer_top, keep
@@ -234,6 +235,39 @@ def test_spark_writes_summaries_of_a_capture_split_into_flow_buckets_as_read_doe
 def rows_in(tables: Path) -> int:
     """Every row of the dataset's tables (not its summaries), counted by pyarrow from the footers."""
     return sum(pq.ParquetFile(p).metadata.num_rows for t in TABLES for p in (tables / t).glob("*.parquet"))
+
+
+def test_the_summaries_take_one_duckdb_thread_a_million_staged_rows(
+    out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with DuckTables(out, Filters()) as engine:
+        ((cores,),) = engine.con.execute("SELECT current_setting('threads')").fetchall()
+        assert summaries.ROWS_PER_THREAD == 1_000_000
+        assert summaries._threads(engine) == 1  # the test captures' 922 rows
+        monkeypatch.setattr(summaries, "ROWS_PER_THREAD", 461)
+        assert summaries._threads(engine) == min(cores, 2)
+        monkeypatch.setattr(summaries, "ROWS_PER_THREAD", 1)
+        assert summaries._threads(engine) == cores
+
+
+def test_duckdb_draws_no_progress_bar_into_the_output(
+    out: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DuckDB draws it on stdout (a pipe too) under a statement running past progress_bar_time, 2 s by
+    # default: into `read`'s output while it summarizes a large run, and into `report`'s JSON. Here
+    # past 1 ms (setting the time turns the bar on: set before the engine's own settings).
+    connect = duckdb.connect
+
+    def eager(*args: Any, **kwargs: Any) -> Any:
+        con = connect(*args, **kwargs)
+        con.execute("SET progress_bar_time = 1")
+        return con
+
+    monkeypatch.setattr(duckdb, "connect", eager)
+    with DuckTables(out, Filters()) as engine:
+        ((total,),) = engine.con.execute("SELECT SUM(range) FROM range(50000000)").fetchall()
+    assert total == 1_249_999_975_000_000
+    assert capfd.readouterr().out == ""
 
 
 def test_auto_writes_summaries_for_runs_of_at_least_the_minimum_rows(

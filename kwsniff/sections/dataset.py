@@ -295,6 +295,10 @@ class DuckTables:
 
     def _views(self, tables: Path | str, filters: Filters) -> None:
         self.con.execute("SET TimeZone = 'UTC'")
+        # DuckDB prints a progress bar on stdout, terminal or not, under any statement running over
+        # 2 s: into `report --format json` and `read`'s output while it summarizes (a session setting:
+        # not one duckdb.connect takes).
+        self.con.execute("SET enable_progress_bar = false")
         # Each file's footer read once per report, not again by every section (a dataset of many
         # captures is thousands of files).
         self.con.execute("SET parquet_metadata_cache = true")
@@ -389,9 +393,16 @@ class DuckTables:
         return (getattr(relation, "to_arrow_table", None) or relation.fetch_arrow_table)()
 
     def batches(self, sql: str, rows: int) -> Any:
-        """The rows of ``sql`` as an Arrow RecordBatchReader of ``rows`` rows a batch."""
+        """The rows of ``sql`` sorted by every column (the first first), as an Arrow RecordBatchReader
+        of ``rows`` rows a batch.
+
+        ``sql`` runs once into a temporary table (the sort would hold its rows all the same, and
+        DuckDB spills a table past --memory-limit), read back sorted: a relation over ``sql`` itself
+        would be bound twice (when made, then when read), and binding and optimizing a section's query
+        over the views costs as much as running it on a small capture."""
         self._keep_shared(sql)
-        relation = self.con.sql(sql)
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE _batches AS {sql}")
+        relation = self.con.sql("SELECT * FROM _batches ORDER BY ALL")
         # DuckDB 1.4 named it to_arrow_reader.
         stream = getattr(relation, "to_arrow_reader", None) or relation.fetch_arrow_reader
         return stream(rows)

@@ -45,6 +45,10 @@ if TYPE_CHECKING:
 VERSION = 11
 MARKER = "summary_captures"
 BATCH_ROWS = 65_536  # rows of a part held in Python at a time while it is written
+# DuckDB's threads while summarizing: one a ROWS_PER_THREAD staged rows, at least one. A second
+# thread bought no shorter wall time on the 2-core machine and cost CPU: 0.64 against 0.56 s on
+# 388k staged rows, 2.74 against 2.35 s on 2.9M (docs/benchmark-history.md, issue 50).
+ROWS_PER_THREAD = 1_000_000
 assert (MARKER, *PARTS) == SUMMARIES, (MARKER, *PARTS)
 
 
@@ -131,6 +135,7 @@ def write(stage: Path, memory_limit: int | None = None, spill_limit: int | None 
         stems = _stems(engine)
         if not stems:
             return 0
+        engine.con.execute(f"SET threads = {_threads(engine)}")
         for name in SUMMARIES:
             (stage / name).mkdir(exist_ok=True)
         for capture, stem in stems.items():
@@ -140,13 +145,23 @@ def write(stage: Path, memory_limit: int | None = None, spill_limit: int | None 
             save(stage / MARKER / f"{stem}.parquet", marker.schema, [marker])
         for name, sql in PARTS.items():
             # Every column sorts (`capture` is the first): the same input, the same bytes.
-            batches = engine.batches(f"SELECT * FROM ({sql}) AS p ORDER BY ALL", BATCH_ROWS)
+            batches = engine.batches(sql, BATCH_ROWS)
             left = dict(stems)
             for capture, pieces in groupby(_runs(batches), key=itemgetter(0)):
                 save(stage / name / f"{left.pop(capture)}.parquet", batches.schema, (t for _, t in pieces))
             for stem in left.values():  # a capture without rows in this part: an empty file all the same
                 save(stage / name / f"{stem}.parquet", batches.schema)
     return len(stems)
+
+
+def _threads(engine: Any) -> int:
+    """One DuckDB thread a ROWS_PER_THREAD rows of the staged tables (their files' footers), at least
+    one, at most DuckDB's own count (one a core)."""
+    listed = [p for files_of in engine.paths.values() for p in files_of]
+    ((rows, most),) = engine.con.execute(
+        f"SELECT COALESCE(SUM(num_rows), 0), current_setting('threads') FROM parquet_file_metadata({listed!r})"
+    ).fetchall()
+    return max(1, min(int(most), int(rows) // ROWS_PER_THREAD))
 
 
 def _runs(batches: Iterable[Any]) -> Iterator[tuple[str, Any]]:

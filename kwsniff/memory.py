@@ -132,3 +132,27 @@ def view_cap(budget: MemoryBudget, part: int) -> int:
     cap = budget.cap(VIEW)
     quarter, eighth = cap // 4, cap // 8
     return (quarter, eighth, eighth, cap - quarter - 2 * eighth)[part]
+
+
+_trim: object = None  # glibc's malloc_trim once looked up; False where there is none
+
+
+def give_back() -> bool:
+    """Hand the memory the C allocator holds free back to the system (glibc's ``malloc_trim(0)``);
+    False where the C library has none (musl, macOS). A capture left running for weeks calls it
+    after each period's commit: each commit allocates and frees (Arrow, delta-rs, the rows of the
+    period) in pieces glibc keeps mapped between live ones, and without it a coordinating process
+    whose live objects stay flat grew about 0.4 MiB a minute (a two-hour soak, docs/live-capture.md
+    "Memory over weeks"). It costs a walk over the heap's free lists: milliseconds, once a period."""
+    global _trim
+    if _trim is None:
+        import ctypes
+
+        try:
+            _trim = ctypes.CDLL(None).malloc_trim
+        except (OSError, AttributeError):
+            _trim = False
+    if _trim is False:
+        return False
+    _trim(0)  # type: ignore[operator]
+    return True

@@ -53,6 +53,7 @@ from typing import Any
 from kwsniff.capture.fanout import SOL_PACKET
 from kwsniff.capture.live import CaptureCounters
 from kwsniff.capture.pcap_periods import PeriodMerger
+from kwsniff.memory import give_back
 from kwsniff.pipeline.live_worker import WorkerSpec, worker_main
 from kwsniff.pipeline.run import CaptureResult
 from kwsniff.rows.brokers import merged_disputes
@@ -461,6 +462,7 @@ class WorkerPool:
         self.output.commit(again=again)
         self.seq += 1
         self._merge_pcaps(last=not again)
+        give_back()  # what the commit freed, returned to the system (kwsniff.memory.give_back)
 
     def _merge_pcaps(self, last: bool) -> None:
         """Hand the periods whose files every worker has sent to the merger: a worker's file of a

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kwsniff.memory import give_back
 from kwsniff.sinks.dataset import Output
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ class RotatingSink:
         self.files.extend(staged.values())
         for table, n in sink.counts.items():
             self.counts[table] += n
+        give_back()  # a period's writing freed, returned to the system (kwsniff.memory.give_back)
 
     def close(self, now: float) -> None:
         """The last period, however short: its files close like the others."""

@@ -7,6 +7,7 @@ one rule of which codes are expected. The endpoint is scraped over HTTP, as Prom
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -179,6 +180,25 @@ def test_client_series_take_at_most_half_of_the_series_cap() -> None:
     assert values["kwsniff_metrics_series_dropped_total"] == 21.0
 
 
+def test_apis_and_errors_named_by_a_number_take_at_most_an_eighth_of_the_series_cap_each() -> None:
+    # 3,000 requests of APIs no Kafka defines and 3,000 error codes no Kafka defines, in the same
+    # update as 5 topics' Produce (an update takes requests, then errors, then topics): the numbered
+    # names take 2 + 2 of a cap of 20 and the topics still get their series. Before, a flood of them
+    # (a capture's batch under load) took the whole cap first and no topic had a series.
+    metrics = Metrics(max_series=20)
+    requests = [(f"Unknown({1_000 + i})", None, 0.001, None) for i in range(3_000)]
+    errors = [(f"UNKNOWN_ERROR_CODE({1_000 + i})", "ApiVersions", None, False) for i in range(3_000)]
+    topics = [(f"t{i}", "Produce", 3, 300, None) for i in range(5)]
+    metrics.update(CaptureCounters(), Pending(requests, errors, topics, [], [], [], [], [], []), 0)
+    values = scraped(scrape_registry(metrics))
+    unknown_apis = [k for k in values if k.startswith('kwsniff_requests_total{api="Unknown(')]
+    unknown_errors = [k for k in values if k.startswith('kwsniff_errors_total{error="UNKNOWN_ERROR_CODE(')]
+    assert (len(unknown_apis), len(unknown_errors)) == (2, 2)  # an eighth of the cap each
+    assert series(values, "kwsniff_produced_records_total") == {
+        f'kwsniff_produced_records_total{{topic="t{i}"}}': 3.0 for i in range(5)
+    }
+
+
 def test_the_endpoint_serves_the_self_metrics_and_no_created_series(tmp_path: Path) -> None:
     (port,) = free_ports(1)
     metrics = Metrics()
@@ -246,11 +266,12 @@ def test_a_running_capture_serves_its_commits_drops_and_queue(tmp_path: Path, wo
     broker_port, metrics_port = free_ports(2)
     err_path = tmp_path / "err"
     started = time.time()
-    command = [sys.executable, "-m", "kwsniff", "capture", "lo", "-p", str(broker_port), "-q"]
+    command = [sys.executable, "-m", "kwsniff", "capture", "lo", "-p", str(broker_port)]
     command += ["--rotate-seconds", "1", "--workers", str(workers), "--out", str(tmp_path / "out")]
     command += ["--metrics-port", str(metrics_port)]
-    with err_path.open("wb") as err:
-        capture = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err)
+    out_path = tmp_path / "summary"
+    with err_path.open("wb") as err, out_path.open("wb") as out:
+        capture = subprocess.Popen(command, stdout=out, stderr=err)
     try:
         page: dict[str, str] = {}
 
@@ -266,16 +287,21 @@ def test_a_running_capture_serves_its_commits_drops_and_queue(tmp_path: Path, wo
         scraped_at = time.time()
         values = scraped(page["text"])
         assert started < values["kwsniff_last_commit_timestamp_seconds"] <= scraped_at
-        assert {
+        # The drops per cause: lo carries other tests' traffic the filter takes (tunnel ports,
+        # fragments), and a loaded machine's kernel may drop some of it; what the endpoint said is
+        # at most what the capture's summary reports at the end.
+        dropped = {
             k: v
             for k, v in values.items()
             if k.startswith(("kwsniff_packets_dropped", "kwsniff_worker_restarts"))
-        } == {
-            'kwsniff_packets_dropped_total{cause="kernel"}': 0.0,
-            'kwsniff_packets_dropped_total{cause="interface"}': 0.0,
-            'kwsniff_packets_dropped_total{cause="queue"}': 0.0,
-            "kwsniff_worker_restarts_total": 0.0,
         }
+        assert sorted(dropped) == [
+            'kwsniff_packets_dropped_total{cause="interface"}',
+            'kwsniff_packets_dropped_total{cause="kernel"}',
+            'kwsniff_packets_dropped_total{cause="queue"}',
+            "kwsniff_worker_restarts_total",
+        ]
+        assert dropped["kwsniff_worker_restarts_total"] == 0.0
         assert "kwsniff_queue_depth" in values
         assert not [
             line
@@ -289,3 +315,14 @@ def test_a_running_capture_serves_its_commits_drops_and_queue(tmp_path: Path, wo
         finally:
             stop_process(capture, signal.SIGKILL)
     assert capture.returncode == 0, err_path.read_text(errors="replace")
+    summary = out_path.read_text()
+    for cause, words in (
+        ("kernel", "by the kernel"),
+        ("interface", "by the interface"),
+        ("queue", "by kwsniff's queues?"),
+    ):
+        final = re.search(rf"{words} (\d[\d,]*)", summary)
+        assert final is not None, summary
+        assert dropped[f'kwsniff_packets_dropped_total{{cause="{cause}"}}'] <= int(
+            final.group(1).replace(",", "")
+        )

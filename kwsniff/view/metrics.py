@@ -6,8 +6,8 @@ consumer group with its partition, the follower broker's replica id, the client 
 header: never client ports or addresses, whose cardinality is unbounded. Series whose labels come
 from the wire (broker, topic, group, partition, follower, client id, and an API or error the wire
 names by number) are capped by ``max_series`` (`--metrics-max-series`) and by
-bytes (three quarters of the view pool of --memory-limit), those labelled by client id by half of
-each: a new one past a cap is not made, and counted in kwsniff_metrics_series_dropped_total. A label value longer than MAX_LABEL characters is
+bytes (half of the view pool of --memory-limit, kwsniff.memory.view_cap), those labelled by client
+id by half of each, and APIs and errors named by a number by an eighth each: a new one past a cap is not made, and counted in kwsniff_metrics_series_dropped_total. A label value longer than MAX_LABEL characters is
 cut, marked and told apart by a hash (docs/live-capture.md "Metrics"), so a scrape stays small.
 """
 
@@ -69,7 +69,14 @@ _SHAPES = {
     "client_topic_io": (2_600, 4),  # per client id and topic: the four record and byte counters
 }
 LINE_COST = 100
-_CLIENT_SHAPES = frozenset({"client_api", "client_error", "client_topic_io"})
+# The kinds of series the wire can multiply, and the share of the caps (1/n) each may take: client
+# ids (unique per process in some fleets) and names made of a number the wire gave (`Unknown(N)`,
+# `UNKNOWN_ERROR_CODE(N)`: the fixed names Kafka defines are not charged).
+_KIND_OF = {"client_api": "client", "client_error": "client", "client_topic_io": "client"} | {
+    "api": "numbered_api",
+    "error": "numbered_error",
+}
+_SHARE_OF = {"client": 2, "numbered_api": 8, "numbered_error": 8}
 # API and error names a Kafka release defines: a fixed set, always made. Names made of a number the
 # wire gave (`Unknown(99)`, `UNKNOWN_ERROR_CODE(1234)`) are labels from the wire like a topic.
 _KNOWN_APIS = frozenset(api_names().values())
@@ -108,10 +115,12 @@ class Metrics:
         self.byte_cap = view_cap(budget, VIEW_METRICS)
         self.held_bytes = 0  # what the series made so far cost, as _SHAPES counts
         self._series: set[tuple[str, tuple[str, ...]]] = set()
-        # Series labelled by client id, and what they cost: at most half of either cap, so a fleet
-        # of clients whose ids are unique per process cannot crowd out the lag and topic series.
-        self.client_series = 0
-        self.client_bytes = 0
+        # Series of a kind the wire can multiply, and what they cost (_SHARE_OF): those labelled by
+        # client id at most half of either cap, so a fleet of clients whose ids are unique per
+        # process cannot crowd out the lag and topic series; those named by a number the wire gave
+        # (APIs and error codes no Kafka defines) at most an eighth each, so a flood of them cannot.
+        self.kind_series: collections.Counter[str] = collections.Counter()
+        self.kind_bytes: collections.Counter[str] = collections.Counter()
         self.series_dropped = Counter(
             "kwsniff_metrics_series_dropped",
             "Updates not made because their series would pass --metrics-max-series or the metrics' share"
@@ -535,25 +544,30 @@ class Metrics:
 
     def _allowed(self, metric: str, labels: tuple[str, ...]) -> bool:
         """Whether the series of ``labels`` (already bounded) exists or may be made under max_series
-        and the byte cap, and, labelled by client id, under half of each (else counted)."""
+        and the byte cap, and, of a kind the wire can multiply (_KIND_OF), under its share of each
+        (else counted)."""
         key = (metric, labels)
         if key in self._series:
             return True
         cost = self._cost(metric, labels)
-        client = metric in _CLIENT_SHAPES
+        kind = _KIND_OF.get(metric)
+        share = _SHARE_OF[kind] if kind is not None else 1
         if (
             len(self._series) >= self.max_series
             or self.held_bytes + cost > self.byte_cap
-            or client
-            and (self.client_series >= self.max_series // 2 or self.client_bytes + cost > self.byte_cap // 2)
+            or kind is not None
+            and (
+                self.kind_series[kind] >= self.max_series // share
+                or self.kind_bytes[kind] + cost > self.byte_cap // share
+            )
         ):
             self.series_dropped.inc()
             return False
         self._series.add(key)
         self.held_bytes += cost
-        if client:
-            self.client_series += 1
-            self.client_bytes += cost
+        if kind is not None:
+            self.kind_series[kind] += 1
+            self.kind_bytes[kind] += cost
         self.pool[0] += cost
         if any(len(v) == MAX_LABEL and v[CUT_TO] == "…" for v in labels):
             self.labels_cut.inc()

@@ -1143,6 +1143,17 @@ static int same_keys(PyObject *req, PyObject *resp) {
 
 /* merged_rows' rows of one exchange's request and response parts, in its order: a new list of row
  * tuples (Py_None where the Python path must build the row), or NULL with an error set. */
+
+/* Append a merged row (NULL: the merge failed) to ``out``, giving up the row's reference; -1 on
+ * failure with the exception set. */
+static int append_row(PyObject *out, PyObject *row) {
+    if (row == NULL)
+        return -1;
+    int appended = PyList_Append(out, row);
+    Py_DECREF(row);
+    return appended;
+}
+
 static PyObject *merge_parts(SlotCache *cache, const Slots *slots, PyObject *base, PyObject *ctx, PyObject *req,
                              PyObject *resp, int produce, PyObject *names, PyObject *none_name) {
     PyObject *out = PyList_New(0);
@@ -1163,13 +1174,10 @@ static PyObject *merge_parts(SlotCache *cache, const Slots *slots, PyObject *bas
                 Py_DECREF(out);
                 return NULL;
             }
-            PyObject *row = merge_one(cache, slots, base, ctx, rq, rs, produce, names, none_name);
-            if (row == NULL || PyList_Append(out, row) < 0) {
-                Py_XDECREF(row);
+            if (append_row(out, merge_one(cache, slots, base, ctx, rq, rs, produce, names, none_name)) < 0) {
                 Py_DECREF(out);
                 return NULL;
             }
-            Py_DECREF(row);
         }
         return out;
     }
@@ -1195,13 +1203,10 @@ static PyObject *merge_parts(SlotCache *cache, const Slots *slots, PyObject *bas
                 Py_DECREF(out);
                 return NULL;
             }
-            PyObject *row = merge_one(cache, slots, base, ctx, rq, rs, produce, names, none_name);
-            if (row == NULL || PyList_Append(out, row) < 0) {
-                Py_XDECREF(row);
+            if (append_row(out, merge_one(cache, slots, base, ctx, rq, rs, produce, names, none_name)) < 0) {
                 Py_DECREF(out);
                 return NULL;
             }
-            Py_DECREF(row);
         }
     }
     return out;

@@ -12,6 +12,8 @@ nothing: any layer may use it.
 
 from __future__ import annotations
 
+import sys
+
 FLOWS = 0  # connection state: the flow table, connections, their pairing state
 REASSEMBLY = 1  # out-of-order TCP segments, partial frames, bytes held while detecting Kafka
 RECORDS = 2  # `records` rows held for a Produce response (their offsets), and read per frame
@@ -138,12 +140,17 @@ _trim: object = None  # glibc's malloc_trim once looked up; False where there is
 
 
 def give_back() -> bool:
-    """Hand the memory the C allocator holds free back to the system (glibc's ``malloc_trim(0)``);
-    False where the C library has none (musl, macOS). A capture left running for weeks calls it
-    after each period's commit: each commit allocates and frees (Arrow, delta-rs, the rows of the
-    period) in pieces glibc keeps mapped between live ones, and without it a coordinating process
-    whose live objects stay flat grew about 0.4 MiB a minute (a two-hour soak, docs/live-capture.md
-    "Memory over weeks"). It costs a walk over the heap's free lists: milliseconds, once a period."""
+    """Hand the memory the allocators hold free back to the system: Arrow's memory pool (mimalloc
+    or jemalloc keep what Arrow freed: ``release_unused``), when pyarrow is loaded, and glibc's heap
+    (``malloc_trim(0)``); False where the C library has no malloc_trim (musl, macOS). A capture left
+    running for weeks calls it after each period's commit: each commit allocates and frees (Arrow,
+    delta-rs, the rows of the period; the hourly compaction reads a whole hour into Arrow) in
+    pieces the allocators keep mapped, and without it a coordinating process whose live objects
+    stay flat grew about 0.4 MiB a minute and kept each compaction's Arrow buffers (a soak,
+    docs/live-capture.md "Memory over weeks"). It costs milliseconds, once a period."""
+    arrow = sys.modules.get("pyarrow")
+    if arrow is not None:
+        arrow.default_memory_pool().release_unused()
     global _trim
     if _trim is None:
         import ctypes

@@ -385,11 +385,22 @@ def test_give_back_returns_the_memory_the_allocator_holds_free_to_the_system() -
         gc.collect()
         freed = rss_mib()
         print(freed, give_back(), rss_mib(), len(kept))
+
+        import pyarrow as pa  # Arrow's pool (mimalloc) keeps what Arrow freed, as the compaction's
+
+        arrays = [pa.array(range(i, i + 1_000_000)) for i in range(40)]  # 320 MB of int64
+        del arrays
+        held = rss_mib()
+        print(pa.default_memory_pool().bytes_allocated(), held, give_back(), rss_mib())
         """
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
     )
-    before, gave, after, kept = done.stdout.split()
+    heap, arrow = done.stdout.splitlines()
+    before, gave, after, kept = heap.split()
     assert (gave, kept) == ("True", "2000")
     assert int(before) - int(after) >= 150  # of the ~200 MiB freed, at least 150 given back
+    allocated, held, gave, after = arrow.split()
+    assert (allocated, gave) == ("0", "True")  # nothing of Arrow's live, yet held until given back
+    assert int(held) - int(after) >= 250  # of the 320 MB Arrow freed, at least 250 MiB given back

@@ -5,6 +5,7 @@ per-capture parts on it) and the report's engines (engines.py, which read those 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
 import re
@@ -294,11 +295,16 @@ class DuckTables:
             raise
 
     def _views(self, tables: Path | str, filters: Filters) -> None:
+        import duckdb
+
         self.con.execute("SET TimeZone = 'UTC'")
         # DuckDB prints a progress bar on stdout, terminal or not, under any statement running over
         # 2 s: into `report --format json` and `read`'s output while it summarizes (a session setting:
         # not one duckdb.connect takes).
-        self.con.execute("SET enable_progress_bar = false")
+        # In a Jupyter kernel DuckDB draws it as a widget, not on stdout, and refuses the setting
+        # without ipywidgets installed: nothing to turn off there.
+        with contextlib.suppress(duckdb.InvalidInputException):
+            self.con.execute("SET enable_progress_bar = false")
         # Each file's footer read once per report, not again by every section (a dataset of many
         # captures is thousands of files).
         self.con.execute("SET parquet_metadata_cache = true")
